@@ -1,0 +1,37 @@
+// Subcommand registration for the `cobalt` CLI. Each register_* adds a subcommand whose callback does
+// the work; errors propagate as exceptions and main() maps them to exit codes:
+//   0 ok, 1 runtime error (cobalt::Error, I/O), 2 usage error (CLI11 parse errors, UsageError).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace cobalt::cli {
+
+// A bad combination or value of command-line options that CLI11 cannot check by itself.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+void register_trace_commands(CLI::App& app);
+
+// Progress output on stderr for long runs: "\r<label> [#####.....] 42%". Silent unless stderr is a
+// terminal or COBALT_PROGRESS=1.
+class Progress {
+ public:
+  Progress(std::string label, int64_t total);
+  void advance(int64_t amount = 1);
+  void finish();
+
+ private:
+  std::string label_;
+  int64_t total_;
+  int64_t done_ = 0;
+  int last_percent_ = -1;
+  bool enabled_;
+};
+
+}  // namespace cobalt::cli

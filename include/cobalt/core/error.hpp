@@ -1,0 +1,47 @@
+// Errors at the library boundary: an exception carrying a code and a one-line message that names the
+// offending value and, where there is one, the valid range.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace cobalt {
+
+enum class ErrorCode {
+  kInvalidArgument,     // the caller passed something malformed or out of range
+  kFailedPrecondition,  // the inputs are well formed but the request cannot be met (e.g. budget too small)
+  kInternal,            // a bug in Cobalt: an invariant that should hold did not
+};
+
+std::string_view error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, std::string message);
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(code, fmt::format(format, std::forward<Args>(args)...));
+}
+
+}  // namespace cobalt
+
+// COBALT_CHECK(cond, code, "fmt", args...): throws cobalt::Error(code, message) when cond is false.
+#define COBALT_CHECK(cond, code, ...)                 \
+  do {                                                \
+    if (!(cond)) [[unlikely]] {                       \
+      ::cobalt::fail(::cobalt::ErrorCode::code, __VA_ARGS__); \
+    }                                                 \
+  } while (0)
+
+// Shorthands for the two common cases.
+#define COBALT_CHECK_ARG(cond, ...) COBALT_CHECK(cond, kInvalidArgument, __VA_ARGS__)
+#define COBALT_CHECK_INTERNAL(cond, ...) COBALT_CHECK(cond, kInternal, __VA_ARGS__)

@@ -1,0 +1,17 @@
+// Index types. Experts, ranks and nodes are small dense integers; tokens can exceed 2^31 only in
+// aggregate, so per-batch token indices are int64.
+#pragma once
+
+#include <cstdint>
+
+namespace cobalt {
+
+using ExpertId = int32_t;  // in [0, num_experts)
+using RankId = int32_t;    // in [0, num_ranks)
+using NodeId = int32_t;    // in [0, num_nodes)
+using TokenIdx = int64_t;  // in [0, num_tokens)
+
+inline constexpr ExpertId kEmptySlot = -1;  // an unused replica slot in an ExpertLayout
+inline constexpr int kMaxNodes = 64;        // node sets are 64-bit masks
+
+}  // namespace cobalt

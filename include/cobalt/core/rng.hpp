@@ -1,0 +1,53 @@
+// Counter-based randomness: every random choice is a pure function of (seed, step, layer, token, k),
+// so any subset of tokens, on any thread or device, reproduces the same draws.
+#pragma once
+
+#include <cstdint>
+
+namespace cobalt {
+
+// SplitMix64 finaliser: a bijective 64-bit mixer with full avalanche.
+constexpr uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Hash of the key (seed, step, layer, token, k): the counter-based RNG of DESIGN.md §2.
+constexpr uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t layer, uint64_t token,
+                                uint64_t k) {
+  uint64_t h = mix64(seed);
+  h = mix64(h ^ step);
+  h = mix64(h ^ (layer * 0x632be59bd9b4e019ULL));
+  h = mix64(h ^ token);
+  return mix64(h ^ (k * 0x8cb92ba72f3d8dd7ULL));
+}
+
+// Uniform integer in [0, n) from a 64-bit hash (multiply-shift; bias < n / 2^64).
+constexpr uint32_t uniform_below(uint64_t hash, uint32_t n) {
+  return static_cast<uint32_t>((static_cast<unsigned __int128>(hash) * n) >> 64);
+}
+
+// Uniform double in [0, 1) from a 64-bit hash.
+constexpr double uniform_unit(uint64_t hash) { return static_cast<double>(hash >> 11) * 0x1.0p-53; }
+
+// A small sequential generator for planners and synthetic workloads (xoshiro-free, SplitMix64 stream).
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = state_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  double unit() { return uniform_unit(next()); }
+  uint32_t below(uint32_t n) { return uniform_below(next(), n); }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace cobalt

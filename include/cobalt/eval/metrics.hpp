@@ -1,0 +1,49 @@
+// Metrics of DESIGN.md §3.3. These definitions are contracts: reports, dumps and tests all use them.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cobalt/core/ids.hpp"
+#include "cobalt/core/routing_batch.hpp"
+#include "cobalt/core/topology.hpp"
+
+namespace cobalt::eval {
+
+struct CrossNodeTransfers {
+  // V = sum_t |{node(exec(t,e)) : e in D_t} \ {node(src_t)}|  (node-level dedup, DeepEP style)
+  int64_t dedup = 0;
+  // sum over tasks of [node(exec) != node(src)]  (no dedup)
+  int64_t no_dedup = 0;
+};
+
+// exec_rank: [T, K] aligned with batch.topk_ids().
+CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+                                        const Topology& topology);
+
+// L_r = number of tasks executed on rank r: [G].
+std::vector<int64_t> rank_loads(std::span<const RankId> exec_rank, int num_ranks);
+
+// max_r L_r / mean_r L_r; 1.0 when there are no tasks.
+double imbalance(std::span<const int64_t> loads);
+
+// Expert-level MaxVio = max_e c_e / mean(c) - 1 over expert task counts c [E]; 0 when there are none.
+double max_violation(std::span<const int64_t> expert_counts);
+
+// Bytes of `token_copies` token copies of `hidden` elements of `bytes_per_element` each.
+inline double token_bytes(int64_t token_copies, int hidden, int bytes_per_element) {
+  return static_cast<double>(token_copies) * hidden * bytes_per_element;
+}
+
+// Everything about one (step, layer) of one policy.
+struct StepMetrics {
+  CrossNodeTransfers transfers;
+  std::vector<int64_t> rank_loads;  // [G]
+  double imbalance = 1.0;
+  double max_violation = 0.0;
+};
+StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+                         const Topology& topology);
+
+}  // namespace cobalt::eval

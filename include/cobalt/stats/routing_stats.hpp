@@ -1,0 +1,89 @@
+// RoutingStats: running statistics of routing decisions for one MoE layer —
+//   w_e   expert task counts                  [E]
+//   c_ij  tokens selecting both i and j        [E, E] symmetric, zero diagonal
+// either as an exponential moving average over updates (ema = decay * ema + (1 - decay) * batch; the
+// first update initialises ema = batch so early estimates are not biased towards zero) or as exact
+// sums (for tests and offline analysis). Memory is O(E^2), independent of the tokens per update.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/routing_batch.hpp"
+
+namespace cobalt {
+
+// Exact counts of one batch: loads [E] and co-activation [E, E] (symmetric, zero diagonal).
+// Multithreaded over tokens; integer sums, so the result is identical for any thread count.
+void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
+                   std::span<int64_t> coactivation, int num_threads = 1);
+
+class RoutingStats {
+ public:
+  // decay in [0, 1): weight of history per update. exact = true ignores decay and sums.
+  RoutingStats(int num_experts, double decay, bool exact = false);
+  static RoutingStats exact_counts(int num_experts) { return RoutingStats(num_experts, 0.0, true); }
+
+  void update(const RoutingBatch& batch, int num_threads = 1);
+  // Adds pre-computed batch counts (same shapes as count_routing's outputs).
+  void update_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
+
+  int num_experts() const { return num_experts_; }
+  int64_t num_updates() const { return num_updates_; }
+  double decay() const { return decay_; }
+  bool exact() const { return exact_; }
+  std::span<const double> expert_load() const { return expert_load_; }  // [E]
+  std::span<const double> coactivation() const { return coactivation_; }  // [E, E]
+  double coactivation(ExpertId i, ExpertId j) const {
+    return coactivation_[static_cast<size_t>(i) * num_experts_ + j];
+  }
+  // Ochiai(i, j) = c_ij / sqrt(w_i w_j); 0 when either load is 0.
+  double ochiai(ExpertId i, ExpertId j) const;
+
+ private:
+  int num_experts_;
+  double decay_;
+  bool exact_;
+  int64_t num_updates_ = 0;
+  std::vector<double> expert_load_;
+  std::vector<double> coactivation_;
+  std::vector<int64_t> scratch_loads_;
+  std::vector<int64_t> scratch_coact_;
+};
+
+// The two co-activation summaries of DESIGN.md §3.3 (plain mean over pairs is dominated by chance).
+struct OchiaiSummary {
+  double count_weighted = 0;  // sum_{i<j} c_ij Ochiai(i,j) / sum_{i<j} c_ij
+  double top_partner = 0;     // sum_i w_i max_j Ochiai(i,j) / sum_i w_i
+};
+OchiaiSummary summarize_ochiai(std::span<const double> expert_load, std::span<const double> coactivation);
+
+// Fraction of the `hot_count` most loaded experts of `prev` that are not among those of `next`
+// (TopoEP's hot-set churn). Ties broken by lower expert id.
+double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load, int hot_count);
+
+// EMA loads of replicas, keyed by (rank, slot) of the layout in force. Stage 2 of Cobalt reads these.
+class ReplicaLoads {
+ public:
+  ReplicaLoads(int num_ranks, int slots_per_rank, double decay);
+  // Initialise (or re-key after a layout change) from expected per-replica loads [G, S].
+  void reset(std::span<const double> expected_loads);
+  // Adds one step's task counts per replica [G, S].
+  void update(std::span<const int64_t> replica_counts);
+  std::span<const double> loads() const { return loads_; }  // [G, S]
+
+ private:
+  int num_ranks_;
+  int slots_per_rank_;
+  double decay_;
+  std::vector<double> loads_;
+};
+
+// Task counts per replica slot [G, S] of an assignment on a layout: task (t, e) on rank r counts for
+// the slot of r holding e.
+std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
+                                         std::span<const RankId> exec_rank);
+
+}  // namespace cobalt

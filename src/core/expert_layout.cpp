@@ -1,0 +1,161 @@
+#include "cobalt/core/expert_layout.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cmath>
+
+#include "cobalt/core/error.hpp"
+
+namespace cobalt {
+
+int slots_for_rho(int num_experts, int num_ranks, double rho) {
+  COBALT_CHECK_ARG(rho >= 0 && std::isfinite(rho), "replica budget rho {} must be >= 0", rho);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
+                   num_experts, num_ranks);
+  const int slots = static_cast<int>(std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9));
+  COBALT_CHECK(static_cast<int64_t>(slots) * num_ranks >= num_experts, kFailedPrecondition,
+               "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
+               "need rho >= {:.4f}",
+               rho, slots, num_ranks, static_cast<int64_t>(slots) * num_ranks, num_experts,
+               static_cast<double>((num_experts + num_ranks - 1) / num_ranks) * num_ranks /
+                       num_experts -
+                   1.0);
+  return slots;
+}
+
+int slots_for_extra(int num_experts, int num_ranks, int extra_slots) {
+  COBALT_CHECK_ARG(extra_slots >= 0, "extra replica slots {} must be >= 0", extra_slots);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
+                   num_experts, num_ranks);
+  return (num_experts + num_ranks - 1) / num_ranks + extra_slots;
+}
+
+ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_rank,
+                           std::vector<ExpertId> slots)
+    : topology_(topology),
+      num_experts_(num_experts),
+      slots_per_rank_(slots_per_rank),
+      slots_(std::move(slots)) {
+  const int num_ranks = topology_.num_ranks();
+  const int num_nodes = topology_.num_nodes();
+  COBALT_CHECK_ARG(num_experts >= 1, "layout: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(slots_per_rank >= 1, "layout: slots per rank {} must be >= 1", slots_per_rank);
+  COBALT_CHECK_ARG(slots_.size() == static_cast<size_t>(num_ranks) * slots_per_rank,
+                   "layout: {} slot entries, expected ranks {} x slots {} = {}", slots_.size(),
+                   num_ranks, slots_per_rank, static_cast<size_t>(num_ranks) * slots_per_rank);
+  COBALT_CHECK(static_cast<int64_t>(num_ranks) * slots_per_rank >= num_experts, kFailedPrecondition,
+               "layout: {} ranks x {} slots cannot hold {} experts", num_ranks, slots_per_rank,
+               num_experts);
+
+  holds_.assign(static_cast<size_t>(num_experts) * num_ranks, 0);
+  std::vector<int32_t> count(num_experts, 0);
+  for (RankId r = 0; r < num_ranks; ++r) {
+    for (int s = 0; s < slots_per_rank; ++s) {
+      const ExpertId e = slots_[static_cast<size_t>(r) * slots_per_rank + s];
+      if (e == kEmptySlot) continue;
+      COBALT_CHECK_ARG(e >= 0 && e < num_experts,
+                       "layout: rank {} slot {} holds expert id {} out of range [0, {}) (or -1 empty)",
+                       r, s, e, num_experts);
+      uint8_t& held = holds_[static_cast<size_t>(e) * num_ranks + r];
+      COBALT_CHECK_ARG(!held, "layout: rank {} holds two replicas of expert {}", r, e);
+      held = 1;
+      ++count[e];
+    }
+  }
+  replica_offsets_.assign(num_experts + 1, 0);
+  for (ExpertId e = 0; e < num_experts; ++e) {
+    COBALT_CHECK_ARG(count[e] >= 1, "layout: expert {} has no replica (every expert in [0, {}) needs one)",
+                     e, num_experts);
+    replica_offsets_[e + 1] = replica_offsets_[e] + count[e];
+  }
+  // Experts' ranks ascending: scan in (expert, rank) order.
+  replica_ranks_.resize(replica_offsets_[num_experts]);
+  node_offsets_.assign(static_cast<size_t>(num_experts) * num_nodes + 1, 0);
+  node_mask_.assign(num_experts, 0);
+  size_t pos = 0;
+  for (ExpertId e = 0; e < num_experts; ++e) {
+    const uint8_t* row = holds_.data() + static_cast<size_t>(e) * num_ranks;
+    for (NodeId n = 0; n < num_nodes; ++n) {
+      const RankId first = topology_.first_rank_of(n);
+      for (RankId r = first; r < first + topology_.ranks_per_node(); ++r) {
+        if (row[r]) {
+          replica_ranks_[pos++] = r;
+          node_mask_[e] |= uint64_t{1} << n;
+        }
+      }
+      node_offsets_[static_cast<size_t>(e) * num_nodes + n + 1] = static_cast<int32_t>(pos);
+    }
+  }
+}
+
+ExpertLayout ExpertLayout::from_rank_lists(Topology topology, int num_experts, int slots_per_rank,
+                                           const std::vector<std::vector<ExpertId>>& experts_of_rank) {
+  COBALT_CHECK_ARG(static_cast<int>(experts_of_rank.size()) == topology.num_ranks(),
+                   "layout: {} rank lists for {} ranks", experts_of_rank.size(), topology.num_ranks());
+  std::vector<ExpertId> slots(static_cast<size_t>(topology.num_ranks()) * slots_per_rank, kEmptySlot);
+  for (RankId r = 0; r < topology.num_ranks(); ++r) {
+    const auto& list = experts_of_rank[r];
+    COBALT_CHECK_ARG(static_cast<int>(list.size()) <= slots_per_rank,
+                     "layout: rank {} has {} replicas but only {} slots", r, list.size(),
+                     slots_per_rank);
+    std::copy(list.begin(), list.end(), slots.begin() + static_cast<size_t>(r) * slots_per_rank);
+  }
+  return ExpertLayout(topology, num_experts, slots_per_rank, std::move(slots));
+}
+
+ExpertLayout ExpertLayout::static_ep(Topology topology, int num_experts, int slots_per_rank) {
+  const int num_ranks = topology.num_ranks();
+  std::vector<std::vector<ExpertId>> lists(num_ranks);
+  for (ExpertId e = 0; e < num_experts; ++e) {
+    lists[static_cast<int64_t>(e) * num_ranks / num_experts].push_back(e);
+  }
+  return from_rank_lists(topology, num_experts, slots_per_rank, lists);
+}
+
+int ExpertLayout::num_used_slots(RankId rank) const {
+  int used = 0;
+  for (ExpertId e : slots_of(rank)) used += e != kEmptySlot;
+  return used;
+}
+
+std::string ExpertLayout::to_json() const {
+  nlohmann::json j;
+  j["num_experts"] = num_experts_;
+  j["nodes"] = topology_.num_nodes();
+  j["ranks"] = topology_.num_ranks();
+  j["slots_per_rank"] = slots_per_rank_;
+  nlohmann::json rows = nlohmann::json::array();
+  for (RankId r = 0; r < num_ranks(); ++r) {
+    auto row = slots_of(r);
+    rows.push_back(std::vector<ExpertId>(row.begin(), row.end()));
+  }
+  j["slots"] = std::move(rows);
+  return j.dump();
+}
+
+LayoutDiff diff(const ExpertLayout& from, const ExpertLayout& to) {
+  COBALT_CHECK_ARG(from.topology() == to.topology() && from.num_experts() == to.num_experts(),
+                   "layout diff: layouts differ in topology ({} vs {}) or experts ({} vs {})",
+                   from.topology().to_string(), to.topology().to_string(), from.num_experts(),
+                   to.num_experts());
+  const Topology& topo = from.topology();
+  LayoutDiff result;
+  for (RankId r = 0; r < to.num_ranks(); ++r) {
+    for (ExpertId e : to.slots_of(r)) {
+      if (e == kEmptySlot || from.holds(r, e)) continue;
+      const NodeId node = topo.node_of(r);
+      auto local = from.ranks_of(e, node);
+      ReplicaMove move{e, 0, r, local.empty()};
+      move.src_rank = local.empty() ? from.ranks_of(e).front() : local.front();
+      (move.cross_node ? result.num_cross_node : result.num_intra_node) += 1;
+      result.moves.push_back(move);
+    }
+    for (ExpertId e : from.slots_of(r)) {
+      if (e != kEmptySlot && !to.holds(r, e)) ++result.num_removed;
+    }
+  }
+  return result;
+}
+
+}  // namespace cobalt

@@ -1,0 +1,190 @@
+#include "cobalt/stats/routing_stats.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/parallel.hpp"
+
+namespace cobalt {
+
+void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
+                   std::span<int64_t> coactivation, int num_threads) {
+  const int num_experts = batch.num_experts();
+  const size_t matrix_size = static_cast<size_t>(num_experts) * num_experts;
+  COBALT_CHECK_ARG(expert_counts.size() == static_cast<size_t>(num_experts) &&
+                       coactivation.size() == matrix_size,
+                   "count_routing: outputs sized {} and {}, need [E]={} and [E,E]={}",
+                   expert_counts.size(), coactivation.size(), num_experts, matrix_size);
+  const int top_k = batch.top_k();
+  const int64_t num_tokens = batch.num_tokens();
+  num_threads = resolve_threads(num_threads);
+  // Each chunk accumulates into its own matrices; chunk 0 writes straight into the outputs.
+  const int num_chunks = static_cast<int>(std::clamp<int64_t>(num_tokens / 65536, 1, num_threads));
+  std::vector<std::vector<int64_t>> partial_loads(num_chunks - 1, std::vector<int64_t>(num_experts));
+  std::vector<std::vector<int64_t>> partial_coact(num_chunks - 1, std::vector<int64_t>(matrix_size));
+  std::fill(expert_counts.begin(), expert_counts.end(), 0);
+  std::fill(coactivation.begin(), coactivation.end(), 0);
+  const ExpertId* ids = batch.topk_ids().data();
+  parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+    int64_t* loads = c == 0 ? expert_counts.data() : partial_loads[c - 1].data();
+    int64_t* coact = c == 0 ? coactivation.data() : partial_coact[c - 1].data();
+    for (int64_t t = begin; t < end; ++t) {
+      const ExpertId* row = ids + t * top_k;
+      for (int a = 0; a < top_k; ++a) {
+        ++loads[row[a]];
+        int64_t* coact_row = coact + static_cast<size_t>(row[a]) * num_experts;
+        for (int b = a + 1; b < top_k; ++b) ++coact_row[row[b]];
+      }
+    }
+  });
+  for (int c = 0; c + 1 < num_chunks; ++c) {
+    for (int e = 0; e < num_experts; ++e) expert_counts[e] += partial_loads[c][e];
+    for (size_t i = 0; i < matrix_size; ++i) coactivation[i] += partial_coact[c][i];
+  }
+  // Each pair was counted at (row[a], row[b]) in selection order; fold into a symmetric matrix.
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = i + 1; j < num_experts; ++j) {
+      int64_t& upper = coactivation[static_cast<size_t>(i) * num_experts + j];
+      int64_t& lower = coactivation[static_cast<size_t>(j) * num_experts + i];
+      upper += lower;
+      lower = upper;
+    }
+  }
+}
+
+RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
+    : num_experts_(num_experts), decay_(decay), exact_(exact) {
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= 65536, "stats: number of experts {} out of range [1, 65536]",
+                   num_experts);
+  COBALT_CHECK_ARG(exact || (decay >= 0.0 && decay < 1.0), "stats: EMA decay {} out of range [0, 1)",
+                   decay);
+  expert_load_.assign(num_experts, 0.0);
+  coactivation_.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
+}
+
+void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
+  COBALT_CHECK_ARG(batch.num_experts() == num_experts_, "stats: batch has {} experts, stats track {}",
+                   batch.num_experts(), num_experts_);
+  scratch_loads_.resize(num_experts_);
+  scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
+  count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
+  update_counts(scratch_loads_, scratch_coact_);
+}
+
+void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
+                                 std::span<const int64_t> coactivation) {
+  COBALT_CHECK_ARG(expert_counts.size() == expert_load_.size() &&
+                       coactivation.size() == coactivation_.size(),
+                   "stats: counts sized {} and {}, need {} and {}", expert_counts.size(),
+                   coactivation.size(), expert_load_.size(), coactivation_.size());
+  const bool first = num_updates_ == 0;
+  const double keep = (exact_ || first) ? 1.0 : decay_;
+  const double add = exact_ || first ? 1.0 : 1.0 - decay_;
+  for (size_t e = 0; e < expert_load_.size(); ++e) {
+    expert_load_[e] = keep * expert_load_[e] + add * static_cast<double>(expert_counts[e]);
+  }
+  for (size_t i = 0; i < coactivation_.size(); ++i) {
+    coactivation_[i] = keep * coactivation_[i] + add * static_cast<double>(coactivation[i]);
+  }
+  ++num_updates_;
+}
+
+double RoutingStats::ochiai(ExpertId i, ExpertId j) const {
+  const double denom = std::sqrt(expert_load_[i] * expert_load_[j]);
+  return denom > 0 ? coactivation(i, j) / denom : 0.0;
+}
+
+OchiaiSummary summarize_ochiai(std::span<const double> expert_load, std::span<const double> coactivation) {
+  const size_t num_experts = expert_load.size();
+  COBALT_CHECK_ARG(coactivation.size() == num_experts * num_experts,
+                   "ochiai summary: co-activation has {} entries, need {}", coactivation.size(),
+                   num_experts * num_experts);
+  double weighted_sum = 0, pair_sum = 0, partner_sum = 0, load_sum = 0;
+  for (size_t i = 0; i < num_experts; ++i) {
+    double best = 0;
+    for (size_t j = 0; j < num_experts; ++j) {
+      if (i == j) continue;
+      const double c = coactivation[i * num_experts + j];
+      const double denom = std::sqrt(expert_load[i] * expert_load[j]);
+      const double o = denom > 0 ? c / denom : 0.0;
+      best = std::max(best, o);
+      if (j > i) {
+        weighted_sum += c * o;
+        pair_sum += c;
+      }
+    }
+    partner_sum += expert_load[i] * best;
+    load_sum += expert_load[i];
+  }
+  return {pair_sum > 0 ? weighted_sum / pair_sum : 0.0, load_sum > 0 ? partner_sum / load_sum : 0.0};
+}
+
+namespace {
+std::vector<int> hottest(std::span<const double> load, int count) {
+  std::vector<int> idx(load.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  count = std::min<int>(count, static_cast<int>(idx.size()));
+  std::partial_sort(idx.begin(), idx.begin() + count, idx.end(),
+                    [&](int a, int b) { return load[a] > load[b] || (load[a] == load[b] && a < b); });
+  idx.resize(count);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+}  // namespace
+
+double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load, int hot_count) {
+  COBALT_CHECK_ARG(prev_load.size() == next_load.size() && hot_count >= 1,
+                   "hot-set churn: loads sized {} and {}, hot count {}", prev_load.size(),
+                   next_load.size(), hot_count);
+  const auto a = hottest(prev_load, hot_count);
+  const auto b = hottest(next_load, hot_count);
+  std::vector<int> common;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+  return a.empty() ? 0.0 : 1.0 - static_cast<double>(common.size()) / static_cast<double>(a.size());
+}
+
+ReplicaLoads::ReplicaLoads(int num_ranks, int slots_per_rank, double decay)
+    : num_ranks_(num_ranks), slots_per_rank_(slots_per_rank), decay_(decay) {
+  COBALT_CHECK_ARG(decay >= 0 && decay < 1, "replica loads: EMA decay {} out of range [0, 1)", decay);
+  loads_.assign(static_cast<size_t>(num_ranks) * slots_per_rank, 0.0);
+}
+
+void ReplicaLoads::reset(std::span<const double> expected_loads) {
+  COBALT_CHECK_ARG(expected_loads.size() == loads_.size(), "replica loads: got {} entries, need {}",
+                   expected_loads.size(), loads_.size());
+  std::copy(expected_loads.begin(), expected_loads.end(), loads_.begin());
+}
+
+void ReplicaLoads::update(std::span<const int64_t> replica_counts) {
+  COBALT_CHECK_ARG(replica_counts.size() == loads_.size(), "replica loads: got {} counts, need {}",
+                   replica_counts.size(), loads_.size());
+  for (size_t i = 0; i < loads_.size(); ++i) {
+    loads_[i] = decay_ * loads_[i] + (1.0 - decay_) * static_cast<double>(replica_counts[i]);
+  }
+}
+
+std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
+                                         std::span<const RankId> exec_rank) {
+  const int slots = layout.slots_per_rank();
+  // slot_of[e * G + r]: slot index of expert e on rank r.
+  std::vector<int16_t> slot_of(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
+  for (RankId r = 0; r < layout.num_ranks(); ++r) {
+    auto row = layout.slots_of(r);
+    for (int s = 0; s < slots; ++s) {
+      if (row[s] != kEmptySlot) slot_of[static_cast<size_t>(row[s]) * layout.num_ranks() + r] = s;
+    }
+  }
+  std::vector<int64_t> counts(static_cast<size_t>(layout.num_ranks()) * slots, 0);
+  auto ids = batch.topk_ids();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int s = slot_of[static_cast<size_t>(ids[i]) * layout.num_ranks() + exec_rank[i]];
+    COBALT_CHECK_INTERNAL(s >= 0, "replica counts: task {} on rank {} which lacks expert {}", i,
+                          exec_rank[i], ids[i]);
+    ++counts[static_cast<size_t>(exec_rank[i]) * slots + s];
+  }
+  return counts;
+}
+
+}  // namespace cobalt

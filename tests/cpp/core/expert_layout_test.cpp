@@ -1,0 +1,97 @@
+#include "cobalt/core/expert_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include "cobalt/core/error.hpp"
+
+namespace cobalt {
+namespace {
+
+// 2 nodes x 2 ranks, 4 experts, 2 slots per rank.
+//   rank 0: {0, 1}   rank 1: {2, -}   | node 0
+//   rank 2: {3, 0}   rank 3: {1, -}   | node 1
+ExpertLayout small_layout() {
+  return ExpertLayout(Topology(2, 4), 4, 2, {0, 1, 2, -1, 3, 0, 1, -1});
+}
+
+TEST(ExpertLayout, DerivedMaps) {
+  auto layout = small_layout();
+  EXPECT_EQ(layout.num_replicas(), 6);
+  EXPECT_EQ(layout.num_replicas_of(0), 2);
+  EXPECT_EQ(std::vector<RankId>(layout.ranks_of(0).begin(), layout.ranks_of(0).end()),
+            (std::vector<RankId>{0, 2}));
+  EXPECT_EQ(layout.node_mask(0), 0b11u);
+  EXPECT_EQ(layout.node_mask(2), 0b01u);
+  EXPECT_EQ(layout.node_mask(3), 0b10u);
+  EXPECT_EQ(layout.ranks_of(1, 1).size(), 1u);
+  EXPECT_EQ(layout.ranks_of(1, 1)[0], 3);
+  EXPECT_TRUE(layout.ranks_of(3, 0).empty());
+  EXPECT_TRUE(layout.holds(2, 0));
+  EXPECT_FALSE(layout.holds(1, 0));
+  EXPECT_EQ(layout.num_used_slots(1), 1);
+}
+
+TEST(ExpertLayout, Validation) {
+  Topology topo(2, 4);
+  // Expert 3 missing.
+  EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 1, 2, -1, 2, 0, 1, -1}), Error);
+  // Duplicate on a rank.
+  EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 0, 2, 1, 3, -1, -1, -1}), Error);
+  // Out-of-range id.
+  EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 1, 2, 3, 4, -1, -1, -1}), Error);
+  // Wrong size.
+  EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 1, 2, 3}), Error);
+  // Too few slots overall is a failed precondition.
+  try {
+    ExpertLayout(topo, 9, 2, std::vector<ExpertId>(8, -1));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+  }
+}
+
+TEST(ExpertLayout, StaticEp) {
+  auto layout = ExpertLayout::static_ep(Topology(2, 4), 8, 2);
+  for (ExpertId e = 0; e < 8; ++e) {
+    ASSERT_EQ(layout.num_replicas_of(e), 1);
+    EXPECT_EQ(layout.ranks_of(e)[0], e * 4 / 8);
+  }
+}
+
+TEST(ExpertLayout, SlotBudgets) {
+  EXPECT_EQ(slots_for_rho(128, 32, 0.5), 6);   // floor(1.5 * 4)
+  EXPECT_EQ(slots_for_rho(60, 16, 0.5), 5);    // floor(5.625)
+  EXPECT_EQ(slots_for_extra(640, 32, 2), 22);  // 20 + 2
+  EXPECT_EQ(slots_for_extra(60, 16, 1), 5);    // ceil(3.75) + 1
+  EXPECT_THROW(slots_for_rho(60, 16, -0.1), Error);
+  try {
+    slots_for_rho(60, 16, 0.0);  // floor(3.75) = 3 slots x 16 = 48 < 60
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("replica budget too small"), std::string::npos);
+  }
+}
+
+TEST(ExpertLayout, DiffCountsIntraAndCrossNodeMoves) {
+  auto from = small_layout();
+  // New layout: rank 1 gains expert 1 (held on rank 0, same node: intra), rank 3 gains expert 2
+  // (only on node 0: cross), rank 2 drops expert 0.
+  ExpertLayout to(Topology(2, 4), 4, 2, {0, 1, 2, 1, 3, -1, 1, 2});
+  auto d = diff(from, to);
+  EXPECT_EQ(d.num_intra_node, 1);
+  EXPECT_EQ(d.num_cross_node, 1);
+  EXPECT_EQ(d.num_removed, 1);
+  ASSERT_EQ(d.moves.size(), 2u);
+  EXPECT_EQ(d.moves[0].expert, 1);
+  EXPECT_EQ(d.moves[0].src_rank, 0);
+  EXPECT_EQ(d.moves[0].dst_rank, 1);
+  EXPECT_FALSE(d.moves[0].cross_node);
+  EXPECT_EQ(d.moves[1].expert, 2);
+  EXPECT_EQ(d.moves[1].src_rank, 1);
+  EXPECT_TRUE(d.moves[1].cross_node);
+  EXPECT_EQ(diff(from, from).moves.size(), 0u);
+}
+
+}  // namespace
+}  // namespace cobalt
