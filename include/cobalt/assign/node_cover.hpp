@@ -1,0 +1,45 @@
+// Cobalt's communication-aware task assignment (paper §3.3, Algorithm 1; DESIGN.md §4).
+//
+// Per token t with source node s: experts with a replica on s run on s. For the rest, U_t, pick the
+// smallest set of remote nodes covering U_t (minimum set cover), run each e in U_t on a node of that set
+// holding it (uniform), then on a rank uniformly sampled from R_{e,n}. Every draw comes from the
+// counter-based RNG keyed by (seed, step, layer, token_offset + t, k), so any token subset, thread count
+// or device reproduces the same ranks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/routing_batch.hpp"
+
+namespace cobalt::assign {
+
+enum class CoverSearch {
+  kMaskEnumeration,  // the paper's enumeration of (N-1)-bit node masks, O(2^(N-1)) per token
+  kSubsetDp,         // exact DP over subsets of the <= K uncovered experts, O(2^|U_t| * covers)
+  kAuto,             // masks for N <= 8, subset DP above
+};
+
+struct AssignKey {
+  uint64_t seed = 0;
+  int64_t step = 0;
+  int layer = 0;
+  int64_t token_offset = 0;  // index of the batch's first token within its step
+};
+
+struct AssignOptions {
+  CoverSearch search = CoverSearch::kAuto;
+  int num_threads = 1;
+};
+
+// Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree or the layout's E or G differ
+// from the batch's.
+void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
+                       const AssignOptions& options, std::span<RankId> exec_rank);
+
+// Size of a minimum set of remote nodes covering the experts of `experts` not held on `src_node`
+// (exact, by the subset DP). For tests and analysis.
+int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node, const ExpertLayout& layout);
+
+}  // namespace cobalt::assign

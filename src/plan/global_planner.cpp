@@ -1,0 +1,462 @@
+#include "cobalt/plan/global_planner.hpp"
+
+#include <metis.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+constexpr double kImprovement = 1e-9;
+
+// Mutable node-level state with incremental co-activation gains:
+//   gain[e][n] = sum over j != e present on n of c_ej.
+class PlanState {
+ public:
+  explicit PlanState(const GlobalPlanInput& input)
+      : in_(input),
+        num_experts_(input.num_experts),
+        num_nodes_(input.topology.num_nodes()),
+        per_node_(input.topology.ranks_per_node()),
+        node_slots_(per_node_ * input.slots_per_rank),
+        rank_cap_(input.rank_load_cap()),
+        node_cap_(per_node_ * rank_cap_),
+        plan_(num_experts_, num_nodes_),
+        total_(num_experts_, 0),
+        gain_(static_cast<size_t>(num_experts_) * num_nodes_, 0.0),
+        node_load_(num_nodes_, 0.0),
+        node_used_(num_nodes_, 0),
+        min_replicas_(num_experts_, 1) {
+    for (int e = 0; e < num_experts_; ++e) {
+      const double w = input.expert_load[e];
+      if (rank_cap_ > 0) min_replicas_[e] = std::max(1, static_cast<int>(std::ceil(w / rank_cap_ - 1e-9)));
+      min_replicas_[e] = std::min(min_replicas_[e], num_nodes_ * per_node_);
+    }
+  }
+
+  int x(int e, int n) const { return plan_.x(e, n); }
+  bool present(int e, int n) const { return plan_.x(e, n) > 0; }
+  int total(int e) const { return total_[e]; }
+  double gain(int e, int n) const { return gain_[static_cast<size_t>(e) * num_nodes_ + n]; }
+  double c(int i, int j) const { return in_.coactivation[static_cast<size_t>(i) * num_experts_ + j]; }
+  double w(int e) const { return in_.expert_load[e]; }
+  double share(int e) const { return total_[e] > 0 ? w(e) / total_[e] : w(e); }
+  double node_load(int n) const { return node_load_[n]; }
+  int node_used(int n) const { return node_used_[n]; }
+  int node_slots() const { return node_slots_; }
+  double node_cap() const { return node_cap_; }
+  int per_node() const { return per_node_; }
+  int min_replicas(int e) const { return min_replicas_[e]; }
+  int num_experts() const { return num_experts_; }
+  int num_nodes() const { return num_nodes_; }
+  double objective() const { return objective_; }
+
+  // Node loads after giving expert e `new_total` replicas (counts per node unchanged otherwise) and
+  // adding `delta_n` replicas of e on node n. Returns the largest load excess over the cap among
+  // affected nodes (<= 0 when feasible).
+  double excess_after_change(int e, int n, int delta_n) const {
+    const int new_total = total_[e] + delta_n;
+    if (new_total <= 0) return 1e300;
+    const double old_share = share(e), new_share = w(e) / new_total;
+    double worst = -1e300;
+    for (int m = 0; m < num_nodes_; ++m) {
+      const int old_x = plan_.x(e, m);
+      const int new_x = old_x + (m == n ? delta_n : 0);
+      if (old_x == 0 && new_x == 0) continue;
+      const double load = node_load_[m] - old_x * old_share + new_x * new_share;
+      worst = std::max(worst, load - node_cap_);
+    }
+    return worst;
+  }
+
+  void add(int e, int n) { change(e, n, +1); }
+  void remove(int e, int n) { change(e, n, -1); }
+
+  NodePlan finish() const {
+    NodePlan out = plan_;
+    for (int e = 0; e < num_experts_; ++e) {
+      for (int n = 0; n < num_nodes_; ++n) out.u(e, n) = plan_.x(e, n) * share(e);
+    }
+    return out;
+  }
+
+ private:
+  void change(int e, int n, int delta) {
+    const double old_share = share(e);
+    const bool was_present = plan_.x(e, n) > 0;
+    plan_.x(e, n) += delta;
+    total_[e] += delta;
+    node_used_[n] += delta;
+    const double new_share = share(e);
+    for (int m = 0; m < num_nodes_; ++m) {
+      const int xm = plan_.x(e, m);
+      const int old_xm = xm - (m == n ? delta : 0);
+      node_load_[m] += xm * new_share - old_xm * old_share;
+    }
+    const bool is_present = plan_.x(e, n) > 0;
+    if (was_present != is_present) {
+      const double sign = is_present ? 1.0 : -1.0;
+      objective_ += sign * gain(e, n);
+      const double* row = in_.coactivation.data() + static_cast<size_t>(e) * num_experts_;
+      for (int j = 0; j < num_experts_; ++j) {
+        if (j != e) gain_[static_cast<size_t>(j) * num_nodes_ + n] += sign * row[j];
+      }
+    }
+  }
+
+  const GlobalPlanInput& in_;
+  int num_experts_, num_nodes_, per_node_, node_slots_;
+  double rank_cap_, node_cap_;
+  NodePlan plan_;
+  std::vector<int> total_;
+  std::vector<double> gain_;
+  std::vector<double> node_load_;
+  std::vector<int> node_used_;
+  std::vector<int> min_replicas_;
+  double objective_ = 0;
+};
+
+// Best node for one more replica of e: largest co-activation gain (0 if already present), then lowest
+// load excess, then least loaded, then lowest id. `noise` perturbs gains for restarts.
+int best_node_for(const PlanState& s, int e, const std::vector<double>& noise) {
+  int best = -1;
+  double best_gain = 0, best_excess = 0, best_load = 0;
+  for (int n = 0; n < s.num_nodes(); ++n) {
+    if (s.node_used(n) >= s.node_slots() || s.x(e, n) >= s.per_node()) continue;
+    const double g = (s.present(e, n) ? 0.0 : s.gain(e, n)) * (1.0 + noise[n]);
+    const double excess = std::max(0.0, s.excess_after_change(e, n, +1));
+    const double load = s.node_load(n);
+    const bool better = best < 0 || excess < best_excess - kImprovement ||
+                        (excess <= best_excess + kImprovement &&
+                         (g > best_gain + kImprovement ||
+                          (g >= best_gain - kImprovement && load < best_load - kImprovement)));
+    if (better) {
+      best = n;
+      best_gain = g;
+      best_excess = excess;
+      best_load = load;
+    }
+  }
+  return best;
+}
+
+std::vector<int> metis_partition(const GlobalPlanInput& in) {
+  const int num_experts = in.num_experts;
+  const int num_nodes = in.topology.num_nodes();
+  std::vector<int> part(num_experts, 0);
+  if (num_nodes == 1 || num_experts < num_nodes) {
+    for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
+    return part;
+  }
+  double max_c = 0, total_w = 0;
+  for (double c : in.coactivation) max_c = std::max(max_c, c);
+  for (double w : in.expert_load) total_w += w;
+  const double c_scale = max_c > 0 ? 1e6 / max_c : 1.0;
+  const double w_scale = total_w > 0 ? 1e6 / total_w : 1.0;
+  std::vector<idx_t> xadj(num_experts + 1, 0), adjncy, adjwgt, vwgt(2 * static_cast<size_t>(num_experts));
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = 0; j < num_experts; ++j) {
+      const double c = in.coactivation[static_cast<size_t>(i) * num_experts + j];
+      if (i == j || c <= 0) continue;
+      adjncy.push_back(j);
+      adjwgt.push_back(std::max<idx_t>(1, static_cast<idx_t>(std::llround(c * c_scale))));
+    }
+    xadj[i + 1] = static_cast<idx_t>(adjncy.size());
+    vwgt[2 * i] = std::max<idx_t>(1, static_cast<idx_t>(std::llround(in.expert_load[i] * w_scale)));
+    vwgt[2 * i + 1] = 1;
+  }
+  if (adjncy.empty()) {
+    for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
+    return part;
+  }
+  idx_t nvtxs = num_experts, ncon = 2, nparts = num_nodes, objval = 0;
+  std::vector<real_t> ubvec = {static_cast<real_t>(1.0 + in.eps), 1.05f};
+  idx_t metis_options[METIS_NOPTIONS];
+  METIS_SetDefaultOptions(metis_options);
+  metis_options[METIS_OPTION_SEED] = 1;
+  metis_options[METIS_OPTION_NUMBERING] = 0;
+  std::vector<idx_t> metis_part(num_experts, 0);
+  const int status = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.data(), nullptr,
+                                         adjwgt.data(), &nparts, nullptr, ubvec.data(), metis_options,
+                                         &objval, metis_part.data());
+  if (status != METIS_OK) {
+    for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
+    return part;
+  }
+  for (int e = 0; e < num_experts; ++e) part[e] = static_cast<int>(metis_part[e]);
+  return part;
+}
+
+void initial_placement(PlanState& s, const GlobalPlanInput& in, int restart, uint64_t seed,
+                       bool use_metis) {
+  const int num_experts = s.num_experts();
+  SplitMix64 rng(mix64(seed ^ (0x51ed2701ULL * (restart + 1))));
+  std::vector<int> order(num_experts);
+  std::iota(order.begin(), order.end(), 0);
+  std::vector<double> key(num_experts);
+  for (int e = 0; e < num_experts; ++e) key[e] = s.w(e) * (restart == 0 ? 1.0 : (0.7 + 0.6 * rng.unit()));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key[a] > key[b]; });
+  std::vector<double> noise(s.num_nodes(), 0.0);
+  std::vector<int> part;
+  if (use_metis && restart == 0) part = metis_partition(in);
+  for (int e : order) {
+    for (int copy = 0; copy < s.min_replicas(e); ++copy) {
+      int n = -1;
+      if (copy == 0 && !part.empty()) {
+        const int p = part[e];
+        if (s.node_used(p) < s.node_slots() && s.excess_after_change(e, p, +1) <= 0) n = p;
+      }
+      if (n < 0) {
+        if (restart > 0) {
+          for (double& v : noise) v = 0.2 * (rng.unit() - 0.5);
+        }
+        n = best_node_for(s, e, noise);
+      }
+      COBALT_CHECK(n >= 0, kFailedPrecondition,
+                   "global plan: no slot left for expert {} ({} of {} replicas placed); raise rho", e, copy,
+                   s.min_replicas(e));
+      s.add(e, n);
+    }
+  }
+}
+
+// Fills spare slots: first with replicas that add co-activation (largest gain first), then with extra
+// replicas of the experts with the largest per-replica load (they help stage 2 balance).
+void fill_spare_slots(PlanState& s) {
+  for (;;) {
+    int best_e = -1, best_n = -1;
+    double best_gain = kImprovement;
+    for (int n = 0; n < s.num_nodes(); ++n) {
+      if (s.node_used(n) >= s.node_slots()) continue;
+      for (int e = 0; e < s.num_experts(); ++e) {
+        if (s.present(e, n)) continue;
+        const double g = s.gain(e, n);
+        if (g > best_gain && s.excess_after_change(e, n, +1) <= 0) {
+          best_gain = g;
+          best_e = e;
+          best_n = n;
+        }
+      }
+    }
+    if (best_e < 0) break;
+    s.add(best_e, best_n);
+  }
+  for (;;) {
+    int best_e = -1, best_n = -1;
+    double best_share = 0;
+    for (int n = 0; n < s.num_nodes(); ++n) {
+      if (s.node_used(n) >= s.node_slots()) continue;
+      for (int e = 0; e < s.num_experts(); ++e) {
+        if (s.x(e, n) >= s.per_node()) continue;
+        const double sh = s.share(e);
+        if (sh > best_share + kImprovement && s.excess_after_change(e, n, +1) <= 0) {
+          best_share = sh;
+          best_e = e;
+          best_n = n;
+        }
+      }
+    }
+    if (best_e < 0) break;
+    s.add(best_e, best_n);
+  }
+}
+
+// One pass of local search; returns true when something improved.
+bool local_search_pass(PlanState& s) {
+  bool improved = false;
+  const int num_experts = s.num_experts(), num_nodes = s.num_nodes();
+  for (int e = 0; e < num_experts; ++e) {
+    for (int a = 0; a < num_nodes; ++a) {
+      if (!s.present(e, a)) continue;
+      const bool lose_e_a = s.x(e, a) == 1;
+      const double loss_e = lose_e_a ? s.gain(e, a) : 0.0;
+      // Best move / swap of one replica of e from a to b.
+      double best_delta = kImprovement;
+      int best_b = -1, best_f = -1;  // best_f < 0: plain move into a free slot
+      for (int b = 0; b < num_nodes; ++b) {
+        if (b == a || s.x(e, b) >= s.per_node()) continue;
+        const bool gain_e_b = !s.present(e, b);
+        if (s.node_used(b) < s.node_slots()) {
+          const double delta = (gain_e_b ? s.gain(e, b) : 0.0) - loss_e;
+          if (delta > best_delta && s.node_load(b) + s.share(e) <= s.node_cap() + kImprovement) {
+            best_delta = delta;
+            best_b = b;
+            best_f = -1;
+          }
+        }
+        for (int f = 0; f < num_experts; ++f) {
+          if (f == e || !s.present(f, b) || s.x(f, a) >= s.per_node()) continue;
+          const bool lose_f_b = s.x(f, b) == 1;
+          const bool gain_f_a = !s.present(f, a);
+          const double c_ef = s.c(e, f);
+          const double delta = (gain_e_b ? s.gain(e, b) - (lose_f_b ? c_ef : 0.0) : 0.0) +
+                               (gain_f_a ? s.gain(f, a) - (lose_e_a ? c_ef : 0.0) : 0.0) - loss_e -
+                               (lose_f_b ? s.gain(f, b) : 0.0);
+          if (delta <= best_delta) continue;
+          const double shift = s.share(f) - s.share(e);  // load change of node a
+          if (s.node_load(a) + shift > s.node_cap() + kImprovement ||
+              s.node_load(b) - shift > s.node_cap() + kImprovement) {
+            continue;
+          }
+          best_delta = delta;
+          best_b = b;
+          best_f = f;
+        }
+      }
+      // Replace: drop this replica of e (when e keeps enough replicas) and add another expert on a.
+      if (s.total(e) > s.min_replicas(e)) {
+        for (int f = 0; f < num_experts; ++f) {
+          if (f == e || s.x(f, a) >= s.per_node()) continue;
+          const bool gain_f_a = !s.present(f, a);
+          const double delta =
+              (gain_f_a ? s.gain(f, a) - (lose_e_a ? s.c(e, f) : 0.0) : 0.0) - loss_e;
+          if (delta <= best_delta) continue;
+          // Feasibility: e loses a replica (its share grows elsewhere), f gains one on a.
+          s.remove(e, a);
+          const bool ok = s.excess_after_change(f, a, +1) <= kImprovement &&
+                          s.excess_after_change(e, -1, 0) <= kImprovement;
+          s.add(e, a);
+          if (!ok) continue;
+          best_delta = delta;
+          best_b = a;
+          best_f = f;
+        }
+      }
+      if (best_b < 0) continue;
+      if (best_b == a) {  // replace
+        s.remove(e, a);
+        s.add(best_f, a);
+      } else if (best_f < 0) {  // move
+        s.remove(e, a);
+        s.add(e, best_b);
+      } else {  // swap
+        s.remove(e, a);
+        s.remove(best_f, best_b);
+        s.add(e, best_b);
+        s.add(best_f, a);
+      }
+      improved = true;
+      if (!s.present(e, a)) break;  // e left a; continue with the next expert
+    }
+  }
+  return improved;
+}
+
+}  // namespace
+
+HeuristicResult plan_global_heuristic(const GlobalPlanInput& input, const HeuristicOptions& options) {
+  input.validate();
+  COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1", options.num_restarts);
+  HeuristicResult result;
+  for (int restart = 0; restart < options.num_restarts; ++restart) {
+    PlanState state(input);
+    initial_placement(state, input, restart, options.seed, options.use_metis);
+    fill_spare_slots(state);
+    for (int pass = 0; pass < options.max_local_search_passes && local_search_pass(state); ++pass) {
+      fill_spare_slots(state);
+    }
+    const double objective = state.objective();
+    result.restart_objectives.push_back(objective);
+    result.restart_plans.push_back(state.finish());
+    if (restart == 0 || objective > result.objective + kImprovement) {
+      result.objective = objective;
+      result.plan = state.finish();
+      result.best_restart = restart;
+    }
+  }
+  return result;
+}
+
+NodePlan node_plan_of(const ExpertLayout& layout, std::span<const double> expert_load) {
+  NodePlan plan(layout.num_experts(), layout.num_nodes());
+  for (ExpertId e = 0; e < layout.num_experts(); ++e) {
+    const double per_replica = expert_load.empty() ? 0.0 : expert_load[e] / layout.num_replicas_of(e);
+    for (NodeId n = 0; n < layout.num_nodes(); ++n) {
+      plan.x(e, n) = static_cast<int>(layout.ranks_of(e, n).size());
+      plan.u(e, n) = plan.x(e, n) * per_replica;
+    }
+  }
+  return plan;
+}
+
+ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, const ExpertLayout* previous,
+                        std::vector<double>* slot_loads) {
+  const Topology& topo = input.topology;
+  const int per_node = topo.ranks_per_node(), slots = input.slots_per_rank;
+  std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
+  std::vector<std::vector<double>> list_loads(topo.num_ranks());
+  struct Replica {
+    ExpertId expert;
+    double load;
+  };
+  for (NodeId n = 0; n < topo.num_nodes(); ++n) {
+    std::vector<Replica> replicas;
+    for (ExpertId e = 0; e < input.num_experts; ++e) {
+      const int x = plan.x(e, n);
+      COBALT_CHECK_INTERNAL(x >= 0 && x <= per_node, "pack: expert {} has {} replicas on node {}", e, x, n);
+      for (int i = 0; i < x; ++i) replicas.push_back({e, plan.u(e, n) / x});
+    }
+    COBALT_CHECK_INTERNAL(static_cast<int>(replicas.size()) <= per_node * slots,
+                          "pack: node {} has {} replicas for {} slots", n, replicas.size(), per_node * slots);
+    std::stable_sort(replicas.begin(), replicas.end(),
+                     [](const Replica& a, const Replica& b) { return a.load > b.load; });
+    const RankId first = topo.first_rank_of(n);
+    std::vector<double> load(per_node, 0.0);
+    std::vector<std::vector<ExpertId>> node_lists(per_node);
+    std::vector<std::vector<double>> node_loads(per_node);
+    bool ok = true;
+    for (const Replica& rep : replicas) {
+      int best = -1;
+      for (int i = 0; i < per_node; ++i) {
+        auto& l = node_lists[i];
+        if (static_cast<int>(l.size()) >= slots || std::find(l.begin(), l.end(), rep.expert) != l.end()) {
+          continue;
+        }
+        const bool stays = previous && previous->holds(first + i, rep.expert);
+        const bool best_stays = best >= 0 && previous && previous->holds(first + best, rep.expert);
+        if (best < 0 || load[i] < load[best] - 1e-9 ||
+            (load[i] <= load[best] + 1e-9 && stays && !best_stays)) {
+          best = i;
+        }
+      }
+      if (best < 0) {
+        ok = false;
+        break;
+      }
+      node_lists[best].push_back(rep.expert);
+      node_loads[best].push_back(rep.load);
+      load[best] += rep.load;
+    }
+    if (!ok) {
+      // Round-robin over replicas grouped by expert: copies of one expert (<= M) land on distinct ranks
+      // and every rank receives at most ceil(total / M) <= S replicas.
+      std::stable_sort(replicas.begin(), replicas.end(),
+                       [](const Replica& a, const Replica& b) { return a.expert < b.expert; });
+      for (auto& l : node_lists) l.clear();
+      for (auto& l : node_loads) l.clear();
+      for (size_t i = 0; i < replicas.size(); ++i) {
+        node_lists[i % per_node].push_back(replicas[i].expert);
+        node_loads[i % per_node].push_back(replicas[i].load);
+      }
+    }
+    for (int i = 0; i < per_node; ++i) {
+      lists[first + i] = std::move(node_lists[i]);
+      list_loads[first + i] = std::move(node_loads[i]);
+    }
+  }
+  ExpertLayout layout = ExpertLayout::from_rank_lists(topo, input.num_experts, slots, lists);
+  if (slot_loads) {
+    slot_loads->assign(static_cast<size_t>(topo.num_ranks()) * slots, 0.0);
+    for (RankId r = 0; r < topo.num_ranks(); ++r) {
+      for (size_t i = 0; i < list_loads[r].size(); ++i) (*slot_loads)[static_cast<size_t>(r) * slots + i] = list_loads[r][i];
+    }
+  }
+  return layout;
+}
+
+}  // namespace cobalt::plan

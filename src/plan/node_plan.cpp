@@ -1,0 +1,104 @@
+#include "cobalt/plan/node_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "cobalt/core/error.hpp"
+
+namespace cobalt::plan {
+
+void GlobalPlanInput::validate() const {
+  COBALT_CHECK_ARG(num_experts >= 1, "global plan: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(expert_load.size() == static_cast<size_t>(num_experts),
+                   "global plan: {} expert loads for {} experts", expert_load.size(), num_experts);
+  COBALT_CHECK_ARG(coactivation.size() == static_cast<size_t>(num_experts) * num_experts,
+                   "global plan: co-activation has {} entries, need E*E = {}", coactivation.size(),
+                   static_cast<size_t>(num_experts) * num_experts);
+  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be >= 0", eps);
+  COBALT_CHECK_ARG(slots_per_rank >= 1, "global plan: slots per rank {} must be >= 1", slots_per_rank);
+  COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,
+               kFailedPrecondition,
+               "replica budget too small: {} slots x {} ranks cannot hold {} experts", slots_per_rank,
+               topology.num_ranks(), num_experts);
+  for (int e = 0; e < num_experts; ++e) {
+    COBALT_CHECK_ARG(expert_load[e] >= 0 && std::isfinite(expert_load[e]),
+                     "global plan: expert {} has load {} (must be finite and >= 0)", e, expert_load[e]);
+  }
+}
+
+double GlobalPlanInput::total_load() const {
+  return std::accumulate(expert_load.begin(), expert_load.end(), 0.0);
+}
+
+double GlobalPlanInput::rank_load_cap() const {
+  return (1.0 + eps) * total_load() / topology.num_ranks();
+}
+
+double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan) {
+  const int num_experts = input.num_experts;
+  double total = 0;
+  std::vector<int> present;
+  for (int n = 0; n < plan.num_nodes; ++n) {
+    present.clear();
+    for (int e = 0; e < num_experts; ++e) {
+      if (plan.x(e, n) > 0) present.push_back(e);
+    }
+    for (size_t a = 0; a < present.size(); ++a) {
+      const double* row = input.coactivation.data() + static_cast<size_t>(present[a]) * num_experts;
+      for (size_t b = a + 1; b < present.size(); ++b) total += row[present[b]];
+    }
+  }
+  return total;
+}
+
+std::string check_node_plan(const GlobalPlanInput& input, const NodePlan& plan) {
+  const int num_nodes = input.topology.num_nodes();
+  const int per_node = input.topology.ranks_per_node();
+  if (plan.num_experts != input.num_experts || plan.num_nodes != num_nodes) {
+    return fmt::format("plan shape {}x{} does not match E={} N={}", plan.num_experts, plan.num_nodes,
+                       input.num_experts, num_nodes);
+  }
+  const double cap = input.rank_load_cap();
+  const double tol = 1e-6 * std::max(1.0, cap);
+  std::vector<double> node_load(num_nodes, 0.0);
+  std::vector<int> node_replicas(num_nodes, 0);
+  for (int e = 0; e < input.num_experts; ++e) {
+    int total_replicas = 0;
+    double share_sum = 0;
+    for (int n = 0; n < num_nodes; ++n) {
+      const int x = plan.x(e, n);
+      const double u = plan.u(e, n);
+      if (x < 0 || x > per_node) {
+        return fmt::format("expert {} has {} replicas on node {} (valid range [0, {}])", e, x, n, per_node);
+      }
+      if (u < -tol) return fmt::format("expert {} has negative load {} on node {}", e, u, n);
+      if (x == 0 && u > tol) return fmt::format("expert {} has load {} on node {} without a replica", e, u, n);
+      if (u > x * cap + tol) {
+        return fmt::format("expert {} load {} on node {} exceeds {} replicas x rank cap {}", e, u, n, x, cap);
+      }
+      total_replicas += x;
+      share_sum += u;
+      node_load[n] += u;
+      node_replicas[n] += x;
+    }
+    if (total_replicas < 1) return fmt::format("expert {} has no replica", e);
+    if (std::abs(share_sum - input.expert_load[e]) > tol) {
+      return fmt::format("expert {} load shares sum to {} but its load is {}", e, share_sum,
+                         input.expert_load[e]);
+    }
+  }
+  for (int n = 0; n < num_nodes; ++n) {
+    if (node_replicas[n] > per_node * input.slots_per_rank) {
+      return fmt::format("node {} holds {} replicas but has {} slots", n, node_replicas[n],
+                         per_node * input.slots_per_rank);
+    }
+    if (node_load[n] > per_node * cap + tol) {
+      return fmt::format("node {} load {} exceeds {} ranks x cap {}", n, node_load[n], per_node, cap);
+    }
+  }
+  return {};
+}
+
+}  // namespace cobalt::plan

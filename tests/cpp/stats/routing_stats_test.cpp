@@ -1,0 +1,100 @@
+#include "cobalt/stats/routing_stats.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cobalt/core/error.hpp"
+#include "testing/random_inputs.hpp"
+
+namespace cobalt {
+namespace {
+
+TEST(RoutingStats, CountsMatchBruteForceForAnyThreadCount) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    auto owned = testing::random_batch(seed, 70000 + seed * 1000, 4, 24, 8, 1.0);
+    auto batch = owned.view();
+    const int num_experts = 24;
+    std::vector<int64_t> ref_loads(num_experts, 0), ref_coact(num_experts * num_experts, 0);
+    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+      auto row = batch.experts_of(t);
+      for (int a = 0; a < 4; ++a) {
+        ++ref_loads[row[a]];
+        for (int b = 0; b < 4; ++b) {
+          if (a != b) ++ref_coact[row[a] * num_experts + row[b]];
+        }
+      }
+    }
+    for (int threads : {1, 2, 3, 8}) {
+      std::vector<int64_t> loads(num_experts), coact(num_experts * num_experts);
+      count_routing(batch, loads, coact, threads);
+      EXPECT_EQ(loads, ref_loads) << "threads " << threads;
+      EXPECT_EQ(coact, ref_coact) << "threads " << threads;
+    }
+  }
+}
+
+TEST(RoutingStats, EmaArithmetic) {
+  // Two experts, one token choosing both, then one token choosing expert 0 and 2.
+  std::vector<ExpertId> ids1 = {0, 1}, ids2 = {0, 2};
+  std::vector<RankId> src = {0};
+  RoutingStats ema(3, 0.75);
+  ema.update(RoutingBatch(ids1, src, 2, 3, 1));
+  // First update initialises: w = (1, 1, 0), c01 = 1.
+  EXPECT_DOUBLE_EQ(ema.expert_load()[0], 1.0);
+  EXPECT_DOUBLE_EQ(ema.coactivation(0, 1), 1.0);
+  ema.update(RoutingBatch(ids2, src, 2, 3, 1));
+  // w0 = 0.75 * 1 + 0.25 * 1 = 1; w1 = 0.75; w2 = 0.25; c01 = 0.75; c02 = 0.25.
+  EXPECT_DOUBLE_EQ(ema.expert_load()[0], 1.0);
+  EXPECT_DOUBLE_EQ(ema.expert_load()[1], 0.75);
+  EXPECT_DOUBLE_EQ(ema.expert_load()[2], 0.25);
+  EXPECT_DOUBLE_EQ(ema.coactivation(0, 1), 0.75);
+  EXPECT_DOUBLE_EQ(ema.coactivation(2, 0), 0.25);
+  EXPECT_DOUBLE_EQ(ema.coactivation(1, 2), 0.0);
+  // Ochiai(0,1) = 0.75 / sqrt(1 * 0.75)
+  EXPECT_NEAR(ema.ochiai(0, 1), 0.75 / std::sqrt(0.75), 1e-12);
+
+  RoutingStats exact = RoutingStats::exact_counts(3);
+  exact.update(RoutingBatch(ids1, src, 2, 3, 1));
+  exact.update(RoutingBatch(ids2, src, 2, 3, 1));
+  EXPECT_DOUBLE_EQ(exact.expert_load()[0], 2.0);
+  EXPECT_DOUBLE_EQ(exact.coactivation(0, 2), 1.0);
+  EXPECT_THROW(RoutingStats(3, 1.0), Error);
+}
+
+TEST(RoutingStats, OchiaiSummaries) {
+  // 3 experts. w = (4, 2, 2); c01 = 2, c02 = 1, c12 = 0.
+  // Ochiai(0,1) = 2/sqrt(8), Ochiai(0,2) = 1/sqrt(8).
+  std::vector<double> w = {4, 2, 2};
+  std::vector<double> c = {0, 2, 1, 2, 0, 0, 1, 0, 0};
+  auto s = summarize_ochiai(w, c);
+  const double o01 = 2 / std::sqrt(8.0), o02 = 1 / std::sqrt(8.0);
+  // count-weighted: (2 * o01 + 1 * o02) / 3
+  EXPECT_NEAR(s.count_weighted, (2 * o01 + o02) / 3, 1e-12);
+  // top-partner: (4 * o01 + 2 * o01 + 2 * o02) / 8
+  EXPECT_NEAR(s.top_partner, (4 * o01 + 2 * o01 + 2 * o02) / 8, 1e-12);
+}
+
+TEST(RoutingStats, HotSetChurn) {
+  std::vector<double> a = {9, 8, 7, 1, 0, 0};
+  std::vector<double> b = {9, 0, 7, 8, 0, 0};
+  // hot-3 of a = {0,1,2}; of b = {0,2,3}: one of three changed.
+  EXPECT_NEAR(hot_set_churn(a, b, 3), 1.0 / 3, 1e-12);
+  EXPECT_DOUBLE_EQ(hot_set_churn(a, a, 3), 0.0);
+}
+
+TEST(RoutingStats, ReplicaTaskCounts) {
+  // 1 node x 2 ranks, 2 slots: rank 0 {0, 1}, rank 1 {1, -}.
+  ExpertLayout layout(Topology(1, 2), 2, 2, {0, 1, 1, -1});
+  std::vector<ExpertId> ids = {0, 1, 1, 0};
+  std::vector<RankId> src = {0, 1};
+  RoutingBatch batch(ids, src, 2, 2, 2);
+  std::vector<RankId> exec = {0, 1, 0, 0};
+  auto counts = replica_task_counts(batch, layout, exec);
+  EXPECT_EQ(counts, (std::vector<int64_t>{2, 1, 1, 0}));
+  std::vector<RankId> bad = {1, 1, 0, 0};  // expert 0 on rank 1: not held
+  EXPECT_THROW(replica_task_counts(batch, layout, bad), Error);
+}
+
+}  // namespace
+}  // namespace cobalt

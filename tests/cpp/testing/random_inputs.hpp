@@ -1,0 +1,76 @@
+// Random inputs for property tests: routing batches and valid layouts from a seed.
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/rng.hpp"
+#include "cobalt/core/routing_batch.hpp"
+
+namespace cobalt::testing {
+
+struct OwnedBatch {
+  std::vector<ExpertId> topk_ids;  // [T, K]
+  std::vector<RankId> source_rank;  // [T]
+  int top_k = 0;
+  int num_experts = 0;
+  int num_ranks = 0;
+  RoutingBatch view() const {
+    return RoutingBatch(topk_ids, source_rank, top_k, num_experts, num_ranks);
+  }
+};
+
+// T tokens, K distinct experts each, skewed towards low ids when skew > 0.
+inline OwnedBatch random_batch(uint64_t seed, int64_t num_tokens, int top_k, int num_experts,
+                               int num_ranks, double skew = 0.0) {
+  SplitMix64 rng(seed);
+  OwnedBatch b;
+  b.top_k = top_k;
+  b.num_experts = num_experts;
+  b.num_ranks = num_ranks;
+  b.topk_ids.reserve(num_tokens * top_k);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    std::vector<ExpertId> row;
+    while (static_cast<int>(row.size()) < top_k) {
+      double u = rng.unit();
+      for (int i = 0; i < skew; ++i) u *= rng.unit();
+      const ExpertId e = static_cast<ExpertId>(u * num_experts);
+      if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+    }
+    b.topk_ids.insert(b.topk_ids.end(), row.begin(), row.end());
+    b.source_rank.push_back(static_cast<RankId>(rng.below(num_ranks)));
+  }
+  return b;
+}
+
+// A valid layout: every expert once at a random rank with free slots, then random extra replicas.
+inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_experts, int slots_per_rank,
+                                  double fill = 0.7) {
+  SplitMix64 rng(seed);
+  const int num_ranks = topo.num_ranks();
+  std::vector<std::vector<ExpertId>> lists(num_ranks);
+  std::vector<ExpertId> order(num_experts);
+  std::iota(order.begin(), order.end(), 0);
+  for (int i = num_experts - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+  for (ExpertId e : order) {
+    for (;;) {
+      const RankId r = static_cast<RankId>(rng.below(num_ranks));
+      if (static_cast<int>(lists[r].size()) < slots_per_rank) {
+        lists[r].push_back(e);
+        break;
+      }
+    }
+  }
+  for (RankId r = 0; r < num_ranks; ++r) {
+    while (static_cast<int>(lists[r].size()) < slots_per_rank && rng.unit() < fill) {
+      const ExpertId e = static_cast<ExpertId>(rng.below(num_experts));
+      if (std::find(lists[r].begin(), lists[r].end(), e) == lists[r].end()) lists[r].push_back(e);
+      else break;
+    }
+  }
+  return ExpertLayout::from_rank_lists(topo, num_experts, slots_per_rank, lists);
+}
+
+}  // namespace cobalt::testing
