@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "cobalt 0.1.0");
   cobalt::cli::register_trace_commands(app);
+  cobalt::cli::register_simulate_command(app);
+  cobalt::cli::register_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -32,6 +32,14 @@ class PlanState {
         node_load_(num_nodes_, 0.0),
         node_used_(num_nodes_, 0),
         min_replicas_(num_experts_, 1) {
+    if (!input.source_demand.empty()) {
+      for (int e = 0; e < num_experts_; ++e) {
+        for (int n = 0; n < num_nodes_; ++n) {
+          gain_[static_cast<size_t>(e) * num_nodes_ + n] =
+              input.source_weight * input.source_demand[static_cast<size_t>(n) * num_experts_ + e];
+        }
+      }
+    }
     for (int e = 0; e < num_experts_; ++e) {
       const double w = input.expert_load[e];
       if (rank_cap_ > 0) min_replicas_[e] = std::max(1, static_cast<int>(std::ceil(w / rank_cap_ - 1e-9)));

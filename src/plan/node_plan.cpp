@@ -22,6 +22,10 @@ void GlobalPlanInput::validate() const {
                kFailedPrecondition,
                "replica budget too small: {} slots x {} ranks cannot hold {} experts", slots_per_rank,
                topology.num_ranks(), num_experts);
+  COBALT_CHECK_ARG(source_demand.empty() ||
+                       source_demand.size() == static_cast<size_t>(topology.num_nodes()) * num_experts,
+                   "global plan: source demand has {} entries, need N*E = {}", source_demand.size(),
+                   static_cast<size_t>(topology.num_nodes()) * num_experts);
   for (int e = 0; e < num_experts; ++e) {
     COBALT_CHECK_ARG(expert_load[e] >= 0 && std::isfinite(expert_load[e]),
                      "global plan: expert {} has load {} (must be finite and >= 0)", e, expert_load[e]);
@@ -44,6 +48,9 @@ double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan
     present.clear();
     for (int e = 0; e < num_experts; ++e) {
       if (plan.x(e, n) > 0) present.push_back(e);
+    }
+    if (!input.source_demand.empty()) {
+      for (int e : present) total += input.source_weight * input.source_demand[static_cast<size_t>(n) * num_experts + e];
     }
     for (size_t a = 0; a < present.size(); ++a) {
       const double* row = input.coactivation.data() + static_cast<size_t>(present[a]) * num_experts;

@@ -26,6 +26,11 @@ struct GlobalPlanInput {
   double eps = 0.15;                    // load tolerance: rank cap (1 + eps) * W / G
   std::span<const double> expert_load;  // w_e [E] (EMA task counts)
   std::span<const double> coactivation;  // c_ij [E, E] symmetric (EMA tokens choosing both)
+  // Optional source anchoring (cobalt+, not in the paper): d_ne [N, E] = tokens from node n's ranks
+  // choosing e. Each node is treated as a pseudo-expert fixed on itself, co-activated with e d_ne times,
+  // so the objective gains source_weight * d_ne for every (e, n) with e on n. Empty => Eq. (3) exactly.
+  std::span<const double> source_demand;
+  double source_weight = 0.0;
 
   // Throws cobalt::Error when sizes disagree, loads are negative, or the budget cannot hold E experts.
   void validate() const;
@@ -52,7 +57,8 @@ struct NodePlan {
   double u(int e, int n) const { return load_share[static_cast<size_t>(e) * num_nodes + n]; }
 };
 
-// Eq. (3) objective of a plan: sum over nodes of c_ij for pairs i < j both present on the node.
+// Eq. (3) objective of a plan: sum over nodes of c_ij for pairs i < j both present on the node (plus
+// source_weight * d_ne for each present (e, n) when source_demand is given).
 double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan);
 
 // Empty string when `plan` satisfies every constraint above (loads within a relative tolerance of

@@ -1,0 +1,137 @@
+// `cobalt plan`: one stage-1 planning call on a trace's statistics; prints the layout as JSON and,
+// with --backend milp|both, the CBC objective, bound and the heuristic's gap to it.
+#include <fmt/core.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/eval/step_source.hpp"
+#include "cobalt/plan/global_planner.hpp"
+#include "cobalt/plan/milp_planner.hpp"
+#include "cobalt/stats/routing_stats.hpp"
+#include "cobalt/workload/presets.hpp"
+#include "cobalt/workload/synthetic.hpp"
+#include "commands.hpp"
+
+namespace cobalt::cli {
+namespace {
+
+struct PlanArgs {
+  std::string trace_path, preset, cluster = "2x4", backend = "heuristic", out_path;
+  double rho = 0.5, eps = 0.15, time_limit_s = 60;
+  int layer = 0, restarts = 4;
+  std::optional<int> steps, experts;
+  std::optional<int64_t> tokens_per_step;
+  uint64_t seed = 0;
+};
+
+double elapsed_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+void run_plan(const PlanArgs& args) {
+  if (args.trace_path.empty() == args.preset.empty()) throw UsageError("give exactly one of --trace FILE or --preset NAME");
+  if (args.backend != "heuristic" && args.backend != "milp" && args.backend != "both") {
+    throw UsageError(fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
+  }
+  std::unique_ptr<io::TraceReader> reader;
+  io::TraceData data;
+  std::unique_ptr<eval::StepSource> source;
+  if (!args.trace_path.empty()) {
+    reader = std::make_unique<io::TraceReader>(args.trace_path);
+    source = eval::make_step_source(*reader);
+  } else {
+    workload::PresetOverrides overrides;
+    overrides.num_steps = args.steps;
+    overrides.tokens_per_step = args.tokens_per_step;
+    overrides.seed = args.seed;
+    workload::WorkloadSpec spec;
+    try {
+      spec = workload::workload_preset(args.preset, overrides);
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+    data = workload::generate_trace(spec);
+    source = eval::make_step_source(data);
+  }
+  COBALT_CHECK_ARG(args.layer >= 0 && args.layer < source->num_layers(), "layer {} out of range [0, {})",
+                   args.layer, source->num_layers());
+  const Topology topology = Topology::parse(args.cluster);
+  // Exact statistics over the whole trace for the chosen layer.
+  RoutingStats stats = RoutingStats::exact_counts(source->num_experts());
+  eval::StepScratch scratch;
+  for (int s = 0; s < source->num_steps(); ++s) {
+    stats.update(source->batch(s, args.layer, topology.num_ranks(), scratch));
+  }
+  const int slots = slots_for_rho(source->num_experts(), topology.num_ranks(), args.rho);
+  plan::GlobalPlanInput input{topology, source->num_experts(), slots, args.eps, stats.expert_load(),
+                              stats.coactivation()};
+  nlohmann::json report;
+  report["cluster"] = topology.to_string();
+  report["num_experts"] = source->num_experts();
+  report["slots_per_rank"] = slots;
+  report["eps"] = args.eps;
+
+  plan::HeuristicOptions hopts;
+  hopts.num_restarts = args.restarts;
+  hopts.seed = args.seed;
+  auto start = std::chrono::steady_clock::now();
+  const auto heuristic = plan::plan_global_heuristic(input, hopts);
+  report["heuristic"] = {{"objective", heuristic.objective}, {"wall_ms", elapsed_ms(start)},
+                         {"restart_objectives", heuristic.restart_objectives}};
+  plan::NodePlan chosen = heuristic.plan;
+  if (args.backend != "heuristic") {
+    plan::MilpOptions mopts;
+    mopts.time_limit_s = args.time_limit_s;
+    mopts.warm_start = args.backend == "both" ? &heuristic.plan : nullptr;
+    fmt::print(stderr, "cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s);
+    const auto milp = plan::solve_global_milp(input, mopts);
+    report["milp"] = {{"status", milp.status},   {"objective", milp.objective}, {"bound", milp.bound},
+                      {"gap", milp.gap},         {"optimal", milp.optimal},     {"seconds", milp.seconds}};
+    report["heuristic"]["gap_to_milp_bound"] = plan::relative_gap(heuristic.objective, milp.bound);
+    if (milp.optimal) {
+      report["heuristic"]["fraction_of_optimum"] =
+          milp.objective > 0 ? heuristic.objective / milp.objective : 1.0;
+    }
+    if (milp.has_solution && milp.objective > heuristic.objective) chosen = milp.plan;
+  }
+  const ExpertLayout layout = plan::pack_ranks(input, chosen, nullptr, nullptr);
+  report["layout"] = nlohmann::json::parse(layout.to_json());
+  const std::string text = report.dump(2);
+  if (args.out_path.empty()) {
+    fmt::print("{}\n", text);
+  } else {
+    std::ofstream out(args.out_path);
+    COBALT_CHECK_ARG(static_cast<bool>(out), "cannot open '{}' for writing", args.out_path);
+    out << text << "\n";
+  }
+}
+
+}  // namespace
+
+void register_plan_command(CLI::App& app) {
+  auto args = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand("plan", "One stage-1 global planning call; prints the layout as JSON");
+  cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
+  cmd->add_option("--preset", args->preset, "synthetic workload preset");
+  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
+  cmd->add_option("--layer", args->layer, "MoE layer whose statistics to plan for")->capture_default_str();
+  cmd->add_option("--rho", args->rho, "replica budget rho")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eps", args->eps, "load tolerance eps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend, "heuristic | milp | both (MILP warm-started by the heuristic)")
+      ->capture_default_str();
+  cmd->add_option("--time-limit", args->time_limit_s, "CBC time limit in seconds (a hard watchdog adds 50%+5 s)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--restarts", args->restarts, "heuristic restarts")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "steps to generate (presets)")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", args->seed, "seed")->capture_default_str();
+  cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout");
+  cmd->callback([args] { run_plan(*args); });
+}
+
+}  // namespace cobalt::cli

@@ -1,0 +1,128 @@
+#include "cobalt/assign/node_cover.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <set>
+
+#include "cobalt/core/assignment.hpp"
+#include "cobalt/core/error.hpp"
+#include "cobalt/eval/metrics.hpp"
+#include "testing/random_inputs.hpp"
+
+namespace cobalt::assign {
+namespace {
+
+// Brute force: smallest set of remote nodes covering the token's experts not on the source node.
+int brute_force_cover(std::span<const ExpertId> experts, NodeId src, const ExpertLayout& layout) {
+  const int num_nodes = layout.num_nodes();
+  int best = num_nodes + 1;
+  for (uint64_t b = 0; b < (uint64_t{1} << num_nodes); ++b) {
+    if (b & (uint64_t{1} << src)) continue;
+    bool ok = true;
+    for (ExpertId e : experts) {
+      const uint64_t m = layout.node_mask(e);
+      if (m & (uint64_t{1} << src)) continue;
+      ok = ok && (m & b) != 0;
+    }
+    if (ok) best = std::min(best, std::popcount(b));
+  }
+  return best;
+}
+
+struct Case {
+  int nodes, per_node, experts, top_k, slots;
+};
+
+class NodeCoverProperty : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NodeCoverProperty, BothSearchesReachTheBruteForceMinimum) {
+  const Case c = GetParam();
+  Topology topo(c.nodes, c.nodes * c.per_node);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    auto layout = testing::random_layout(seed, topo, c.experts, c.slots, 0.5);
+    auto owned = testing::random_batch(seed * 7, 300, c.top_k, c.experts, topo.num_ranks(), 1.0);
+    auto batch = owned.view();
+    for (CoverSearch search : {CoverSearch::kMaskEnumeration, CoverSearch::kSubsetDp}) {
+      std::vector<RankId> exec(batch.num_tasks());
+      assign_node_cover(batch, layout, {seed, 3, 1, 0}, {search, 1}, exec);
+      validate_assignment(batch, layout, exec);
+      for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+        const NodeId src = topo.node_of(batch.source_of(t));
+        const int expected = brute_force_cover(batch.experts_of(t), src, layout);
+        // Remote nodes actually used by the assignment.
+        std::set<NodeId> used;
+        for (int k = 0; k < c.top_k; ++k) {
+          const NodeId n = topo.node_of(exec[t * c.top_k + k]);
+          const ExpertId e = batch.experts_of(t)[k];
+          if (layout.node_mask(e) & (uint64_t{1} << src)) {
+            EXPECT_EQ(n, src) << "local expert must run on the source node";
+          }
+          if (n != src) used.insert(n);
+        }
+        ASSERT_EQ(static_cast<int>(used.size()), expected) << "token " << t << " seed " << seed;
+        EXPECT_EQ(min_remote_cover_size(batch.experts_of(t), src, layout), expected);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, NodeCoverProperty,
+                         ::testing::Values(Case{2, 2, 8, 2, 3}, Case{4, 2, 16, 4, 3}, Case{4, 8, 64, 8, 3},
+                                           Case{6, 2, 24, 6, 2}, Case{8, 1, 32, 8, 6},
+                                           Case{10, 2, 40, 8, 3}));
+
+TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
+  Topology topo(4, 16);
+  auto layout = testing::random_layout(11, topo, 64, 6, 0.6);
+  auto owned = testing::random_batch(5, 50000, 8, 64, topo.num_ranks(), 1.0);
+  auto batch = owned.view();
+  std::vector<RankId> one(batch.num_tasks()), many(batch.num_tasks());
+  assign_node_cover(batch, layout, {42, 7, 2, 0}, {CoverSearch::kAuto, 1}, one);
+  assign_node_cover(batch, layout, {42, 7, 2, 0}, {CoverSearch::kAuto, 4}, many);
+  EXPECT_EQ(one, many);
+  // A suffix processed alone, with its token offset, reproduces the same ranks.
+  auto tail = batch.slice(30000, 50000);
+  std::vector<RankId> part(tail.num_tasks());
+  assign_node_cover(tail, layout, {42, 7, 2, 30000}, {CoverSearch::kAuto, 1}, part);
+  EXPECT_TRUE(std::equal(part.begin(), part.end(), one.begin() + 30000 * 8));
+  // Another seed changes some choices.
+  std::vector<RankId> other(batch.num_tasks());
+  assign_node_cover(batch, layout, {43, 7, 2, 0}, {CoverSearch::kAuto, 1}, other);
+  EXPECT_NE(one, other);
+}
+
+TEST(NodeCover, ScalesToSixtyFourNodes) {
+  Topology topo(64, 512);
+  auto layout = testing::random_layout(3, topo, 1024, 3, 0.5);
+  auto owned = testing::random_batch(9, 2000, 8, 1024, topo.num_ranks(), 0.5);
+  auto batch = owned.view();
+  std::vector<RankId> exec(batch.num_tasks());
+  assign_node_cover(batch, layout, {1, 0, 0, 0}, {CoverSearch::kAuto, 2}, exec);
+  validate_assignment(batch, layout, exec);
+  int64_t expected = 0;
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    expected += min_remote_cover_size(batch.experts_of(t), topo.node_of(batch.source_of(t)), layout);
+  }
+  EXPECT_EQ(eval::cross_node_transfers(batch, exec, topo).dedup, expected);
+  EXPECT_THROW(assign_node_cover(batch, layout, {}, {CoverSearch::kMaskEnumeration, 1}, exec), Error);
+}
+
+TEST(NodeCover, UniformWithinNode) {
+  // One expert with 4 replicas on node 1 (ranks 4..7); tokens from node 0 spread evenly over them.
+  Topology topo(2, 8);
+  std::vector<std::vector<ExpertId>> lists(8);
+  lists[0] = {1};
+  for (int r = 4; r < 8; ++r) lists[r] = {0};
+  auto layout = ExpertLayout::from_rank_lists(topo, 2, 1, lists);
+  std::vector<ExpertId> ids(40000, 0);
+  std::vector<RankId> src(40000, 0);
+  RoutingBatch batch(ids, src, 1, 2, 8);
+  std::vector<RankId> exec(batch.num_tasks());
+  assign_node_cover(batch, layout, {0, 0, 0, 0}, {}, exec);
+  auto loads = eval::rank_loads(exec, 8);
+  for (int r = 4; r < 8; ++r) EXPECT_NEAR(loads[r], 10000, 400) << r;
+}
+
+}  // namespace
+}  // namespace cobalt::assign

@@ -1,0 +1,129 @@
+#include "cobalt/plan/global_planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+#include "cobalt/plan/intra_node_rebalance.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+struct Instance {
+  std::vector<double> w, c;
+};
+
+Instance random_instance(uint64_t seed, int num_experts, double skew) {
+  SplitMix64 rng(seed);
+  Instance inst;
+  inst.w.resize(num_experts);
+  inst.c.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
+  for (auto& w : inst.w) w = 10 + 100 * std::pow(rng.unit(), 1 + skew);
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = i + 1; j < num_experts; ++j) {
+      const double v = rng.unit() < 0.5 ? std::floor(20 * rng.unit() * rng.unit()) : 0.0;
+      inst.c[i * num_experts + j] = inst.c[j * num_experts + i] = v;
+    }
+  }
+  return inst;
+}
+
+// Exhaustive optimum over node plans where every expert has exactly 1..M replicas per node, using the
+// same even-split loads as the heuristic (a restriction of the MILP's load model), small instances only.
+double brute_force(const GlobalPlanInput& in) {
+  const int num_experts = in.num_experts, num_nodes = in.topology.num_nodes();
+  const int per_node = in.topology.ranks_per_node();
+  NodePlan plan(num_experts, num_nodes);
+  double best = -1;
+  std::function<void(int)> rec = [&](int e) {
+    if (e == num_experts) {
+      for (int x = 0; x < num_experts; ++x) {
+        int total = 0;
+        for (int n = 0; n < num_nodes; ++n) total += plan.x(x, n);
+        for (int n = 0; n < num_nodes; ++n) plan.u(x, n) = plan.x(x, n) * in.expert_load[x] / total;
+      }
+      if (check_node_plan(in, plan).empty()) best = std::max(best, coactivation_objective(in, plan));
+      return;
+    }
+    const int combos = static_cast<int>(std::pow(per_node + 1, num_nodes));
+    for (int code = 1; code < combos; ++code) {
+      int rest = code;
+      for (int n = 0; n < num_nodes; ++n) {
+        plan.x(e, n) = rest % (per_node + 1);
+        rest /= per_node + 1;
+      }
+      rec(e + 1);
+    }
+    for (int n = 0; n < num_nodes; ++n) plan.x(e, n) = 0;
+  };
+  rec(0);
+  return best;
+}
+
+TEST(GlobalPlanner, ValidPlansAndNearBruteForceOptimumOnTinyInstances) {
+  double worst_ratio = 1.0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const int num_experts = 5 + static_cast<int>(seed % 2);
+    auto inst = random_instance(seed, num_experts, 1.0);
+    GlobalPlanInput in{Topology(2, 4), num_experts, 2, 0.3, inst.w, inst.c};
+    auto result = plan_global_heuristic(in, {4, seed, true, 50});
+    EXPECT_EQ(check_node_plan(in, result.plan), "") << "seed " << seed;
+    EXPECT_NEAR(coactivation_objective(in, result.plan), result.objective, 1e-6);
+    const double opt = brute_force(in);
+    ASSERT_GT(opt, 0);
+    EXPECT_LE(result.objective, opt + 1e-6);
+    worst_ratio = std::min(worst_ratio, result.objective / opt);
+  }
+  // The heuristic is not exact; on these toys it stays within 10% of the optimum.
+  EXPECT_GE(worst_ratio, 0.9);
+}
+
+TEST(GlobalPlanner, DeterministicAndPacksIntoValidLayouts) {
+  auto inst = random_instance(5, 64, 2.0);
+  GlobalPlanInput in{Topology(4, 32), 64, 3, 0.15, inst.w, inst.c};
+  auto a = plan_global_heuristic(in, {3, 9, true, 50});
+  auto b = plan_global_heuristic(in, {3, 9, true, 50});
+  EXPECT_EQ(a.plan.replicas, b.plan.replicas);
+  EXPECT_EQ(a.objective, b.objective);
+  EXPECT_EQ(check_node_plan(in, a.plan), "");
+  std::vector<double> slot_loads;
+  ExpertLayout layout = pack_ranks(in, a.plan, nullptr, &slot_loads);
+  // The layout realises the node plan exactly.
+  for (int e = 0; e < 64; ++e) {
+    for (int n = 0; n < 4; ++n) EXPECT_EQ(static_cast<int>(layout.ranks_of(e, n).size()), a.plan.x(e, n));
+  }
+  double total = 0;
+  for (double v : slot_loads) total += v;
+  EXPECT_NEAR(total, in.total_load(), 1e-6 * in.total_load());
+}
+
+TEST(GlobalPlanner, ReportsImpossibleBudgets) {
+  auto inst = random_instance(1, 16, 0.0);
+  GlobalPlanInput in{Topology(2, 4), 16, 1, 0.15, inst.w, inst.c};  // 8 slots < 16 experts
+  try {
+    plan_global_heuristic(in, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+  }
+}
+
+TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
+  // 1 node x 2 ranks, 2 slots: rank 0 {0, 1} loads (10, 10); rank 1 {2, 3} loads (1, 1).
+  ExpertLayout layout(Topology(1, 2), 4, 2, {0, 1, 2, 3});
+  std::vector<double> loads = {10, 10, 1, 1};
+  auto r = rebalance_intra_node(layout, loads);
+  // Greedy: 10 -> rank 0 (stays), 10 -> rank 1, 1 -> rank 0 or 1 ... max load 11.
+  double max_load = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    max_load = std::max(max_load, r.slot_loads[rank * 2] + r.slot_loads[rank * 2 + 1]);
+  }
+  EXPECT_DOUBLE_EQ(max_load, 11.0);
+  EXPECT_EQ(r.num_moves, 2);
+  // Balanced already: nothing moves.
+  std::vector<double> even = {5, 5, 5, 5};
+  EXPECT_EQ(rebalance_intra_node(layout, even).num_moves, 0);
+}
+
+}  // namespace
+}  // namespace cobalt::plan
