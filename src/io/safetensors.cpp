@@ -1,0 +1,409 @@
+#include "cobalt/io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <system_error>
+#include <utility>
+
+#include "cobalt/core/error.hpp"
+
+namespace cobalt::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; big-endian hosts are not supported");
+
+namespace {
+
+struct DtypeEntry {
+  Dtype dtype;
+  std::string_view name;
+  size_t size;
+};
+
+constexpr std::array<DtypeEntry, 13> kDtypes = {{
+    {Dtype::kBool, "BOOL", 1},
+    {Dtype::kU8, "U8", 1},
+    {Dtype::kI8, "I8", 1},
+    {Dtype::kU16, "U16", 2},
+    {Dtype::kI16, "I16", 2},
+    {Dtype::kF16, "F16", 2},
+    {Dtype::kBF16, "BF16", 2},
+    {Dtype::kU32, "U32", 4},
+    {Dtype::kI32, "I32", 4},
+    {Dtype::kF32, "F32", 4},
+    {Dtype::kU64, "U64", 8},
+    {Dtype::kI64, "I64", 8},
+    {Dtype::kF64, "F64", 8},
+}};
+
+const DtypeEntry& entry_of(Dtype dtype) {
+  for (const DtypeEntry& entry : kDtypes) {
+    if (entry.dtype == dtype) return entry;
+  }
+  fail(ErrorCode::kInternal, "safetensors: unknown dtype enum {}", static_cast<int>(dtype));
+}
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// Reads a JSON value that must be a non-negative integer no larger than int64 max.
+std::optional<uint64_t> json_to_u63(const nlohmann::json& value) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return v;
+    return std::nullopt;
+  }
+  if (value.is_number_integer()) {
+    const int64_t v = value.get<int64_t>();
+    if (v >= 0) return static_cast<uint64_t>(v);
+  }
+  return std::nullopt;
+}
+
+TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& entry,
+                              uint64_t data_size, std::string_view context) {
+  const std::string shown = printable(name);
+  COBALT_CHECK_ARG(entry.is_object(), "{}: tensor {}: entry is a JSON {}, expected an object",
+                   context, shown, entry.type_name());
+  for (const auto& item : entry.items()) {
+    COBALT_CHECK_ARG(item.key() == "dtype" || item.key() == "shape" || item.key() == "data_offsets",
+                     "{}: tensor {}: unknown field {} (valid: dtype, shape, data_offsets)", context,
+                     shown, printable(item.key()));
+  }
+  TensorInfo info;
+  info.name = name;
+
+  const auto dtype_it = entry.find("dtype");
+  COBALT_CHECK_ARG(dtype_it != entry.end() && dtype_it->is_string(),
+                   "{}: tensor {}: missing or non-string dtype", context, shown);
+  const auto dtype = parse_dtype(dtype_it->get_ref<const std::string&>());
+  COBALT_CHECK_ARG(dtype.has_value(), "{}: tensor {}: unknown dtype {}", context, shown,
+                   printable(dtype_it->get_ref<const std::string&>()));
+  info.dtype = *dtype;
+
+  const auto shape_it = entry.find("shape");
+  COBALT_CHECK_ARG(shape_it != entry.end() && shape_it->is_array(),
+                   "{}: tensor {}: missing shape or shape is not an array", context, shown);
+  uint64_t num_elements = 1;
+  for (size_t dim_idx = 0; dim_idx < shape_it->size(); ++dim_idx) {
+    const auto dim = json_to_u63((*shape_it)[dim_idx]);
+    COBALT_CHECK_ARG(dim.has_value(),
+                     "{}: tensor {}: shape[{}] = {} is not an integer in [0, 2^63)", context, shown,
+                     dim_idx, printable((*shape_it)[dim_idx].dump()));
+    info.shape.push_back(static_cast<int64_t>(*dim));
+    const bool overflow = __builtin_mul_overflow(num_elements, *dim, &num_elements);
+    COBALT_CHECK_ARG(
+        !overflow && num_elements <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+        "{}: tensor {}: element count of shape {} overflows (valid range [0, 2^63))", context,
+        shown, printable(shape_it->dump()));
+  }
+  info.num_elements = static_cast<int64_t>(num_elements);
+  uint64_t num_bytes = 0;
+  COBALT_CHECK_ARG(!__builtin_mul_overflow(num_elements, dtype_size(info.dtype), &num_bytes),
+                   "{}: tensor {}: byte size of shape {} overflows", context, shown,
+                   printable(shape_it->dump()));
+
+  const auto offsets_it = entry.find("data_offsets");
+  COBALT_CHECK_ARG(offsets_it != entry.end() && offsets_it->is_array() && offsets_it->size() == 2,
+                   "{}: tensor {}: data_offsets must be an array [begin, end]", context, shown);
+  const auto begin = json_to_u63((*offsets_it)[0]);
+  const auto end = json_to_u63((*offsets_it)[1]);
+  COBALT_CHECK_ARG(begin.has_value() && end.has_value(),
+                   "{}: tensor {}: data_offsets {} are not non-negative integers", context, shown,
+                   printable(offsets_it->dump()));
+  COBALT_CHECK_ARG(*begin <= *end, "{}: tensor {}: data_offsets end {} < begin {}", context, shown,
+                   *end, *begin);
+  COBALT_CHECK_ARG(*end <= data_size,
+                   "{}: tensor {}: data_offsets [{}, {}) out of range (valid range [0, {}], the "
+                   "data section; file truncated?)",
+                   context, shown, *begin, *end, data_size);
+  COBALT_CHECK_ARG(*end - *begin == num_bytes,
+                   "{}: tensor {}: data_offsets span {} bytes but shape [{}] of {} needs {} bytes",
+                   context, shown, *end - *begin, fmt::join(info.shape, ", "),
+                   dtype_name(info.dtype), num_bytes);
+  info.begin = *begin;
+  info.end = *end;
+  return info;
+}
+
+// Owns a file descriptor; closes it on destruction.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  // Closes now, reporting the error (close can report deferred write errors).
+  int close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, std::span<const std::byte> bytes, const std::string& tmp_path,
+               std::string_view context) {
+  while (!bytes.empty()) {
+    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
+    if (written < 0 && errno == EINTR) continue;
+    COBALT_CHECK_ARG(written > 0, "{}: cannot write {}: {}", context, tmp_path,
+                     errno_text(written < 0 ? errno : EIO));
+    bytes = bytes.subspan(static_cast<size_t>(written));
+  }
+}
+
+}  // namespace
+
+size_t dtype_size(Dtype dtype) { return entry_of(dtype).size; }
+
+std::string_view dtype_name(Dtype dtype) { return entry_of(dtype).name; }
+
+std::optional<Dtype> parse_dtype(std::string_view name) {
+  for (const DtypeEntry& entry : kDtypes) {
+    if (entry.name == name) return entry.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string printable(std::string_view text, size_t max_chars) {
+  std::string out;
+  for (const char c : text) {
+    if (out.size() >= max_chars) {
+      out += "...";
+      break;
+    }
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// MappedFile
+
+MappedFile::MappedFile(const std::string& path, std::string_view context) {
+  // O_NONBLOCK so that opening a FIFO does not hang; it is then rejected as not a regular file.
+  FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  COBALT_CHECK_ARG(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));
+  struct stat st {};
+  COBALT_CHECK_ARG(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", context, errno_text(errno));
+  COBALT_CHECK_ARG(S_ISREG(st.st_mode), "{}: cannot open: not a regular file", context);
+  COBALT_CHECK_ARG(
+      st.st_size >= 0 && static_cast<uint64_t>(st.st_size) <= std::numeric_limits<size_t>::max(),
+      "{}: cannot open: file size {} not addressable", context, st.st_size);
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) return;
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  COBALT_CHECK_ARG(mapping != MAP_FAILED, "{}: cannot map {} bytes: {}", context, size,
+                   errno_text(errno));
+  data_ = static_cast<const std::byte*>(mapping);
+  size_ = size;
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::reset() noexcept {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Header parsing
+
+const TensorInfo* SafetensorsHeader::find(std::string_view name) const {
+  for (const TensorInfo& tensor : tensors) {
+    if (tensor.name == name) return &tensor;
+  }
+  return nullptr;
+}
+
+SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
+                                           std::string_view context) {
+  COBALT_CHECK_ARG(file.size() >= 8,
+                   "{}: header: file is {} bytes, too short for the 8-byte header length (valid "
+                   "range >= 8)",
+                   context, file.size());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, file.data(), sizeof(header_len));
+  const uint64_t max_len = std::min<uint64_t>(file.size() - 8, kMaxSafetensorsHeaderBytes);
+  COBALT_CHECK_ARG(header_len >= 2 && header_len <= max_len,
+                   "{}: header: header length {} out of range (valid range [2, {}] for a {}-byte "
+                   "file)",
+                   context, header_len, max_len, file.size());
+
+  SafetensorsHeader header;
+  header.data_begin = 8 + header_len;
+  const uint64_t data_size = file.size() - header.data_begin;
+
+  const auto* json_begin = reinterpret_cast<const char*>(file.data() + 8);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(json_begin, json_begin + header_len);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
+         printable(e.what(), 200));
+  }
+  COBALT_CHECK_ARG(json.is_object(), "{}: header: JSON header is {}, expected an object", context,
+                   json.type_name());
+
+  try {
+    for (const auto& item : json.items()) {
+      const std::string& name = item.key();
+      if (name == "__metadata__") {
+        COBALT_CHECK_ARG(item.value().is_object(),
+                         "{}: __metadata__: is a JSON {}, expected a string map", context,
+                         item.value().type_name());
+        for (const auto& meta : item.value().items()) {
+          COBALT_CHECK_ARG(meta.value().is_string(),
+                           "{}: __metadata__: value of {} is a JSON {}, expected a string", context,
+                           printable(meta.key()), meta.value().type_name());
+          header.metadata.emplace(meta.key(), meta.value().get<std::string>());
+        }
+        header.has_metadata = true;
+        continue;
+      }
+      header.tensors.push_back(parse_tensor_entry(name, item.value(), data_size, context));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    // Not expected (every access is type-checked first), but never let a JSON error escape raw.
+    fail(ErrorCode::kInvalidArgument, "{}: header: {}", context, printable(e.what(), 200));
+  }
+
+  std::sort(header.tensors.begin(), header.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) {
+              return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+            });
+  // Non-empty tensors must not share bytes (empty ones occupy no bytes).
+  const TensorInfo* previous = nullptr;
+  for (const TensorInfo& tensor : header.tensors) {
+    if (tensor.begin == tensor.end) continue;
+    if (previous != nullptr) {
+      COBALT_CHECK_ARG(tensor.begin >= previous->end,
+                       "{}: tensor {}: data_offsets [{}, {}) overlap tensor {} at [{}, {})",
+                       context, printable(tensor.name), tensor.begin, tensor.end,
+                       printable(previous->name), previous->begin, previous->end);
+    }
+    previous = &tensor;
+  }
+  return header;
+}
+
+std::span<const std::byte> tensor_bytes(std::span<const std::byte> file,
+                                        const SafetensorsHeader& header, const TensorInfo& tensor) {
+  COBALT_CHECK_INTERNAL(tensor.begin <= tensor.end && header.data_begin <= file.size() &&
+                            tensor.end <= file.size() - header.data_begin,
+                        "safetensors: tensor {} [{}, {}) outside a {}-byte file",
+                        printable(tensor.name), tensor.begin, tensor.end, file.size());
+  return file.subspan(static_cast<size_t>(header.data_begin + tensor.begin),
+                      static_cast<size_t>(tensor.end - tensor.begin));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Writer
+
+void write_safetensors(const std::string& path, const std::map<std::string, std::string>& metadata,
+                       std::span<const TensorToWrite> tensors, std::string_view context) {
+  std::vector<const TensorToWrite*> order;
+  std::set<std::string_view> names;
+  for (const TensorToWrite& tensor : tensors) {
+    COBALT_CHECK_ARG(tensor.name != "__metadata__", "{}: __metadata__: reserved name, not a tensor",
+                     context);
+    COBALT_CHECK_ARG(names.insert(tensor.name).second, "{}: tensor {}: written twice", context,
+                     printable(tensor.name));
+    uint64_t num_bytes = dtype_size(tensor.dtype);
+    for (const int64_t dim : tensor.shape) {
+      COBALT_CHECK_ARG(dim >= 0, "{}: tensor {}: negative dimension {}", context,
+                       printable(tensor.name), dim);
+      COBALT_CHECK_ARG(!__builtin_mul_overflow(num_bytes, static_cast<uint64_t>(dim), &num_bytes),
+                       "{}: tensor {}: byte size overflows", context, printable(tensor.name));
+    }
+    COBALT_CHECK_ARG(num_bytes == tensor.data.size(),
+                     "{}: tensor {}: {} data bytes for shape of {} bytes", context,
+                     printable(tensor.name), tensor.data.size(), num_bytes);
+    order.push_back(&tensor);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const TensorToWrite* a, const TensorToWrite* b) {
+    return dtype_size(a->dtype) > dtype_size(b->dtype);
+  });
+
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata) meta[key] = value;
+    json["__metadata__"] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const TensorToWrite* tensor : order) {
+    json[tensor->name] = {{"dtype", dtype_name(tensor->dtype)},
+                          {"shape", tensor->shape},
+                          {"data_offsets", {offset, offset + tensor->data.size()}}};
+    offset += tensor->data.size();
+  }
+  std::string header_text;
+  try {
+    header_text = json.dump();
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: header: cannot encode: {}", context,
+         printable(e.what(), 200));
+  }
+  while ((8 + header_text.size()) % 8 != 0) header_text += ' ';
+  const uint64_t header_len = header_text.size();
+
+  std::string tmp_path = path + ".tmp-XXXXXX";
+  FileDescriptor fd(::mkstemp(tmp_path.data()));
+  COBALT_CHECK_ARG(fd.get() >= 0, "{}: cannot create temporary file {}: {}", context, tmp_path,
+                   errno_text(errno));
+  try {
+    ::fchmod(fd.get(), 0644);
+    std::array<std::byte, 8> length_bytes{};
+    std::memcpy(length_bytes.data(), &header_len, sizeof(header_len));
+    write_all(fd.get(), length_bytes, tmp_path, context);
+    write_all(fd.get(), std::as_bytes(std::span(header_text)), tmp_path, context);
+    for (const TensorToWrite* tensor : order) write_all(fd.get(), tensor->data, tmp_path, context);
+    COBALT_CHECK_ARG(::fsync(fd.get()) == 0, "{}: cannot sync {}: {}", context, tmp_path,
+                     errno_text(errno));
+    COBALT_CHECK_ARG(fd.close() == 0, "{}: cannot close {}: {}", context, tmp_path,
+                     errno_text(errno));
+    COBALT_CHECK_ARG(::rename(tmp_path.c_str(), path.c_str()) == 0,
+                     "{}: cannot rename {} to {}: {}", context, tmp_path, path, errno_text(errno));
+  } catch (...) {
+    ::unlink(tmp_path.c_str());
+    throw;
+  }
+}
+
+}  // namespace cobalt::io
