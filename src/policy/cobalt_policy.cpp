@@ -10,6 +10,7 @@
 // (the node acts as a pseudo-expert co-activated with what its tokens pick), so replicas land where
 // their demand comes from — TopoEP's observation that demand differs per node, which Eq. (3) ignores.
 #include <future>
+#include <optional>
 
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/error.hpp"
@@ -34,8 +35,19 @@ struct CobaltVariant {
 };
 
 struct PlannedLayout {
-  ExpertLayout layout;
+  bool keep_current = false;  // the layout in force scored best: nothing to apply
+  std::optional<ExpertLayout> layout;
   std::vector<double> slot_loads;  // w'_er re-keyed to slots [G, S]
+};
+
+// Everything a global plan reads, copied so a background plan never races the step loop.
+struct PlanSnapshot {
+  std::vector<double> expert_load;     // [E]
+  std::vector<double> coactivation;    // [E, E]
+  std::vector<double> source_demand;   // [N, E]
+  std::shared_ptr<const ExpertLayout> layout;
+  std::vector<ExpertId> sample_ids;    // [T', K]
+  std::vector<RankId> sample_src;      // [T']
 };
 
 class CobaltPolicy final : public Policy {
@@ -70,9 +82,10 @@ class CobaltPolicy final : public Policy {
       if (due) {
         st.last_plan_step = step;
         if (config_.async_planning) {
-          st.pending = std::async(std::launch::async, [this, &st] { return plan_global(st); });
+          st.pending = std::async(std::launch::async,
+                                  [this, snap = snapshot(st)] { return plan_global(snap); });
         } else {
-          apply(st, plan_global(st));
+          apply(st, plan_global(snapshot(st)));
         }
       }
       // Stage 2: per-step intra-node rebalancing from replica EMA loads.
@@ -139,20 +152,27 @@ class CobaltPolicy final : public Policy {
     }
   }
 
-  int64_t sampled_cost(const LayerState& st, const ExpertLayout& layout) const {
-    if (st.sample_src.empty()) return 0;
-    auto sample = RoutingBatch::trusted(st.sample_ids, st.sample_src, config_.top_k, config_.num_experts,
-                                        config_.topology.num_ranks());
+  PlanSnapshot snapshot(const LayerState& st) const {
+    auto load = st.stats.expert_load();
+    auto coact = st.stats.coactivation();
+    return PlanSnapshot{{load.begin(), load.end()}, {coact.begin(), coact.end()}, st.source_demand,
+                        st.layout, st.sample_ids, st.sample_src};
+  }
+
+  int64_t sampled_cost(const PlanSnapshot& snap, const ExpertLayout& layout) const {
+    if (snap.sample_src.empty()) return 0;
+    auto sample = RoutingBatch::trusted(snap.sample_ids, snap.sample_src, config_.top_k,
+                                        config_.num_experts, config_.topology.num_ranks());
     std::vector<RankId> exec(sample.num_tasks());
     assign::assign_node_cover(sample, layout, {config_.seed, -1, 0, 0}, {}, exec);
     return eval::cross_node_transfers(sample, exec, config_.topology).dedup;
   }
 
-  PlannedLayout plan_global(const LayerState& st) const {
+  PlannedLayout plan_global(const PlanSnapshot& snap) const {
     plan::GlobalPlanInput input{config_.topology, config_.num_experts, config_.slots_per_rank, config_.eps,
-                                st.stats.expert_load(), st.stats.coactivation()};
+                                snap.expert_load, snap.coactivation};
     if (variant_.source_weight > 0) {
-      input.source_demand = st.source_demand;
+      input.source_demand = snap.source_demand;
       input.source_weight = variant_.source_weight;
     }
     plan::HeuristicOptions options;
@@ -161,31 +181,31 @@ class CobaltPolicy final : public Policy {
     auto result = plan::plan_global_heuristic(input, options);
     if (!variant_.select_by_true_cost) {
       std::vector<double> loads;
-      ExpertLayout layout = plan::pack_ranks(input, result.plan, st.layout.get(), &loads);
-      return PlannedLayout{std::move(layout), std::move(loads)};
+      ExpertLayout layout = plan::pack_ranks(input, result.plan, snap.layout.get(), &loads);
+      return PlannedLayout{false, std::move(layout), std::move(loads)};
     }
     // Score every restart and the layout in force on the true objective.
-    PlannedLayout best{*st.layout, st.slot_loads};
-    int64_t best_cost = sampled_cost(st, *st.layout);
+    PlannedLayout best{true, std::nullopt, {}};
+    int64_t best_cost = sampled_cost(snap, *snap.layout);
     for (const auto& candidate : result.restart_plans) {
       std::vector<double> loads;
-      ExpertLayout layout = plan::pack_ranks(input, candidate, st.layout.get(), &loads);
-      const int64_t cost = sampled_cost(st, layout);
+      ExpertLayout layout = plan::pack_ranks(input, candidate, snap.layout.get(), &loads);
+      const int64_t cost = sampled_cost(snap, layout);
       if (cost < best_cost) {
         best_cost = cost;
-        best = PlannedLayout{std::move(layout), std::move(loads)};
+        best = PlannedLayout{false, std::move(layout), std::move(loads)};
       }
     }
     return best;
   }
 
   void apply(LayerState& st, PlannedLayout planned) {
-    if (planned.layout == *st.layout) return;
-    const LayoutDiff moves = diff(*st.layout, planned.layout);
+    if (planned.keep_current || *planned.layout == *st.layout) return;
+    const LayoutDiff moves = diff(*st.layout, *planned.layout);
     counters_.cross_node_moves += moves.num_cross_node;
     counters_.intra_node_moves += moves.num_intra_node;
     counters_.num_global_plans += 1;
-    st.layout = std::make_shared<const ExpertLayout>(std::move(planned.layout));
+    st.layout = std::make_shared<const ExpertLayout>(std::move(*planned.layout));
     st.slot_loads = std::move(planned.slot_loads);
   }
 

@@ -121,6 +121,19 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicySuite, ::testing::ValuesIn(policy_na
                            return n;
                          });
 
+TEST(CobaltPolicy, AsyncPlanningIsDeterministic) {
+  auto data = random_trace(4, 8, 2000, 1, 32, 4, 8);
+  auto source = eval::make_step_source(data);
+  auto config = config_for(*source, Topology(2, 8), 1);
+  config.async_planning = true;
+  for (const char* name : {"cobalt", "cobalt+"}) {
+    auto a = replay(name, config, *source);
+    auto b = replay(name, config, *source);
+    EXPECT_EQ(a.exec, b.exec) << name;
+    EXPECT_EQ(a.slots, b.slots) << name;
+  }
+}
+
 TEST(PolicyRegistry, UnknownNameListsValidOnes) {
   PolicyConfig config;
   config.topology = Topology(2, 4);

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""Runs `cobalt simulate` on a list of workloads and prints one markdown table per run.
+
+Usage: scripts/results_table.py COBALT_BINARY CLUSTER POLICIES WORKLOAD [WORKLOAD...] [-- extra simulate args]
+A WORKLOAD is a preset name or a path to a .safetensors trace.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    extra = []
+    if "--" in argv:
+        idx = argv.index("--")
+        argv, extra = argv[:idx], argv[idx + 1 :]
+    if len(argv) < 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    binary, cluster, policies, workloads = argv[0], argv[1], argv[2], argv[3:]
+    print("| workload | cluster | policy | cross-node tokens | vs static | imbalance mean | imbalance max | planner ms |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for workload in workloads:
+        source = ["--trace", workload] if workload.endswith(".safetensors") else ["--preset", workload]
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "sim.json")
+            cmd = [binary, "simulate", *source, "--cluster", cluster, "--policies", policies, "--json", out, *extra]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            with open(out) as f:
+                result = json.load(f)
+        name = os.path.basename(workload)
+        for p in result["policies"]:
+            print(
+                f"| {name} | {cluster} | {p['name']} | {p['cross_node_tokens']} | "
+                f"{100 * p['cross_node_reduction_vs_static']:.1f}% | {p['imbalance_mean']:.3f} | "
+                f"{p['imbalance_max']:.3f} | {p['planner_wall_ms']:.0f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
