@@ -1,0 +1,209 @@
+// The `cobalt trace` subcommands, run as the built binary (COBALT_CLI_PATH): gen + info --json
+// against the library's own statistics, exit codes (0 ok, 1 runtime error, 2 usage error) with
+// one-line messages, and `trace info` on the shared real traces (skipped when absent).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cobalt/eval/trace_stats.hpp"
+#include "cobalt/io/trace.hpp"
+#include "cobalt/workload/presets.hpp"
+
+namespace cobalt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// A scratch directory per test, removed at scope exit.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("cobalt_cli_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `cobalt ARGS` with stdout and stderr captured.
+  RunResult run(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = std::string("'") + COBALT_CLI_PATH + "' " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "'";
+    const int status = std::system(command.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = read_file(out);
+    r.err = read_file(err);
+    return r;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+// One line: text followed by exactly one newline.
+bool is_one_line(const std::string& text) {
+  return !text.empty() && text.back() == '\n' && text.find('\n') == text.size() - 1;
+}
+
+void expect_optional_eq(const nlohmann::json& j, const std::optional<double>& v, const char* what) {
+  if (v) {
+    ASSERT_TRUE(j.is_number()) << what;
+    EXPECT_NEAR(j.get<double>(), *v, 1e-9 * std::max(1.0, std::abs(*v))) << what;
+  } else {
+    EXPECT_TRUE(j.is_null()) << what;
+  }
+}
+
+// info --json agrees with compute_trace_stats on the same file.
+void expect_json_matches(const nlohmann::json& j, const std::string& file) {
+  const io::TraceReader reader(file);
+  const auto s = eval::compute_trace_stats(reader);
+  EXPECT_EQ(j.at("num_experts").get<int>(), reader.num_experts());
+  EXPECT_EQ(j.at("top_k").get<int>(), reader.top_k());
+  EXPECT_EQ(j.at("num_layers").get<int>(), reader.num_layers());
+  EXPECT_EQ(j.at("num_tokens").get<int64_t>(), reader.num_tokens());
+  EXPECT_EQ(j.at("num_steps").get<int>(), reader.num_steps());
+  EXPECT_EQ(j.at("num_sources").get<int>(), reader.has_source_rank() ? reader.num_sources() : 0);
+  EXPECT_NEAR(j.at("load_max_mean").get<double>(), s.load_max_mean, 1e-9);
+  EXPECT_NEAR(j.at("load_max_mean_step").get<double>(), s.load_max_mean_step, 1e-9);
+  expect_optional_eq(j.at("ochiai_count_weighted"), s.ochiai_count_weighted, "count-weighted");
+  expect_optional_eq(j.at("ochiai_top_partner"), s.ochiai_top_partner, "top-partner");
+  expect_optional_eq(j.at("hot_set_churn"), s.hot_set_churn, "churn");
+  expect_optional_eq(j.at("static_ep_imbalance"), s.static_ep_imbalance, "static EP");
+  expect_optional_eq(j.at("source_locality"), s.source_locality, "source locality");
+  EXPECT_EQ(j.at("layers").size(), static_cast<size_t>(reader.num_layers()));
+}
+
+TEST_F(CliTest, GenThenInfoJson) {
+  const std::string trace = path("realistic.safetensors");
+  const auto gen =
+      run("trace gen --preset realistic --steps 3 --tokens-per-step 2048 --layers 2 "
+          "--seed 7 --out '" +
+          trace + "'");
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  EXPECT_NE(gen.out.find("wrote"), std::string::npos) << gen.out;
+  const auto info = run("trace info --json '" + trace + "'");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto j = nlohmann::json::parse(info.out);
+  EXPECT_EQ(j.at("num_experts").get<int>(), 64);
+  EXPECT_EQ(j.at("top_k").get<int>(), 8);
+  EXPECT_EQ(j.at("num_layers").get<int>(), 2);
+  EXPECT_EQ(j.at("num_tokens").get<int64_t>(), 3 * 2048);
+  EXPECT_EQ(j.at("num_steps").get<int>(), 3);
+  EXPECT_EQ(j.at("num_sources").get<int>(), workload::workload_preset("realistic").num_sources);
+  EXPECT_EQ(j.at("metadata").at("workload").get<std::string>(), "realistic");
+  EXPECT_EQ(j.at("metadata").at("seed").get<std::string>(), "7");
+  expect_json_matches(j, trace);
+
+  // The same arguments give the same file; text output names the statistics.
+  const std::string again = path("again.safetensors");
+  ASSERT_EQ(run("trace gen --preset realistic --steps 3 --tokens-per-step 2048 --layers 2 --seed 7 "
+                "--threads 2 --out '" +
+                again + "'")
+                .exit_code,
+            0);
+  EXPECT_EQ(read_file(trace), read_file(again));
+  const auto text = run("trace info '" + trace + "'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  for (const char* key : {"load max/mean", "Ochiai count-weighted", "Ochiai top-partner",
+                          "hot-set churn", "source ranks"}) {
+    EXPECT_NE(text.out.find(key), std::string::npos) << key << "\n" << text.out;
+  }
+}
+
+TEST_F(CliTest, ListPresets) {
+  const auto r = run("trace gen --list-presets");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& p : workload::list_workload_presets()) {
+    EXPECT_NE(r.out.find(p.name), std::string::npos) << p.name;
+  }
+}
+
+TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
+  const std::string out = "'" + path("x.safetensors") + "'";
+  const std::vector<std::string> cases = {"trace gen --preset no-such-preset --out " + out,
+                                          "trace gen --out " + out,
+                                          "trace gen --preset uniform",
+                                          "trace gen --preset uniform --steps 0 --out " + out,
+                                          "trace gen --list-presets --preset uniform",
+                                          "trace info --hot-count 0 " + out,
+                                          "trace bogus"};
+  for (const std::string& args : cases) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_TRUE(is_one_line(r.err) || args == "trace bogus") << args << "\n" << r.err;
+  }
+  const auto unknown = run("trace gen --preset no-such-preset --out " + out);
+  EXPECT_NE(unknown.err.find("unknown workload preset 'no-such-preset'"), std::string::npos)
+      << unknown.err;
+  EXPECT_NE(unknown.err.find("paper-topoep-640x8"), std::string::npos) << unknown.err;
+  EXPECT_FALSE(fs::exists(path("x.safetensors")));
+}
+
+TEST_F(CliTest, MalformedTraceExitsOne) {
+  const std::string bad = path("bad.safetensors");
+  std::ofstream(bad) << "this is not a safetensors file";
+  const auto r = run("trace info '" + bad + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(is_one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  const auto missing = run("trace info '" + path("missing.safetensors") + "'");
+  EXPECT_EQ(missing.exit_code, 1) << missing.err;
+}
+
+TEST_F(CliTest, HelpExitsZero) {
+  for (const char* args : {"--help", "trace --help", "trace gen --help", "trace info --help"}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 0) << args << "\n" << r.err;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << args << "\n" << r.out;
+  }
+}
+
+// The shared real traces: info works and their co-activation lies in the ranges DESIGN.md §3.3
+// reports for real pretrained models (count-weighted 0.14-0.33, top-partner 0.31-0.62).
+TEST_F(CliTest, InfoOnSharedRealTraces) {
+  const fs::path traces = fs::path(COBALT_SHARED_DIR) / "data" / "traces";
+  if (!fs::is_directory(traces)) GTEST_SKIP() << "no shared traces at " << traces;
+  int seen = 0;
+  for (const auto& entry : fs::directory_iterator(traces)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    ++seen;
+    const std::string file = entry.path().string();
+    const auto r = run("trace info --json '" + file + "'");
+    ASSERT_EQ(r.exit_code, 0) << file << "\n" << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    expect_json_matches(j, file);
+    EXPECT_GE(j.at("ochiai_count_weighted").get<double>(), 0.14) << file;
+    EXPECT_LE(j.at("ochiai_count_weighted").get<double>(), 0.33) << file;
+    EXPECT_GE(j.at("ochiai_top_partner").get<double>(), 0.31) << file;
+    EXPECT_LE(j.at("ochiai_top_partner").get<double>(), 0.62) << file;
+  }
+  if (seen == 0) GTEST_SKIP() << "no .safetensors in " << traces;
+}
+
+}  // namespace
+}  // namespace cobalt

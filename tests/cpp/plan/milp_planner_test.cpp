@@ -1,0 +1,429 @@
+// Tests of the CBC node-level MILP (solve_global_milp): exactness against brute force on tiny
+// instances, plan validity, warm starts, the watchdog, and the load-split helper.
+#include "cobalt/plan/milp_planner.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+#include "cobalt/plan/node_plan.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+// An instance that owns its arrays (GlobalPlanInput only views them).
+struct Instance {
+  Topology topology{1, 1};
+  int num_experts = 0;
+  int slots_per_rank = 0;
+  double eps = 0.15;
+  std::vector<double> load;
+  std::vector<double> coact;
+
+  GlobalPlanInput input() const {
+    GlobalPlanInput in{topology, num_experts, slots_per_rank, eps, load, coact};
+    return in;
+  }
+};
+
+// Random loads in [load_lo, load_hi) and symmetric co-activation: each pair is zero with
+// probability `sparsity`, else uniform in [0, 1).
+Instance random_instance(uint64_t seed, int num_experts, int num_nodes, int per_node, int slots,
+                         double load_lo, double load_hi, double sparsity = 0.3) {
+  SplitMix64 rng(seed);
+  Instance inst;
+  inst.topology = Topology(num_nodes, num_nodes * per_node);
+  inst.num_experts = num_experts;
+  inst.slots_per_rank = slots;
+  inst.load.resize(num_experts);
+  for (double& w : inst.load) w = load_lo + (load_hi - load_lo) * rng.unit();
+  inst.coact.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = i + 1; j < num_experts; ++j) {
+      const double c = rng.unit() < sparsity ? 0.0 : rng.unit();
+      inst.coact[static_cast<size_t>(i) * num_experts + j] = c;
+      inst.coact[static_cast<size_t>(j) * num_experts + i] = c;
+    }
+  }
+  return inst;
+}
+
+// Co-activation from synthetic routing with planted topics: each token picks a topic, then K
+// distinct experts, each from the topic's block with probability `locality`, else uniformly. Loads
+// are the per-expert task counts, c_ij the number of tokens choosing both.
+Instance topic_instance(uint64_t seed, int num_experts, int num_nodes, int per_node, int slots,
+                        int top_k, int num_tokens, int num_topics, double locality) {
+  SplitMix64 rng(seed);
+  Instance inst;
+  inst.topology = Topology(num_nodes, num_nodes * per_node);
+  inst.num_experts = num_experts;
+  inst.slots_per_rank = slots;
+  inst.load.assign(num_experts, 0.0);
+  inst.coact.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
+  std::vector<int> perm(num_experts);
+  std::iota(perm.begin(), perm.end(), 0);
+  for (int i = num_experts - 1; i > 0; --i) std::swap(perm[i], perm[rng.below(i + 1)]);
+  const int block = std::max(1, num_experts / num_topics);
+  std::vector<int> chosen;
+  for (int t = 0; t < num_tokens; ++t) {
+    const int topic = static_cast<int>(rng.below(num_topics));
+    chosen.clear();
+    while (static_cast<int>(chosen.size()) < top_k) {
+      int e;
+      if (rng.unit() < locality) {
+        e = perm[(topic * block + static_cast<int>(rng.below(block))) % num_experts];
+      } else {
+        e = static_cast<int>(rng.below(num_experts));
+      }
+      if (std::find(chosen.begin(), chosen.end(), e) == chosen.end()) chosen.push_back(e);
+    }
+    for (int a : chosen) {
+      inst.load[a] += 1;
+      for (int b : chosen) {
+        if (a != b) inst.coact[static_cast<size_t>(a) * num_experts + b] += 1;
+      }
+    }
+  }
+  return inst;
+}
+
+// Independent load-feasibility check for brute force: Edmonds-Karp on a dense matrix,
+// source -> expert (w_e) -> node (x_en cap) -> sink (M cap).
+bool load_feasible(const GlobalPlanInput& in, const std::vector<int>& x) {
+  const int num_experts = in.num_experts;
+  const int num_nodes = in.topology.num_nodes();
+  const int num_vertices = num_experts + num_nodes + 2;
+  const int source = num_vertices - 2;
+  const int sink = num_vertices - 1;
+  const double cap = in.rank_load_cap();
+  std::vector<double> residual(static_cast<size_t>(num_vertices) * num_vertices, 0.0);
+  auto r = [&](int a, int b) -> double& {
+    return residual[static_cast<size_t>(a) * num_vertices + b];
+  };
+  double total = 0;
+  for (int e = 0; e < num_experts; ++e) {
+    r(source, e) = in.expert_load[e];
+    total += in.expert_load[e];
+    for (int n = 0; n < num_nodes; ++n) r(e, num_experts + n) = x[e * num_nodes + n] * cap;
+  }
+  for (int n = 0; n < num_nodes; ++n) r(num_experts + n, sink) = in.topology.ranks_per_node() * cap;
+  const double zero = 1e-12 * std::max(1.0, total);
+  double routed = 0;
+  for (;;) {
+    std::vector<int> parent(num_vertices, -1);
+    parent[source] = source;
+    std::deque<int> queue{source};
+    while (!queue.empty() && parent[sink] < 0) {
+      const int v = queue.front();
+      queue.pop_front();
+      for (int w = 0; w < num_vertices; ++w) {
+        if (parent[w] < 0 && r(v, w) > zero) parent[w] = v, queue.push_back(w);
+      }
+    }
+    if (parent[sink] < 0) break;
+    double push = std::numeric_limits<double>::infinity();
+    for (int v = sink; v != source; v = parent[v]) push = std::min(push, r(parent[v], v));
+    for (int v = sink; v != source; v = parent[v]) r(parent[v], v) -= push, r(v, parent[v]) += push;
+    routed += push;
+  }
+  return routed >= total - 1e-9 * std::max(1.0, total);
+}
+
+// Exhaustive optimum of Eq. (3): every x_e in {0..M}^N \ {0} per expert, slot-feasible, then load
+// feasibility by max-flow. Returns -1 when infeasible.
+double brute_force_optimum(const GlobalPlanInput& in) {
+  const int num_experts = in.num_experts;
+  const int num_nodes = in.topology.num_nodes();
+  const int per_node = in.topology.ranks_per_node();
+  const int node_slots = per_node * in.slots_per_rank;
+  std::vector<std::vector<int>> choices;  // all nonzero vectors in {0..M}^N
+  std::vector<int> v(num_nodes, 0);
+  for (;;) {
+    int k = 0;
+    while (k < num_nodes && v[k] == per_node) v[k++] = 0;
+    if (k == num_nodes) break;
+    ++v[k];
+    choices.push_back(v);
+  }
+  std::vector<int> x(static_cast<size_t>(num_experts) * num_nodes, 0);
+  std::vector<int> used(num_nodes, 0);
+  double best = -1;
+  NodePlan plan(num_experts, num_nodes);
+  auto recurse = [&](auto&& self, int e) -> void {
+    if (e == num_experts) {
+      plan.replicas = x;
+      const double value = coactivation_objective(in, plan);
+      if (value > best && load_feasible(in, x)) best = value;
+      return;
+    }
+    for (const auto& choice : choices) {
+      bool fits = true;
+      for (int n = 0; n < num_nodes; ++n) fits = fits && used[n] + choice[n] <= node_slots;
+      if (!fits) continue;
+      for (int n = 0; n < num_nodes; ++n) x[e * num_nodes + n] = choice[n], used[n] += choice[n];
+      self(self, e + 1);
+      for (int n = 0; n < num_nodes; ++n) used[n] -= choice[n];
+    }
+    for (int n = 0; n < num_nodes; ++n) x[e * num_nodes + n] = 0;
+  };
+  recurse(recurse, 0);
+  return best;
+}
+
+// A simple feasible warm start: one replica per expert, heaviest first onto the least-loaded node
+// with a free slot (LPT); load shares by max-flow. Requires every w_e <= cap.
+NodePlan greedy_plan(const GlobalPlanInput& in) {
+  const int num_nodes = in.topology.num_nodes();
+  const int node_slots = in.topology.ranks_per_node() * in.slots_per_rank;
+  std::vector<int> order(in.num_experts);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return in.expert_load[a] > in.expert_load[b]; });
+  NodePlan plan(in.num_experts, num_nodes);
+  std::vector<double> node_load(num_nodes, 0.0);
+  std::vector<int> used(num_nodes, 0);
+  for (int e : order) {
+    int best = -1;
+    for (int n = 0; n < num_nodes; ++n) {
+      if (used[n] < node_slots && (best < 0 || node_load[n] < node_load[best])) best = n;
+    }
+    plan.x(e, best) = 1;
+    ++used[best];
+    node_load[best] += in.expert_load[e];
+  }
+  EXPECT_TRUE(assign_load_shares(in, plan));
+  EXPECT_EQ(check_node_plan(in, plan), "");
+  return plan;
+}
+
+struct TinyCase {
+  uint64_t seed;
+  int num_experts, num_nodes, per_node, slots;
+  bool degree_cuts;
+};
+
+TEST(MilpPlanner, MatchesBruteForceOnTinyInstances) {
+  // Loads up to 3x the mean so some experts exceed a rank's cap and must be replicated.
+  const std::vector<TinyCase> cases = {
+      {11, 4, 2, 1, 2, true}, {12, 4, 2, 2, 2, false}, {13, 5, 2, 1, 3, true},
+      {14, 5, 2, 2, 2, true}, {15, 6, 2, 1, 3, false}, {16, 6, 2, 2, 2, true},
+      {17, 6, 2, 2, 3, true}, {18, 5, 2, 2, 3, false},
+  };
+  for (const TinyCase& tc : cases) {
+    SCOPED_TRACE(::testing::Message() << "seed " << tc.seed << " E=" << tc.num_experts << " "
+                                      << tc.num_nodes << "x" << tc.per_node << " S=" << tc.slots);
+    const Instance inst =
+        random_instance(tc.seed, tc.num_experts, tc.num_nodes, tc.per_node, tc.slots, 0.2, 3.0);
+    const GlobalPlanInput in = inst.input();
+    const double expected = brute_force_optimum(in);
+    ASSERT_GE(expected, 0) << "instance should be feasible";
+    MilpOptions options;
+    options.time_limit_s = 20;
+    options.degree_cuts = tc.degree_cuts;
+    const MilpResult result = solve_global_milp(in, options);
+    ASSERT_EQ(result.status, "optimal");
+    EXPECT_TRUE(result.optimal);
+    ASSERT_TRUE(result.has_solution);
+    EXPECT_EQ(check_node_plan(in, result.plan), "");
+    EXPECT_NEAR(result.objective, expected, 1e-9 * std::max(1.0, expected));
+    EXPECT_DOUBLE_EQ(result.objective, coactivation_objective(in, result.plan));
+    EXPECT_GE(result.bound, result.objective);
+    EXPECT_LE(result.gap, 1e-6);
+  }
+}
+
+TEST(MilpPlanner, PlanPassesCheckWithReplicatedHotExperts) {
+  // Two experts each carry ~30% of the load: with cap = 1.15 W / 4 each needs two replicas.
+  Instance inst = random_instance(21, 8, 2, 2, 3, 0.5, 1.0);
+  inst.load[2] = 6.0;
+  inst.load[5] = 6.0;
+  const GlobalPlanInput in = inst.input();
+  MilpOptions options;
+  options.time_limit_s = 20;
+  const MilpResult result = solve_global_milp(in, options);
+  ASSERT_TRUE(result.has_solution);
+  EXPECT_EQ(result.status, "optimal");
+  EXPECT_EQ(check_node_plan(in, result.plan), "");
+  const double cap = in.rank_load_cap();
+  for (int e : {2, 5}) {
+    int replicas = 0;
+    for (int n = 0; n < 2; ++n) replicas += result.plan.x(e, n);
+    EXPECT_GE(replicas, static_cast<int>(std::ceil(inst.load[e] / cap)));
+  }
+  EXPECT_EQ(result.objective, coactivation_objective(in, result.plan));
+}
+
+TEST(MilpPlanner, HonoursWarmStartAndKeepsItsNodeLabels) {
+  const Instance inst = topic_instance(31, 24, 2, 4, 4, 4, 4000, 4, 0.7);
+  const GlobalPlanInput in = inst.input();
+  NodePlan warm = greedy_plan(in);
+  // Put expert 0 on the last node so the symmetry breaker has to relabel the warm start.
+  if (warm.x(0, 1) == 0) {
+    for (int e = 0; e < in.num_experts; ++e) {
+      std::swap(warm.x(e, 0), warm.x(e, 1));
+      std::swap(warm.u(e, 0), warm.u(e, 1));
+    }
+  }
+  ASSERT_EQ(check_node_plan(in, warm), "");
+  const double warm_objective = coactivation_objective(in, warm);
+  MilpOptions options;
+  options.time_limit_s = 1.5;
+  options.warm_start = &warm;
+  const MilpResult result = solve_global_milp(in, options);
+  ASSERT_TRUE(result.has_solution);
+  EXPECT_NE(result.status, "watchdog");
+  EXPECT_EQ(check_node_plan(in, result.plan), "");
+  EXPECT_GE(result.objective, warm_objective - 1e-9 * warm_objective);
+  EXPECT_GE(result.bound, result.objective);
+  EXPECT_LT(result.seconds, options.time_limit_s * 1.5 + 5);
+}
+
+TEST(MilpPlanner, WatchdogReturnsWarmStart) {
+  const Instance inst = random_instance(41, 64, 4, 8, 3, 1.0, 2.0, 0.0);
+  const GlobalPlanInput in = inst.input();
+  const NodePlan warm = greedy_plan(in);
+  MilpOptions options;
+  options.time_limit_s = 60;
+  options.hard_timeout_s = 0.05;
+  options.warm_start = &warm;
+  const auto start = std::chrono::steady_clock::now();
+  const MilpResult result = solve_global_milp(in, options);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.status, "watchdog");
+  EXPECT_LT(elapsed, 1.0);
+  ASSERT_TRUE(result.has_solution);
+  EXPECT_FALSE(result.optimal);
+  EXPECT_EQ(result.plan.replicas, warm.replicas);
+  EXPECT_EQ(result.plan.load_share, warm.load_share);
+  EXPECT_EQ(check_node_plan(in, result.plan), "");
+  EXPECT_DOUBLE_EQ(result.objective, coactivation_objective(in, warm));
+  EXPECT_GE(result.bound, result.objective);
+  EXPECT_TRUE(std::isfinite(result.bound));
+  EXPECT_GE(result.gap, 0);
+}
+
+TEST(MilpPlanner, WatchdogWithoutWarmStartHasNoSolution) {
+  const Instance inst = random_instance(42, 64, 4, 8, 3, 1.0, 2.0, 0.0);
+  MilpOptions options;
+  options.hard_timeout_s = 0.05;
+  const MilpResult result = solve_global_milp(inst.input(), options);
+  EXPECT_EQ(result.status, "watchdog");
+  EXPECT_FALSE(result.has_solution);
+  EXPECT_EQ(result.plan.num_experts, 64);
+  EXPECT_EQ(result.plan.num_nodes, 4);
+  EXPECT_TRUE(std::isinf(result.gap));
+}
+
+TEST(MilpPlanner, ReportsInfeasible) {
+  // Expert 0 needs both single-slot nodes (w_0 > cap), leaving no slot for expert 1.
+  Instance inst;
+  inst.topology = Topology(2, 2);
+  inst.num_experts = 2;
+  inst.slots_per_rank = 1;
+  inst.load = {10.0, 0.0};
+  inst.coact = {0.0, 1.0, 1.0, 0.0};
+  MilpOptions options;
+  options.time_limit_s = 10;
+  const MilpResult result = solve_global_milp(inst.input(), options);
+  EXPECT_EQ(result.status, "infeasible");
+  EXPECT_FALSE(result.has_solution);
+  EXPECT_EQ(result.bound, -std::numeric_limits<double>::infinity());
+}
+
+TEST(MilpPlanner, RejectsBadArguments) {
+  const Instance inst = random_instance(51, 6, 2, 1, 3, 0.5, 1.0);
+  const GlobalPlanInput in = inst.input();
+  MilpOptions options;
+  options.time_limit_s = 0;
+  EXPECT_THROW(solve_global_milp(in, options), Error);
+  options.time_limit_s = 1;
+  options.num_threads = 0;
+  EXPECT_THROW(solve_global_milp(in, options), Error);
+  options.num_threads = 1;
+  NodePlan bad(6, 2);  // no replicas at all
+  options.warm_start = &bad;
+  EXPECT_THROW(solve_global_milp(in, options), Error);
+  NodePlan wrong_shape(6, 3);
+  options.warm_start = &wrong_shape;
+  EXPECT_THROW(solve_global_milp(in, options), Error);
+}
+
+TEST(MilpPlanner, RelativeGap) {
+  EXPECT_DOUBLE_EQ(relative_gap(90, 100), 0.1);
+  EXPECT_DOUBLE_EQ(relative_gap(0.25, 0.5), 0.25);  // denominator max(1, |bound|)
+  EXPECT_DOUBLE_EQ(relative_gap(100, 100), 0.0);
+  EXPECT_TRUE(std::isinf(relative_gap(1, std::numeric_limits<double>::infinity())));
+  EXPECT_TRUE(std::isnan(relative_gap(std::nan(""), 1)));
+}
+
+TEST(MilpPlanner, AssignLoadSharesMatchesFeasibility) {
+  Instance inst;
+  inst.topology = Topology(2, 4);  // M = 2
+  inst.num_experts = 3;
+  inst.slots_per_rank = 2;
+  inst.load = {4.0, 2.0, 2.0};  // W = 8, cap = 1.15 * 8 / 4 = 2.3
+  inst.coact.assign(9, 0.0);
+  const GlobalPlanInput in = inst.input();
+  NodePlan plan(3, 2);
+  plan.x(0, 0) = 1, plan.x(1, 1) = 1, plan.x(2, 1) = 1;  // expert 0: 4 > one rank's 2.3
+  EXPECT_FALSE(assign_load_shares(in, plan));
+  plan.x(0, 0) = 2;  // two replicas: 4 <= 4.6
+  ASSERT_TRUE(assign_load_shares(in, plan));
+  EXPECT_EQ(check_node_plan(in, plan), "");
+  EXPECT_NEAR(plan.u(0, 0), 4.0, 1e-12);
+  // Split expert 0 over both nodes, next to expert 1 on node 0 and expert 2 on node 1: the share a
+  // on node 0 must lie in [1.7, 2.3] (rank caps) -- feasible.
+  plan = NodePlan(3, 2);
+  plan.x(0, 0) = 1, plan.x(0, 1) = 1, plan.x(1, 0) = 1, plan.x(2, 1) = 1;
+  ASSERT_TRUE(assign_load_shares(in, plan));
+  EXPECT_EQ(check_node_plan(in, plan), "");
+  NodePlan wrong(3, 3);
+  EXPECT_THROW(assign_load_shares(in, wrong), Error);
+}
+
+// Scaling measurements for the docs (not part of the suite):
+//   cobalt_tests --gtest_also_run_disabled_tests --gtest_filter='MilpPlannerBench.*'
+TEST(MilpPlannerBench, DISABLED_Scaling) {
+  struct Config {
+    int num_experts, num_nodes, per_node;
+    double time_limit;
+  };
+  for (const Config& cfg : {Config{16, 2, 4, 30}, Config{32, 2, 8, 30}, Config{64, 4, 8, 30}}) {
+    const int slots = static_cast<int>(1.5 * cfg.num_experts / (cfg.num_nodes * cfg.per_node));
+    for (int kind = 0; kind < 2; ++kind) {
+      const Instance inst = kind == 0
+                                ? topic_instance(61, cfg.num_experts, cfg.num_nodes, cfg.per_node,
+                                                 slots, 4, 20000, cfg.num_nodes * 2, 0.6)
+                                : random_instance(62, cfg.num_experts, cfg.num_nodes, cfg.per_node,
+                                                  slots, 1.0, 2.0, 0.0);
+      const GlobalPlanInput in = inst.input();
+      const NodePlan warm = greedy_plan(in);
+      for (int use_warm = 0; use_warm < 2; ++use_warm) {
+        MilpOptions options;
+        options.time_limit_s = cfg.time_limit;
+        options.warm_start = use_warm ? &warm : nullptr;
+        const MilpResult r = solve_global_milp(in, options);
+        std::printf(
+            "E=%d %dx%d S=%d %s warm=%d: status=%s obj=%.1f bound=%.1f gap=%.4f warm_obj=%.1f "
+            "t=%.2fs\n",
+            cfg.num_experts, cfg.num_nodes, cfg.per_node, slots, kind == 0 ? "topics" : "uniform",
+            use_warm, r.status.c_str(), r.objective, r.bound, r.gap,
+            coactivation_objective(in, warm), r.seconds);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cobalt::plan
