@@ -55,6 +55,15 @@ void run_plan(const PlanArgs& args) {
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
+    if (args.experts) {
+      // A smaller instance of the same workload family (e.g. one CBC can prove optimal).
+      spec.num_experts = *args.experts;
+      spec.top_k = std::min(spec.top_k, std::max(1, *args.experts / 2));
+      spec.group_size = std::min(spec.group_size, *args.experts);
+      spec.hot_count = std::min(spec.hot_count, *args.experts - 1);
+      const int num_groups = (spec.num_experts + spec.group_size - 1) / spec.group_size;
+      spec.num_domains = std::min(spec.num_domains, num_groups);
+    }
     data = workload::generate_trace(spec);
     source = eval::make_step_source(data);
   }
@@ -129,6 +138,8 @@ void register_plan_command(CLI::App& app) {
   cmd->add_option("--restarts", args->restarts, "heuristic restarts")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--steps", args->steps, "steps to generate (presets)")->check(CLI::PositiveNumber);
   cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")->check(CLI::PositiveNumber);
+  cmd->add_option("--experts", args->experts, "presets: override the number of experts (top-k capped at E/2)")
+      ->check(CLI::Range(2, 65536));
   cmd->add_option("--seed", args->seed, "seed")->capture_default_str();
   cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout");
   cmd->callback([args] { run_plan(*args); });
