@@ -45,6 +45,18 @@ class PlanState {
       if (rank_cap_ > 0) min_replicas_[e] = std::max(1, static_cast<int>(std::ceil(w / rank_cap_ - 1e-9)));
       min_replicas_[e] = std::min(min_replicas_[e], num_nodes_ * per_node_);
     }
+    // When the slots cannot hold the replicas the load cap asks for, relax the cap: take replicas away
+    // from the experts with the most (ties: lowest id) until everything fits. Their replicas then carry
+    // more than one rank's cap; stage 2 and the assignment still spread them as well as they can.
+    int64_t needed = 0;
+    for (int r : min_replicas_) needed += r;
+    const int64_t available = static_cast<int64_t>(num_nodes_) * node_slots_;
+    while (needed > available) {
+      const auto it = std::max_element(min_replicas_.begin(), min_replicas_.end());
+      if (*it <= 1) break;
+      --*it;
+      --needed;
+    }
   }
 
   int x(int e, int n) const { return plan_.x(e, n); }

@@ -131,3 +131,28 @@ TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
 
 }  // namespace
 }  // namespace cobalt::plan
+
+namespace cobalt::plan {
+namespace {
+
+TEST(GlobalPlanner, RelaxesTheLoadCapWhenSlotsCannotHoldTheReplicasItAsksFor) {
+  // 8 experts, 2x2 ranks x 2 slots = 8 slots: one slot each, although expert 0 carries 90% of the load
+  // and would need several replicas to stay under the cap.
+  std::vector<double> w = {900, 20, 20, 20, 10, 10, 10, 10};
+  std::vector<double> c(64, 1.0);
+  for (int i = 0; i < 8; ++i) c[i * 8 + i] = 0;
+  GlobalPlanInput in{Topology(2, 4), 8, 2, 0.15, w, c};
+  auto result = plan_global_heuristic(in, {});
+  int total = 0;
+  for (int e = 0; e < 8; ++e) {
+    int replicas = 0;
+    for (int n = 0; n < 2; ++n) replicas += result.plan.x(e, n);
+    EXPECT_GE(replicas, 1);
+    total += replicas;
+  }
+  EXPECT_EQ(total, 8);
+  EXPECT_NO_THROW(pack_ranks(in, result.plan, nullptr, nullptr));
+}
+
+}  // namespace
+}  // namespace cobalt::plan
