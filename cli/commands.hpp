@@ -1,10 +1,9 @@
-// Subcommand registration for the `cobalt` CLI. Each register_* adds a subcommand whose callback does
-// the work; errors propagate as exceptions and main() maps them to exit codes:
+// Subcommand registration for the `cobalt` CLI. Each register_* adds a subcommand whose callback
+// does the work; errors propagate as exceptions and main() maps them to exit codes:
 //   0 ok, 1 runtime error (cobalt::Error, I/O), 2 usage error (CLI11 parse errors, UsageError).
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <stdexcept>
 #include <string>
 

@@ -1,14 +1,15 @@
 // The `cobalt` command: subcommands registered by cli/*_command.cpp.
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "commands.hpp"
 #include "cobalt/core/error.hpp"
+#include "commands.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"cobalt: expert layout planning and task assignment for expert-parallel MoE training"};
+  CLI::App app{
+      "cobalt: expert layout planning and task assignment for expert-parallel MoE training"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cobalt 0.1.0");
   cobalt::cli::register_trace_commands(app);

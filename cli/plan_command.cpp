@@ -30,13 +30,16 @@ struct PlanArgs {
 };
 
 double elapsed_ms(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 void run_plan(const PlanArgs& args) {
-  if (args.trace_path.empty() == args.preset.empty()) throw UsageError("give exactly one of --trace FILE or --preset NAME");
+  if (args.trace_path.empty() == args.preset.empty())
+    throw UsageError("give exactly one of --trace FILE or --preset NAME");
   if (args.backend != "heuristic" && args.backend != "milp" && args.backend != "both") {
-    throw UsageError(fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
+    throw UsageError(
+        fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
   }
   std::unique_ptr<io::TraceReader> reader;
   io::TraceData data;
@@ -67,8 +70,8 @@ void run_plan(const PlanArgs& args) {
     data = workload::generate_trace(spec);
     source = eval::make_step_source(data);
   }
-  COBALT_CHECK_ARG(args.layer >= 0 && args.layer < source->num_layers(), "layer {} out of range [0, {})",
-                   args.layer, source->num_layers());
+  COBALT_CHECK_ARG(args.layer >= 0 && args.layer < source->num_layers(),
+                   "layer {} out of range [0, {})", args.layer, source->num_layers());
   const Topology topology = Topology::parse(args.cluster);
   // Exact statistics over the whole trace for the chosen layer.
   RoutingStats stats = RoutingStats::exact_counts(source->num_experts());
@@ -77,8 +80,8 @@ void run_plan(const PlanArgs& args) {
     stats.update(source->batch(s, args.layer, topology.num_ranks(), scratch));
   }
   const int slots = slots_for_rho(source->num_experts(), topology.num_ranks(), args.rho);
-  plan::GlobalPlanInput input{topology, source->num_experts(), slots, args.eps, stats.expert_load(),
-                              stats.coactivation()};
+  plan::GlobalPlanInput input{topology, source->num_experts(), slots,
+                              args.eps, stats.expert_load(),   stats.coactivation()};
   nlohmann::json report;
   report["cluster"] = topology.to_string();
   report["num_experts"] = source->num_experts();
@@ -90,7 +93,8 @@ void run_plan(const PlanArgs& args) {
   hopts.seed = args.seed;
   auto start = std::chrono::steady_clock::now();
   const auto heuristic = plan::plan_global_heuristic(input, hopts);
-  report["heuristic"] = {{"objective", heuristic.objective}, {"wall_ms", elapsed_ms(start)},
+  report["heuristic"] = {{"objective", heuristic.objective},
+                         {"wall_ms", elapsed_ms(start)},
                          {"restart_objectives", heuristic.restart_objectives}};
   plan::NodePlan chosen = heuristic.plan;
   if (args.backend != "heuristic") {
@@ -99,8 +103,9 @@ void run_plan(const PlanArgs& args) {
     mopts.warm_start = args.backend == "both" ? &heuristic.plan : nullptr;
     fmt::print(stderr, "cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s);
     const auto milp = plan::solve_global_milp(input, mopts);
-    report["milp"] = {{"status", milp.status},   {"objective", milp.objective}, {"bound", milp.bound},
-                      {"gap", milp.gap},         {"optimal", milp.optimal},     {"seconds", milp.seconds}};
+    report["milp"] = {{"status", milp.status},   {"objective", milp.objective},
+                      {"bound", milp.bound},     {"gap", milp.gap},
+                      {"optimal", milp.optimal}, {"seconds", milp.seconds}};
     report["heuristic"]["gap_to_milp_bound"] = plan::relative_gap(heuristic.objective, milp.bound);
     if (milp.optimal) {
       report["heuristic"]["fraction_of_optimum"] =
@@ -124,21 +129,35 @@ void run_plan(const PlanArgs& args) {
 
 void register_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  auto* cmd = app.add_subcommand("plan", "One stage-1 global planning call; prints the layout as JSON");
+  auto* cmd =
+      app.add_subcommand("plan", "One stage-1 global planning call; prints the layout as JSON");
   cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
   cmd->add_option("--preset", args->preset, "synthetic workload preset");
   cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
-  cmd->add_option("--layer", args->layer, "MoE layer whose statistics to plan for")->capture_default_str();
-  cmd->add_option("--rho", args->rho, "replica budget rho")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--eps", args->eps, "load tolerance eps")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--backend", args->backend, "heuristic | milp | both (MILP warm-started by the heuristic)")
+  cmd->add_option("--layer", args->layer, "MoE layer whose statistics to plan for")
       ->capture_default_str();
-  cmd->add_option("--time-limit", args->time_limit_s, "CBC time limit in seconds (a hard watchdog adds 50%+5 s)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--restarts", args->restarts, "heuristic restarts")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", args->steps, "steps to generate (presets)")->check(CLI::PositiveNumber);
-  cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")->check(CLI::PositiveNumber);
-  cmd->add_option("--experts", args->experts, "presets: override the number of experts (top-k capped at E/2)")
+  cmd->add_option("--rho", args->rho, "replica budget rho")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--eps", args->eps, "load tolerance eps")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--backend", args->backend,
+                  "heuristic | milp | both (MILP warm-started by the heuristic)")
+      ->capture_default_str();
+  cmd->add_option("--time-limit", args->time_limit_s,
+                  "CBC time limit in seconds (a hard watchdog adds 50%+5 s)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--restarts", args->restarts, "heuristic restarts")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "steps to generate (presets)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--experts", args->experts,
+                  "presets: override the number of experts (top-k capped at E/2)")
       ->check(CLI::Range(2, 65536));
   cmd->add_option("--seed", args->seed, "seed")->capture_default_str();
   cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout");

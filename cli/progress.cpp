@@ -21,8 +21,8 @@ void Progress::advance(int64_t amount) {
   if (percent == last_percent_) return;
   last_percent_ = percent;
   const int filled = percent / 5;
-  fmt::print(stderr, "\r{} [{}{}] {:3d}%", label_, std::string(filled, '#'), std::string(20 - filled, '.'),
-             percent);
+  fmt::print(stderr, "\r{} [{}{}] {:3d}%", label_, std::string(filled, '#'),
+             std::string(20 - filled, '.'), percent);
   std::fflush(stderr);
 }
 

@@ -14,8 +14,8 @@ namespace {
 
 constexpr int kMaxTopK = 16;  // the subset DP indexes uncovered experts with 16-bit sets
 
-// All N-bit masks ordered by (popcount, value): the first feasible one is the paper's answer (minimum
-// popcount, and among those the first in enumeration order).
+// All N-bit masks ordered by (popcount, value): the first feasible one is the paper's answer
+// (minimum popcount, and among those the first in enumeration order).
 std::vector<uint64_t> masks_by_popcount(int num_nodes) {
   std::vector<uint64_t> masks(size_t{1} << num_nodes);
   for (size_t m = 0; m < masks.size(); ++m) masks[m] = m;
@@ -31,10 +31,11 @@ inline int nth_set_bit(uint64_t mask, uint32_t i) {
 }
 
 // Minimum cover of `full` (a set over uncovered-expert indices) by the node covers `cover[n]`, n in
-// `nodes`. Returns the chosen node set as a mask. Exact DP over subsets; among equal-size covers the
-// DP keeps the first found in ascending node order.
-uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover, uint64_t candidate_nodes,
-                      std::vector<uint8_t>& best, std::vector<uint64_t>& choice) {
+// `nodes`. Returns the chosen node set as a mask. Exact DP over subsets; among equal-size covers
+// the DP keeps the first found in ascending node order.
+uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                      uint64_t candidate_nodes, std::vector<uint8_t>& best,
+                      std::vector<uint64_t>& choice) {
   // Distinct, non-dominated covers, keeping the lowest node for each distinct cover.
   std::array<uint32_t, kMaxNodes> sets{};
   std::array<int, kMaxNodes> set_node{};
@@ -62,8 +63,8 @@ uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cove
     if (sets[i] == full) return uint64_t{1} << set_node[i];
   }
   const size_t num_states = size_t{1} << std::popcount(full);
-  // Work in the compressed index space of `full` (bits of full renumbered 0..|U|-1): full == num_states-1
-  // by construction of the caller.
+  // Work in the compressed index space of `full` (bits of full renumbered 0..|U|-1): full ==
+  // num_states-1 by construction of the caller.
   best.assign(num_states, 0xff);
   choice.assign(num_states, 0);
   best[0] = 0;
@@ -93,8 +94,9 @@ struct TokenScratch {
 
 // Chooses the remote node set for the uncovered experts `uncovered_masks` (node masks, source bit
 // cleared). Shared by the assignment and min_remote_cover_size.
-uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int num_nodes, bool use_masks,
-                      const std::vector<uint64_t>& ordered_masks, TokenScratch& scratch) {
+uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int num_nodes,
+                      bool use_masks, const std::vector<uint64_t>& ordered_masks,
+                      TokenScratch& scratch) {
   if (use_masks) {
     for (uint64_t b : ordered_masks) {
       bool feasible = true;
@@ -113,7 +115,8 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int nu
     }
   }
   (void)num_nodes;
-  return min_cover_dp((uint32_t{1} << num_uncovered) - 1, cover, candidates, scratch.best, scratch.choice);
+  return min_cover_dp((uint32_t{1} << num_uncovered) - 1, cover, candidates, scratch.best,
+                      scratch.choice);
 }
 
 }  // namespace
@@ -123,20 +126,23 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());
-  COBALT_CHECK_ARG(layout.num_experts() == batch.num_experts() && layout.num_ranks() == batch.num_ranks(),
-                   "assignment: layout has E={} G={}, batch has E={} G={}", layout.num_experts(),
-                   layout.num_ranks(), batch.num_experts(), batch.num_ranks());
-  COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "assignment: top-k {} out of range [1, {}]", batch.top_k(),
-                   kMaxTopK);
+  COBALT_CHECK_ARG(
+      layout.num_experts() == batch.num_experts() && layout.num_ranks() == batch.num_ranks(),
+      "assignment: layout has E={} G={}, batch has E={} G={}", layout.num_experts(),
+      layout.num_ranks(), batch.num_experts(), batch.num_ranks());
+  COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "assignment: top-k {} out of range [1, {}]",
+                   batch.top_k(), kMaxTopK);
   const int num_nodes = layout.num_nodes();
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  COBALT_CHECK_ARG(!use_masks || num_nodes <= 20,
-                   "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
-                   "for masks)",
-                   num_nodes);
-  const std::vector<uint64_t> ordered_masks = use_masks ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
+  COBALT_CHECK_ARG(
+      !use_masks || num_nodes <= 20,
+      "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
+      "for masks)",
+      num_nodes);
+  const std::vector<uint64_t> ordered_masks =
+      use_masks ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
   const int top_k = batch.top_k();
   const ExpertId* ids = batch.topk_ids().data();
   const RankId* src = batch.source_rank().data();
@@ -171,14 +177,16 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         for (uint64_t b : ordered_masks) {
           if (b & src_bit) continue;
           bool feasible = true;
-          for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & uncovered_masks[i]) != 0;
+          for (int i = 0; i < num_uncovered && feasible; ++i)
+            feasible = (b & uncovered_masks[i]) != 0;
           if (feasible) {
             cover = b;
             break;
           }
         }
       } else {
-        cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, ordered_masks, scratch);
+        cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, ordered_masks,
+                             scratch);
       }
       for (int i = 0; i < num_uncovered; ++i) {
         const int k = uncovered_k[i];
@@ -191,21 +199,25 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
     }
   };
   const int num_threads = resolve_threads(options.num_threads);
-  const int num_chunks = static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
+  const int num_chunks =
+      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
 }
 
-int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node, const ExpertLayout& layout) {
+int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
+                          const ExpertLayout& layout) {
   std::array<uint64_t, kMaxTopK> masks;
   int num_uncovered = 0;
-  COBALT_CHECK_ARG(experts.size() <= kMaxTopK, "cover size: {} experts > {}", experts.size(), kMaxTopK);
+  COBALT_CHECK_ARG(experts.size() <= kMaxTopK, "cover size: {} experts > {}", experts.size(),
+                   kMaxTopK);
   for (ExpertId e : experts) {
     const uint64_t mask = layout.node_mask(e);
     if (!(mask & (uint64_t{1} << src_node))) masks[num_uncovered++] = mask;
   }
   if (num_uncovered == 0) return 0;
   TokenScratch scratch;
-  return std::popcount(choose_cover(masks.data(), num_uncovered, layout.num_nodes(), false, {}, scratch));
+  return std::popcount(
+      choose_cover(masks.data(), num_uncovered, layout.num_nodes(), false, {}, scratch));
 }
 
 }  // namespace cobalt::assign

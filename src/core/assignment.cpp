@@ -7,13 +7,15 @@ namespace cobalt {
 void validate_assignment(const RoutingBatch& batch, const ExpertLayout& layout,
                          std::span<const RankId> exec_rank) {
   COBALT_CHECK_INTERNAL(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
-                        "assignment has {} tasks, batch has {}", exec_rank.size(), batch.num_tasks());
+                        "assignment has {} tasks, batch has {}", exec_rank.size(),
+                        batch.num_tasks());
   auto ids = batch.topk_ids();
   for (size_t i = 0; i < ids.size(); ++i) {
     const RankId r = exec_rank[i];
-    COBALT_CHECK_INTERNAL(r >= 0 && r < layout.num_ranks() && layout.holds(r, ids[i]),
-                          "task {} (token {}, expert {}) assigned to rank {} which does not hold it",
-                          i, i / batch.top_k(), ids[i], r);
+    COBALT_CHECK_INTERNAL(
+        r >= 0 && r < layout.num_ranks() && layout.holds(r, ids[i]),
+        "task {} (token {}, expert {}) assigned to rank {} which does not hold it", i,
+        i / batch.top_k(), ids[i], r);
   }
 }
 

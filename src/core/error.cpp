@@ -14,6 +14,7 @@ std::string_view error_code_name(ErrorCode code) {
   return "unknown error";
 }
 
-Error::Error(ErrorCode code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
+Error::Error(ErrorCode code, std::string message)
+    : std::runtime_error(std::move(message)), code_(code) {}
 
 }  // namespace cobalt

@@ -1,9 +1,8 @@
 #include "cobalt/core/expert_layout.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <bit>
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 #include "cobalt/core/error.hpp"
 
@@ -14,13 +13,13 @@ int slots_for_rho(int num_experts, int num_ranks, double rho) {
   COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
                    num_experts, num_ranks);
   const int slots = static_cast<int>(std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9));
-  COBALT_CHECK(static_cast<int64_t>(slots) * num_ranks >= num_experts, kFailedPrecondition,
-               "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
-               "need rho >= {:.4f}",
-               rho, slots, num_ranks, static_cast<int64_t>(slots) * num_ranks, num_experts,
-               static_cast<double>((num_experts + num_ranks - 1) / num_ranks) * num_ranks /
-                       num_experts -
-                   1.0);
+  COBALT_CHECK(
+      static_cast<int64_t>(slots) * num_ranks >= num_experts, kFailedPrecondition,
+      "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
+      "need rho >= {:.4f}",
+      rho, slots, num_ranks, static_cast<int64_t>(slots) * num_ranks, num_experts,
+      static_cast<double>((num_experts + num_ranks - 1) / num_ranks) * num_ranks / num_experts -
+          1.0);
   return slots;
 }
 
@@ -54,9 +53,10 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
     for (int s = 0; s < slots_per_rank; ++s) {
       const ExpertId e = slots_[static_cast<size_t>(r) * slots_per_rank + s];
       if (e == kEmptySlot) continue;
-      COBALT_CHECK_ARG(e >= 0 && e < num_experts,
-                       "layout: rank {} slot {} holds expert id {} out of range [0, {}) (or -1 empty)",
-                       r, s, e, num_experts);
+      COBALT_CHECK_ARG(
+          e >= 0 && e < num_experts,
+          "layout: rank {} slot {} holds expert id {} out of range [0, {}) (or -1 empty)", r, s, e,
+          num_experts);
       uint8_t& held = holds_[static_cast<size_t>(e) * num_ranks + r];
       COBALT_CHECK_ARG(!held, "layout: rank {} holds two replicas of expert {}", r, e);
       held = 1;
@@ -65,8 +65,9 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
   }
   replica_offsets_.assign(num_experts + 1, 0);
   for (ExpertId e = 0; e < num_experts; ++e) {
-    COBALT_CHECK_ARG(count[e] >= 1, "layout: expert {} has no replica (every expert in [0, {}) needs one)",
-                     e, num_experts);
+    COBALT_CHECK_ARG(count[e] >= 1,
+                     "layout: expert {} has no replica (every expert in [0, {}) needs one)", e,
+                     num_experts);
     replica_offsets_[e + 1] = replica_offsets_[e] + count[e];
   }
   // Experts' ranks ascending: scan in (expert, rank) order.
@@ -89,11 +90,14 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
   }
 }
 
-ExpertLayout ExpertLayout::from_rank_lists(Topology topology, int num_experts, int slots_per_rank,
-                                           const std::vector<std::vector<ExpertId>>& experts_of_rank) {
+ExpertLayout ExpertLayout::from_rank_lists(
+    Topology topology, int num_experts, int slots_per_rank,
+    const std::vector<std::vector<ExpertId>>& experts_of_rank) {
   COBALT_CHECK_ARG(static_cast<int>(experts_of_rank.size()) == topology.num_ranks(),
-                   "layout: {} rank lists for {} ranks", experts_of_rank.size(), topology.num_ranks());
-  std::vector<ExpertId> slots(static_cast<size_t>(topology.num_ranks()) * slots_per_rank, kEmptySlot);
+                   "layout: {} rank lists for {} ranks", experts_of_rank.size(),
+                   topology.num_ranks());
+  std::vector<ExpertId> slots(static_cast<size_t>(topology.num_ranks()) * slots_per_rank,
+                              kEmptySlot);
   for (RankId r = 0; r < topology.num_ranks(); ++r) {
     const auto& list = experts_of_rank[r];
     COBALT_CHECK_ARG(static_cast<int>(list.size()) <= slots_per_rank,

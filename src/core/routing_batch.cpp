@@ -38,12 +38,13 @@ void contiguous_source_ranks(TokenIdx num_tokens, int num_ranks, std::span<RankI
 
 RoutingBatch::RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank,
                            int top_k, int num_experts, int num_ranks) {
-  COBALT_CHECK_ARG(num_experts >= 1, "routing batch: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1, "routing batch: number of experts {} must be >= 1",
+                   num_experts);
   COBALT_CHECK_ARG(num_ranks >= 1, "routing batch: number of ranks {} must be >= 1", num_ranks);
   validate_topk_rows(topk_ids, top_k, num_experts, "routing batch");
   const size_t num_tokens = topk_ids.size() / top_k;
-  COBALT_CHECK_ARG(source_rank.size() == num_tokens,
-                   "routing batch: {} source ranks for {} tokens", source_rank.size(), num_tokens);
+  COBALT_CHECK_ARG(source_rank.size() == num_tokens, "routing batch: {} source ranks for {} tokens",
+                   source_rank.size(), num_tokens);
   for (size_t t = 0; t < num_tokens; ++t) {
     COBALT_CHECK_ARG(source_rank[t] >= 0 && source_rank[t] < num_ranks,
                      "routing batch: token {} has source rank {} out of range [0, {})", t,

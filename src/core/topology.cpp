@@ -8,8 +8,8 @@ namespace cobalt {
 
 Topology::Topology(int num_nodes, int num_ranks, LinkParams links)
     : num_nodes_(num_nodes), num_ranks_(num_ranks), ranks_per_node_(0), links_(links) {
-  COBALT_CHECK_ARG(num_nodes >= 1 && num_nodes <= kMaxNodes, "number of nodes {} out of range [1, {}]",
-                   num_nodes, kMaxNodes);
+  COBALT_CHECK_ARG(num_nodes >= 1 && num_nodes <= kMaxNodes,
+                   "number of nodes {} out of range [1, {}]", num_nodes, kMaxNodes);
   COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);
   COBALT_CHECK_ARG(num_ranks % num_nodes == 0,
                    "number of ranks {} is not divisible by the number of nodes {}", num_ranks,
@@ -26,17 +26,21 @@ Topology Topology::parse(const std::string& spec, LinkParams links) {
     int value = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     COBALT_CHECK_ARG(ec == std::errc() && ptr == text.data() + text.size() && !text.empty(),
-                     "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8", spec);
+                     "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
+                     spec);
     return value;
   };
   COBALT_CHECK_ARG(x != std::string::npos,
-                   "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8", spec);
+                   "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
+                   spec);
   const int nodes = parse_int(std::string_view(spec).substr(0, x));
   const int per_node = parse_int(std::string_view(spec).substr(x + 1));
   COBALT_CHECK_ARG(per_node >= 1, "cluster '{}': ranks per node must be >= 1", spec);
   return Topology(nodes, nodes * per_node, links);
 }
 
-std::string Topology::to_string() const { return fmt::format("{}x{}", num_nodes_, ranks_per_node_); }
+std::string Topology::to_string() const {
+  return fmt::format("{}x{}", num_nodes_, ranks_per_node_);
+}
 
 }  // namespace cobalt

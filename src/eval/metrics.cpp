@@ -8,7 +8,8 @@
 
 namespace cobalt::eval {
 
-CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
+                                        std::span<const RankId> exec_rank,
                                         const Topology& topology) {
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
@@ -45,10 +46,13 @@ double imbalance(std::span<const int64_t> loads) {
   const int64_t total = std::accumulate(loads.begin(), loads.end(), int64_t{0});
   if (total == 0) return 1.0;
   const int64_t max_load = *std::max_element(loads.begin(), loads.end());
-  return static_cast<double>(max_load) * static_cast<double>(loads.size()) / static_cast<double>(total);
+  return static_cast<double>(max_load) * static_cast<double>(loads.size()) /
+         static_cast<double>(total);
 }
 
-double max_violation(std::span<const int64_t> expert_counts) { return imbalance(expert_counts) - 1.0; }
+double max_violation(std::span<const int64_t> expert_counts) {
+  return imbalance(expert_counts) - 1.0;
+}
 
 StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                          const Topology& topology) {

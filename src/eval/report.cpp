@@ -48,7 +48,8 @@ std::string simulation_json(const Scenario& scenario, const SimulationResult& re
 
 std::string simulation_table(const Scenario& scenario, const SimulationResult& result) {
   std::string out = fmt::format(
-      "workload {} | cluster {} | E={} K={} L={} | {} steps, {} tokens | measured steps [{}, {}) | {} slots/rank, "
+      "workload {} | cluster {} | E={} K={} L={} | {} steps, {} tokens | measured steps [{}, {}) | "
+      "{} slots/rank, "
       "eps {}\n",
       scenario.workload, scenario.cluster, result.num_experts, result.top_k, result.num_layers,
       result.num_steps, result.num_tokens, result.first_measured_step, result.num_steps,
@@ -69,11 +70,12 @@ std::string simulation_table(const Scenario& scenario, const SimulationResult& r
                      "moves x/intra");
   for (const auto& p : ps) {
     out += fmt::format(
-        "{:<12} {:>15}{}  {:>9.1f}%  {:>8.3f}{}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{:<6}\n", p.name,
-        p.cross_node_tokens, mark(p.cross_node_tokens == best_v), 100.0 * p.cross_node_reduction_vs_static,
-        p.imbalance_mean, mark(p.imbalance_mean == best_im), p.imbalance_max, mark(p.imbalance_max == best_ix),
-        p.maxvio_mean, mark(p.maxvio_mean == best_mv), p.planner_wall_ms, p.counters.cross_node_moves,
-        p.counters.intra_node_moves);
+        "{:<12} {:>15}{}  {:>9.1f}%  {:>8.3f}{}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{:<6}\n",
+        p.name, p.cross_node_tokens, mark(p.cross_node_tokens == best_v),
+        100.0 * p.cross_node_reduction_vs_static, p.imbalance_mean,
+        mark(p.imbalance_mean == best_im), p.imbalance_max, mark(p.imbalance_max == best_ix),
+        p.maxvio_mean, mark(p.maxvio_mean == best_mv), p.planner_wall_ms,
+        p.counters.cross_node_moves, p.counters.intra_node_moves);
   }
   out += "(* best in column; MaxVio is a property of the routing, identical across policies)\n";
   return out;

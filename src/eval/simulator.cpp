@@ -14,8 +14,9 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
   const auto& config = options.policy_config;
   COBALT_CHECK_ARG(source.num_experts() == config.num_experts && source.top_k() == config.top_k &&
                        source.num_layers() == config.num_layers,
-                   "simulate: trace has E={} K={} L={}, policy config E={} K={} L={}", source.num_experts(),
-                   source.top_k(), source.num_layers(), config.num_experts, config.top_k, config.num_layers);
+                   "simulate: trace has E={} K={} L={}, policy config E={} K={} L={}",
+                   source.num_experts(), source.top_k(), source.num_layers(), config.num_experts,
+                   config.top_k, config.num_layers);
   COBALT_CHECK_ARG(!options.policies.empty(), "simulate: no policies given (valid: {})",
                    fmt::format("{}", fmt::join(policy::policy_names(), ", ")));
   const int num_steps = source.num_steps();
@@ -74,8 +75,8 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
                                [](const PolicyResult& p) { return p.name == "static"; });
   if (it != result.policies.end() && it->cross_node_tokens > 0) {
     for (auto& p : result.policies) {
-      p.cross_node_reduction_vs_static =
-          1.0 - static_cast<double>(p.cross_node_tokens) / static_cast<double>(it->cross_node_tokens);
+      p.cross_node_reduction_vs_static = 1.0 - static_cast<double>(p.cross_node_tokens) /
+                                                   static_cast<double>(it->cross_node_tokens);
     }
   }
   return result;

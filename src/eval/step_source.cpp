@@ -4,7 +4,8 @@
 
 namespace cobalt::eval {
 
-void map_sources(std::span<const RankId> raw, int num_sources, int num_ranks, std::span<RankId> out) {
+void map_sources(std::span<const RankId> raw, int num_sources, int num_ranks,
+                 std::span<RankId> out) {
   for (size_t i = 0; i < raw.size(); ++i) {
     out[i] = static_cast<RankId>(static_cast<int64_t>(raw[i]) * num_ranks / num_sources);
   }
@@ -12,8 +13,8 @@ void map_sources(std::span<const RankId> raw, int num_sources, int num_ranks, st
 
 namespace {
 
-std::span<const RankId> mapped_sources(std::span<const RankId> raw, int num_sources, int64_t num_tokens,
-                                       int num_ranks, StepScratch& scratch) {
+std::span<const RankId> mapped_sources(std::span<const RankId> raw, int num_sources,
+                                       int64_t num_tokens, int num_ranks, StepScratch& scratch) {
   scratch.src.resize(num_tokens);
   if (raw.empty()) {
     contiguous_source_ranks(num_tokens, num_ranks, scratch.src);
@@ -26,9 +27,10 @@ std::span<const RankId> mapped_sources(std::span<const RankId> raw, int num_sour
 class ReaderSource final : public StepSource {
  public:
   explicit ReaderSource(const io::TraceReader& reader) : reader_(reader) {
-    COBALT_CHECK_ARG(reader.has_token_ids(),
-                     "trace {}: load-only trace (counts): token-level replay needs per-token topk_ids",
-                     reader.path());
+    COBALT_CHECK_ARG(
+        reader.has_token_ids(),
+        "trace {}: load-only trace (counts): token-level replay needs per-token topk_ids",
+        reader.path());
   }
   int num_experts() const override { return reader_.num_experts(); }
   int top_k() const override { return reader_.top_k(); }
@@ -53,9 +55,13 @@ class ReaderSource final : public StepSource {
 class DataSource final : public StepSource {
  public:
   explicit DataSource(const io::TraceData& data) : data_(data) {
-    COBALT_CHECK_ARG(!data.topk_ids.empty(), "trace: load-only trace (counts): token-level replay needs per-token topk_ids");
-    if (data_.step_offsets.empty()) offsets_ = {0, data_.num_tokens};
-    else offsets_ = data_.step_offsets;
+    COBALT_CHECK_ARG(
+        !data.topk_ids.empty(),
+        "trace: load-only trace (counts): token-level replay needs per-token topk_ids");
+    if (data_.step_offsets.empty())
+      offsets_ = {0, data_.num_tokens};
+    else
+      offsets_ = data_.step_offsets;
   }
   int num_experts() const override { return data_.num_experts; }
   int top_k() const override { return data_.top_k; }
@@ -69,7 +75,8 @@ class DataSource final : public StepSource {
                                   static_cast<size_t>(end - begin) * data_.top_k);
     std::span<const RankId> raw;
     if (!data_.source_rank.empty()) {
-      raw = std::span<const RankId>(data_.source_rank.data() + begin, static_cast<size_t>(end - begin));
+      raw = std::span<const RankId>(data_.source_rank.data() + begin,
+                                    static_cast<size_t>(end - begin));
     }
     auto src = mapped_sources(raw, data_.num_sources, end - begin, num_ranks, scratch);
     return RoutingBatch::trusted(ids, src, top_k(), num_experts(), num_ranks);

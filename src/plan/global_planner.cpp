@@ -42,12 +42,14 @@ class PlanState {
     }
     for (int e = 0; e < num_experts_; ++e) {
       const double w = input.expert_load[e];
-      if (rank_cap_ > 0) min_replicas_[e] = std::max(1, static_cast<int>(std::ceil(w / rank_cap_ - 1e-9)));
+      if (rank_cap_ > 0)
+        min_replicas_[e] = std::max(1, static_cast<int>(std::ceil(w / rank_cap_ - 1e-9)));
       min_replicas_[e] = std::min(min_replicas_[e], num_nodes_ * per_node_);
     }
-    // When the slots cannot hold the replicas the load cap asks for, relax the cap: take replicas away
-    // from the experts with the most (ties: lowest id) until everything fits. Their replicas then carry
-    // more than one rank's cap; stage 2 and the assignment still spread them as well as they can.
+    // When the slots cannot hold the replicas the load cap asks for, relax the cap: take replicas
+    // away from the experts with the most (ties: lowest id) until everything fits. Their replicas
+    // then carry more than one rank's cap; stage 2 and the assignment still spread them as well as
+    // they can.
     int64_t needed = 0;
     for (int r : min_replicas_) needed += r;
     const int64_t available = static_cast<int64_t>(num_nodes_) * node_slots_;
@@ -63,7 +65,9 @@ class PlanState {
   bool present(int e, int n) const { return plan_.x(e, n) > 0; }
   int total(int e) const { return total_[e]; }
   double gain(int e, int n) const { return gain_[static_cast<size_t>(e) * num_nodes_ + n]; }
-  double c(int i, int j) const { return in_.coactivation[static_cast<size_t>(i) * num_experts_ + j]; }
+  double c(int i, int j) const {
+    return in_.coactivation[static_cast<size_t>(i) * num_experts_ + j];
+  }
   double w(int e) const { return in_.expert_load[e]; }
   double share(int e) const { return total_[e] > 0 ? w(e) / total_[e] : w(e); }
   double node_load(int n) const { return node_load_[n]; }
@@ -141,8 +145,8 @@ class PlanState {
   double objective_ = 0;
 };
 
-// Best node for one more replica of e: largest co-activation gain (0 if already present), then lowest
-// load excess, then least loaded, then lowest id. `noise` perturbs gains for restarts.
+// Best node for one more replica of e: largest co-activation gain (0 if already present), then
+// lowest load excess, then least loaded, then lowest id. `noise` perturbs gains for restarts.
 int best_node_for(const PlanState& s, int e, const std::vector<double>& noise) {
   int best = -1;
   double best_gain = 0, best_excess = 0, best_load = 0;
@@ -178,7 +182,8 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
   for (double w : in.expert_load) total_w += w;
   const double c_scale = max_c > 0 ? 1e6 / max_c : 1.0;
   const double w_scale = total_w > 0 ? 1e6 / total_w : 1.0;
-  std::vector<idx_t> xadj(num_experts + 1, 0), adjncy, adjwgt, vwgt(2 * static_cast<size_t>(num_experts));
+  std::vector<idx_t> xadj(num_experts + 1, 0), adjncy, adjwgt,
+      vwgt(2 * static_cast<size_t>(num_experts));
   for (int i = 0; i < num_experts; ++i) {
     for (int j = 0; j < num_experts; ++j) {
       const double c = in.coactivation[static_cast<size_t>(i) * num_experts + j];
@@ -201,9 +206,9 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
   metis_options[METIS_OPTION_SEED] = 1;
   metis_options[METIS_OPTION_NUMBERING] = 0;
   std::vector<idx_t> metis_part(num_experts, 0);
-  const int status = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.data(), nullptr,
-                                         adjwgt.data(), &nparts, nullptr, ubvec.data(), metis_options,
-                                         &objval, metis_part.data());
+  const int status = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.data(),
+                                         nullptr, adjwgt.data(), &nparts, nullptr, ubvec.data(),
+                                         metis_options, &objval, metis_part.data());
   if (status != METIS_OK) {
     for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
     return part;
@@ -219,7 +224,8 @@ void initial_placement(PlanState& s, const GlobalPlanInput& in, int restart, uin
   std::vector<int> order(num_experts);
   std::iota(order.begin(), order.end(), 0);
   std::vector<double> key(num_experts);
-  for (int e = 0; e < num_experts; ++e) key[e] = s.w(e) * (restart == 0 ? 1.0 : (0.7 + 0.6 * rng.unit()));
+  for (int e = 0; e < num_experts; ++e)
+    key[e] = s.w(e) * (restart == 0 ? 1.0 : (0.7 + 0.6 * rng.unit()));
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key[a] > key[b]; });
   std::vector<double> noise(s.num_nodes(), 0.0);
   std::vector<int> part;
@@ -238,15 +244,15 @@ void initial_placement(PlanState& s, const GlobalPlanInput& in, int restart, uin
         n = best_node_for(s, e, noise);
       }
       COBALT_CHECK(n >= 0, kFailedPrecondition,
-                   "global plan: no slot left for expert {} ({} of {} replicas placed); raise rho", e, copy,
-                   s.min_replicas(e));
+                   "global plan: no slot left for expert {} ({} of {} replicas placed); raise rho",
+                   e, copy, s.min_replicas(e));
       s.add(e, n);
     }
   }
 }
 
-// Fills spare slots: first with replicas that add co-activation (largest gain first), then with extra
-// replicas of the experts with the largest per-replica load (they help stage 2 balance).
+// Fills spare slots: first with replicas that add co-activation (largest gain first), then with
+// extra replicas of the experts with the largest per-replica load (they help stage 2 balance).
 void fill_spare_slots(PlanState& s) {
   for (;;) {
     int best_e = -1, best_n = -1;
@@ -369,9 +375,11 @@ bool local_search_pass(PlanState& s) {
 
 }  // namespace
 
-HeuristicResult plan_global_heuristic(const GlobalPlanInput& input, const HeuristicOptions& options) {
+HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
+                                      const HeuristicOptions& options) {
   input.validate();
-  COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1", options.num_restarts);
+  COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1",
+                   options.num_restarts);
   HeuristicResult result;
   for (int restart = 0; restart < options.num_restarts; ++restart) {
     PlanState state(input);
@@ -395,7 +403,8 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input, const Heuris
 NodePlan node_plan_of(const ExpertLayout& layout, std::span<const double> expert_load) {
   NodePlan plan(layout.num_experts(), layout.num_nodes());
   for (ExpertId e = 0; e < layout.num_experts(); ++e) {
-    const double per_replica = expert_load.empty() ? 0.0 : expert_load[e] / layout.num_replicas_of(e);
+    const double per_replica =
+        expert_load.empty() ? 0.0 : expert_load[e] / layout.num_replicas_of(e);
     for (NodeId n = 0; n < layout.num_nodes(); ++n) {
       plan.x(e, n) = static_cast<int>(layout.ranks_of(e, n).size());
       plan.u(e, n) = plan.x(e, n) * per_replica;
@@ -404,8 +413,8 @@ NodePlan node_plan_of(const ExpertLayout& layout, std::span<const double> expert
   return plan;
 }
 
-ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, const ExpertLayout* previous,
-                        std::vector<double>* slot_loads) {
+ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
+                        const ExpertLayout* previous, std::vector<double>* slot_loads) {
   const Topology& topo = input.topology;
   const int per_node = topo.ranks_per_node(), slots = input.slots_per_rank;
   std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
@@ -418,11 +427,13 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, cons
     std::vector<Replica> replicas;
     for (ExpertId e = 0; e < input.num_experts; ++e) {
       const int x = plan.x(e, n);
-      COBALT_CHECK_INTERNAL(x >= 0 && x <= per_node, "pack: expert {} has {} replicas on node {}", e, x, n);
+      COBALT_CHECK_INTERNAL(x >= 0 && x <= per_node, "pack: expert {} has {} replicas on node {}",
+                            e, x, n);
       for (int i = 0; i < x; ++i) replicas.push_back({e, plan.u(e, n) / x});
     }
     COBALT_CHECK_INTERNAL(static_cast<int>(replicas.size()) <= per_node * slots,
-                          "pack: node {} has {} replicas for {} slots", n, replicas.size(), per_node * slots);
+                          "pack: node {} has {} replicas for {} slots", n, replicas.size(),
+                          per_node * slots);
     std::stable_sort(replicas.begin(), replicas.end(),
                      [](const Replica& a, const Replica& b) { return a.load > b.load; });
     const RankId first = topo.first_rank_of(n);
@@ -434,7 +445,8 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, cons
       int best = -1;
       for (int i = 0; i < per_node; ++i) {
         auto& l = node_lists[i];
-        if (static_cast<int>(l.size()) >= slots || std::find(l.begin(), l.end(), rep.expert) != l.end()) {
+        if (static_cast<int>(l.size()) >= slots ||
+            std::find(l.begin(), l.end(), rep.expert) != l.end()) {
           continue;
         }
         const bool stays = previous && previous->holds(first + i, rep.expert);
@@ -453,8 +465,8 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, cons
       load[best] += rep.load;
     }
     if (!ok) {
-      // Round-robin over replicas grouped by expert: copies of one expert (<= M) land on distinct ranks
-      // and every rank receives at most ceil(total / M) <= S replicas.
+      // Round-robin over replicas grouped by expert: copies of one expert (<= M) land on distinct
+      // ranks and every rank receives at most ceil(total / M) <= S replicas.
       std::stable_sort(replicas.begin(), replicas.end(),
                        [](const Replica& a, const Replica& b) { return a.expert < b.expert; });
       for (auto& l : node_lists) l.clear();
@@ -473,7 +485,8 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, cons
   if (slot_loads) {
     slot_loads->assign(static_cast<size_t>(topo.num_ranks()) * slots, 0.0);
     for (RankId r = 0; r < topo.num_ranks(); ++r) {
-      for (size_t i = 0; i < list_loads[r].size(); ++i) (*slot_loads)[static_cast<size_t>(r) * slots + i] = list_loads[r][i];
+      for (size_t i = 0; i < list_loads[r].size(); ++i)
+        (*slot_loads)[static_cast<size_t>(r) * slots + i] = list_loads[r][i];
     }
   }
   return layout;

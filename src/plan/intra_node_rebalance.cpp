@@ -81,8 +81,8 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
       }
     }
   }
-  return {ExpertLayout(topo, layout.num_experts(), slots, std::move(new_slots)), std::move(new_loads),
-          num_moves};
+  return {ExpertLayout(topo, layout.num_experts(), slots, std::move(new_slots)),
+          std::move(new_loads), num_moves};
 }
 
 }  // namespace cobalt::plan

@@ -370,10 +370,11 @@ int silent_callback(CbcModel*, int) { return 0; }
   } catch (...) {
     header.failed = 1;
   }
+  // Flush the log first: _exit skips stdio, and the parent may kill us once the payload is in.
+  if (options.verbose) std::fflush(nullptr);
   const bool ok = write_all(write_fd, &header, sizeof(header)) &&
                   write_all(write_fd, payload.data(), payload.size() * sizeof(double));
   ::close(write_fd);
-  if (options.verbose) std::fflush(nullptr);  // _exit skips stdio flushing
   ::_exit(ok ? 0 : 3);
 }
 
@@ -392,6 +393,9 @@ ChildOutcome run_with_watchdog(const PreparedModel& m, const MilpOptions& option
   int fds[2];
   COBALT_CHECK_INTERNAL(::pipe2(fds, O_CLOEXEC) == 0, "milp: pipe2 failed: {}",
                         std::strerror(errno));
+  // The child flushes stdio before _exit when verbose: hand it empty buffers so nothing the caller
+  // buffered is printed twice.
+  if (options.verbose) std::fflush(nullptr);
   const pid_t parent_pid = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -453,10 +457,11 @@ ChildOutcome run_with_watchdog(const PreparedModel& m, const MilpOptions& option
   }
   ::close(read_fd);
   if (!reaped) {
-    if (outcome.timed_out) ::kill(pid, SIGKILL);
+    // Timed out, or done with it (full payload / EOF): the child is not needed any more, and the
+    // kill keeps the blocking wait below bounded whatever state it is in. It is unreaped, so the
+    // pid is still ours.
+    ::kill(pid, SIGKILL);
     int wstatus = 0;
-    // After a full payload the child only has to _exit; after EOF it is exiting; after SIGKILL it
-    // dies.
     while (::waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
     }
   }

@@ -17,18 +17,21 @@ void GlobalPlanInput::validate() const {
                    "global plan: co-activation has {} entries, need E*E = {}", coactivation.size(),
                    static_cast<size_t>(num_experts) * num_experts);
   COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be >= 0", eps);
-  COBALT_CHECK_ARG(slots_per_rank >= 1, "global plan: slots per rank {} must be >= 1", slots_per_rank);
+  COBALT_CHECK_ARG(slots_per_rank >= 1, "global plan: slots per rank {} must be >= 1",
+                   slots_per_rank);
   COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,
                kFailedPrecondition,
-               "replica budget too small: {} slots x {} ranks cannot hold {} experts", slots_per_rank,
-               topology.num_ranks(), num_experts);
-  COBALT_CHECK_ARG(source_demand.empty() ||
-                       source_demand.size() == static_cast<size_t>(topology.num_nodes()) * num_experts,
-                   "global plan: source demand has {} entries, need N*E = {}", source_demand.size(),
-                   static_cast<size_t>(topology.num_nodes()) * num_experts);
+               "replica budget too small: {} slots x {} ranks cannot hold {} experts",
+               slots_per_rank, topology.num_ranks(), num_experts);
+  COBALT_CHECK_ARG(
+      source_demand.empty() ||
+          source_demand.size() == static_cast<size_t>(topology.num_nodes()) * num_experts,
+      "global plan: source demand has {} entries, need N*E = {}", source_demand.size(),
+      static_cast<size_t>(topology.num_nodes()) * num_experts);
   for (int e = 0; e < num_experts; ++e) {
     COBALT_CHECK_ARG(expert_load[e] >= 0 && std::isfinite(expert_load[e]),
-                     "global plan: expert {} has load {} (must be finite and >= 0)", e, expert_load[e]);
+                     "global plan: expert {} has load {} (must be finite and >= 0)", e,
+                     expert_load[e]);
   }
 }
 
@@ -50,7 +53,9 @@ double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan
       if (plan.x(e, n) > 0) present.push_back(e);
     }
     if (!input.source_demand.empty()) {
-      for (int e : present) total += input.source_weight * input.source_demand[static_cast<size_t>(n) * num_experts + e];
+      for (int e : present)
+        total +=
+            input.source_weight * input.source_demand[static_cast<size_t>(n) * num_experts + e];
     }
     for (size_t a = 0; a < present.size(); ++a) {
       const double* row = input.coactivation.data() + static_cast<size_t>(present[a]) * num_experts;
@@ -64,8 +69,8 @@ std::string check_node_plan(const GlobalPlanInput& input, const NodePlan& plan) 
   const int num_nodes = input.topology.num_nodes();
   const int per_node = input.topology.ranks_per_node();
   if (plan.num_experts != input.num_experts || plan.num_nodes != num_nodes) {
-    return fmt::format("plan shape {}x{} does not match E={} N={}", plan.num_experts, plan.num_nodes,
-                       input.num_experts, num_nodes);
+    return fmt::format("plan shape {}x{} does not match E={} N={}", plan.num_experts,
+                       plan.num_nodes, input.num_experts, num_nodes);
   }
   const double cap = input.rank_load_cap();
   const double tol = 1e-6 * std::max(1.0, cap);
@@ -78,12 +83,15 @@ std::string check_node_plan(const GlobalPlanInput& input, const NodePlan& plan) 
       const int x = plan.x(e, n);
       const double u = plan.u(e, n);
       if (x < 0 || x > per_node) {
-        return fmt::format("expert {} has {} replicas on node {} (valid range [0, {}])", e, x, n, per_node);
+        return fmt::format("expert {} has {} replicas on node {} (valid range [0, {}])", e, x, n,
+                           per_node);
       }
       if (u < -tol) return fmt::format("expert {} has negative load {} on node {}", e, u, n);
-      if (x == 0 && u > tol) return fmt::format("expert {} has load {} on node {} without a replica", e, u, n);
+      if (x == 0 && u > tol)
+        return fmt::format("expert {} has load {} on node {} without a replica", e, u, n);
       if (u > x * cap + tol) {
-        return fmt::format("expert {} load {} on node {} exceeds {} replicas x rank cap {}", e, u, n, x, cap);
+        return fmt::format("expert {} load {} on node {} exceeds {} replicas x rank cap {}", e, u,
+                           n, x, cap);
       }
       total_replicas += x;
       share_sum += u;
@@ -102,7 +110,8 @@ std::string check_node_plan(const GlobalPlanInput& input, const NodePlan& plan) 
                          per_node * input.slots_per_rank);
     }
     if (node_load[n] > per_node * cap + tol) {
-      return fmt::format("node {} load {} exceeds {} ranks x cap {}", n, node_load[n], per_node, cap);
+      return fmt::format("node {} load {} exceeds {} ranks x cap {}", n, node_load[n], per_node,
+                         cap);
     }
   }
   return {};

@@ -2,13 +2,14 @@
 // per-step intra-node rebalancing (stage 2) -> communication-aware task assignment (Algorithm 1).
 //
 // `cobalt` is the faithful reproduction, with the true-objective check DESIGN.md §4 asks for: every
-// planner restart's layout (and the layout in force) is scored by the real cross-node transfers V of
-// Algorithm 1 on a sample of the layer's most recent batch, and the lowest V wins (keeping the layout
-// in force when it is at least as good also avoids needless cross-node migrations).
-// `cobalt+` adds source anchoring (measured in docs/cobalt-improvements.md): the planner's objective
-// also counts, for each replica of e on node n, the EMA number of tokens from node n's ranks choosing e
-// (the node acts as a pseudo-expert co-activated with what its tokens pick), so replicas land where
-// their demand comes from — TopoEP's observation that demand differs per node, which Eq. (3) ignores.
+// planner restart's layout (and the layout in force) is scored by the real cross-node transfers V
+// of Algorithm 1 on a sample of the layer's most recent batch, and the lowest V wins (keeping the
+// layout in force when it is at least as good also avoids needless cross-node migrations).
+// `cobalt+` adds source anchoring (measured in docs/cobalt-improvements.md): the planner's
+// objective also counts, for each replica of e on node n, the EMA number of tokens from node n's
+// ranks choosing e (the node acts as a pseudo-expert co-activated with what its tokens pick), so
+// replicas land where their demand comes from — TopoEP's observation that demand differs per node,
+// which Eq. (3) ignores.
 #include <future>
 #include <optional>
 
@@ -24,8 +25,8 @@
 namespace cobalt::policy {
 namespace {
 
-// Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic presets
-// and the shared real traces; docs/cobalt-improvements.md).
+// Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic
+// presets and the shared real traces; docs/cobalt-improvements.md).
 constexpr double kSourceWeight = 1.0;
 
 struct CobaltVariant {
@@ -42,12 +43,12 @@ struct PlannedLayout {
 
 // Everything a global plan reads, copied so a background plan never races the step loop.
 struct PlanSnapshot {
-  std::vector<double> expert_load;     // [E]
-  std::vector<double> coactivation;    // [E, E]
-  std::vector<double> source_demand;   // [N, E]
+  std::vector<double> expert_load;    // [E]
+  std::vector<double> coactivation;   // [E, E]
+  std::vector<double> source_demand;  // [N, E]
   std::shared_ptr<const ExpertLayout> layout;
-  std::vector<ExpertId> sample_ids;    // [T', K]
-  std::vector<RankId> sample_src;      // [T']
+  std::vector<ExpertId> sample_ids;  // [T', K]
+  std::vector<RankId> sample_src;    // [T']
 };
 
 class CobaltPolicy final : public Policy {
@@ -61,8 +62,12 @@ class CobaltPolicy final : public Policy {
           std::make_shared<const ExpertLayout>(
               ExpertLayout::static_ep(config.topology, config.num_experts, slots)),
           std::vector<double>(static_cast<size_t>(config.topology.num_ranks()) * slots, 0.0),
-          {}, {}, {}, -1,
-          std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts, 0.0)});
+          {},
+          {},
+          {},
+          -1,
+          std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts,
+                              0.0)});
     }
   }
 
@@ -70,15 +75,16 @@ class CobaltPolicy final : public Policy {
 
   std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank) override {
-    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers, "policy {}: layer {} out of range [0, {})",
-                     name(), layer, config_.num_layers);
+    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
+                     "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
     LayerState& st = layers_[layer];
     {
       WallTimer timer(counters_.planner_wall_ms);
       // Stage 1 result from a background plan launched last step.
       if (st.pending.valid()) apply(st, st.pending.get());
-      const bool due = st.stats.num_updates() > 0 &&
-                       (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
+      const bool due =
+          st.stats.num_updates() > 0 &&
+          (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
       if (due) {
         st.last_plan_step = step;
         if (config_.async_planning) {
@@ -116,7 +122,7 @@ class CobaltPolicy final : public Policy {
   struct LayerState {
     RoutingStats stats;
     std::shared_ptr<const ExpertLayout> layout;
-    std::vector<double> slot_loads;  // replica EMA loads [G, S]
+    std::vector<double> slot_loads;    // replica EMA loads [G, S]
     std::vector<ExpertId> sample_ids;  // most recent batch (cobalt+), [T', K]
     std::vector<RankId> sample_src;
     std::future<PlannedLayout> pending;
@@ -128,7 +134,8 @@ class CobaltPolicy final : public Policy {
     const int num_experts = config_.num_experts, per_node = config_.topology.ranks_per_node();
     std::vector<double> counts(st.source_demand.size(), 0.0);
     for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-      double* row = counts.data() + static_cast<size_t>(batch.source_of(t) / per_node) * num_experts;
+      double* row =
+          counts.data() + static_cast<size_t>(batch.source_of(t) / per_node) * num_experts;
       for (ExpertId e : batch.experts_of(t)) row[e] += 1.0;
     }
     const bool first = st.stats.num_updates() <= 1;
@@ -155,8 +162,12 @@ class CobaltPolicy final : public Policy {
   PlanSnapshot snapshot(const LayerState& st) const {
     auto load = st.stats.expert_load();
     auto coact = st.stats.coactivation();
-    return PlanSnapshot{{load.begin(), load.end()}, {coact.begin(), coact.end()}, st.source_demand,
-                        st.layout, st.sample_ids, st.sample_src};
+    return PlanSnapshot{{load.begin(), load.end()},
+                        {coact.begin(), coact.end()},
+                        st.source_demand,
+                        st.layout,
+                        st.sample_ids,
+                        st.sample_src};
   }
 
   int64_t sampled_cost(const PlanSnapshot& snap, const ExpertLayout& layout) const {
@@ -169,8 +180,8 @@ class CobaltPolicy final : public Policy {
   }
 
   PlannedLayout plan_global(const PlanSnapshot& snap) const {
-    plan::GlobalPlanInput input{config_.topology, config_.num_experts, config_.slots_per_rank, config_.eps,
-                                snap.expert_load, snap.coactivation};
+    plan::GlobalPlanInput input{config_.topology, config_.num_experts, config_.slots_per_rank,
+                                config_.eps,      snap.expert_load,    snap.coactivation};
     if (variant_.source_weight > 0) {
       input.source_demand = snap.source_demand;
       input.source_weight = variant_.source_weight;

@@ -7,9 +7,12 @@ namespace cobalt::policy {
 
 class WallTimer {
  public:
-  explicit WallTimer(double& total_ms) : total_ms_(total_ms), start_(std::chrono::steady_clock::now()) {}
+  explicit WallTimer(double& total_ms)
+      : total_ms_(total_ms), start_(std::chrono::steady_clock::now()) {}
   ~WallTimer() {
-    total_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    total_ms_ +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
   }
 
  private:

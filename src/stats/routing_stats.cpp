@@ -22,8 +22,10 @@ void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
   num_threads = resolve_threads(num_threads);
   // Each chunk accumulates into its own matrices; chunk 0 writes straight into the outputs.
   const int num_chunks = static_cast<int>(std::clamp<int64_t>(num_tokens / 65536, 1, num_threads));
-  std::vector<std::vector<int64_t>> partial_loads(num_chunks - 1, std::vector<int64_t>(num_experts));
-  std::vector<std::vector<int64_t>> partial_coact(num_chunks - 1, std::vector<int64_t>(matrix_size));
+  std::vector<std::vector<int64_t>> partial_loads(num_chunks - 1,
+                                                  std::vector<int64_t>(num_experts));
+  std::vector<std::vector<int64_t>> partial_coact(num_chunks - 1,
+                                                  std::vector<int64_t>(matrix_size));
   std::fill(expert_counts.begin(), expert_counts.end(), 0);
   std::fill(coactivation.begin(), coactivation.end(), 0);
   const ExpertId* ids = batch.topk_ids().data();
@@ -56,17 +58,18 @@ void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
 
 RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
     : num_experts_(num_experts), decay_(decay), exact_(exact) {
-  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= 65536, "stats: number of experts {} out of range [1, 65536]",
-                   num_experts);
-  COBALT_CHECK_ARG(exact || (decay >= 0.0 && decay < 1.0), "stats: EMA decay {} out of range [0, 1)",
-                   decay);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= 65536,
+                   "stats: number of experts {} out of range [1, 65536]", num_experts);
+  COBALT_CHECK_ARG(exact || (decay >= 0.0 && decay < 1.0),
+                   "stats: EMA decay {} out of range [0, 1)", decay);
   expert_load_.assign(num_experts, 0.0);
   coactivation_.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
 }
 
 void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
-  COBALT_CHECK_ARG(batch.num_experts() == num_experts_, "stats: batch has {} experts, stats track {}",
-                   batch.num_experts(), num_experts_);
+  COBALT_CHECK_ARG(batch.num_experts() == num_experts_,
+                   "stats: batch has {} experts, stats track {}", batch.num_experts(),
+                   num_experts_);
   scratch_loads_.resize(num_experts_);
   scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
   count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
@@ -75,10 +78,10 @@ void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
 
 void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
                                  std::span<const int64_t> coactivation) {
-  COBALT_CHECK_ARG(expert_counts.size() == expert_load_.size() &&
-                       coactivation.size() == coactivation_.size(),
-                   "stats: counts sized {} and {}, need {} and {}", expert_counts.size(),
-                   coactivation.size(), expert_load_.size(), coactivation_.size());
+  COBALT_CHECK_ARG(
+      expert_counts.size() == expert_load_.size() && coactivation.size() == coactivation_.size(),
+      "stats: counts sized {} and {}, need {} and {}", expert_counts.size(), coactivation.size(),
+      expert_load_.size(), coactivation_.size());
   const bool first = num_updates_ == 0;
   const double keep = (exact_ || first) ? 1.0 : decay_;
   const double add = exact_ || first ? 1.0 : 1.0 - decay_;
@@ -96,7 +99,8 @@ double RoutingStats::ochiai(ExpertId i, ExpertId j) const {
   return denom > 0 ? coactivation(i, j) / denom : 0.0;
 }
 
-OchiaiSummary summarize_ochiai(std::span<const double> expert_load, std::span<const double> coactivation) {
+OchiaiSummary summarize_ochiai(std::span<const double> expert_load,
+                               std::span<const double> coactivation) {
   const size_t num_experts = expert_load.size();
   COBALT_CHECK_ARG(coactivation.size() == num_experts * num_experts,
                    "ochiai summary: co-activation has {} entries, need {}", coactivation.size(),
@@ -118,7 +122,8 @@ OchiaiSummary summarize_ochiai(std::span<const double> expert_load, std::span<co
     partner_sum += expert_load[i] * best;
     load_sum += expert_load[i];
   }
-  return {pair_sum > 0 ? weighted_sum / pair_sum : 0.0, load_sum > 0 ? partner_sum / load_sum : 0.0};
+  return {pair_sum > 0 ? weighted_sum / pair_sum : 0.0,
+          load_sum > 0 ? partner_sum / load_sum : 0.0};
 }
 
 namespace {
@@ -126,15 +131,17 @@ std::vector<int> hottest(std::span<const double> load, int count) {
   std::vector<int> idx(load.size());
   std::iota(idx.begin(), idx.end(), 0);
   count = std::min<int>(count, static_cast<int>(idx.size()));
-  std::partial_sort(idx.begin(), idx.begin() + count, idx.end(),
-                    [&](int a, int b) { return load[a] > load[b] || (load[a] == load[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + count, idx.end(), [&](int a, int b) {
+    return load[a] > load[b] || (load[a] == load[b] && a < b);
+  });
   idx.resize(count);
   std::sort(idx.begin(), idx.end());
   return idx;
 }
 }  // namespace
 
-double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load, int hot_count) {
+double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load,
+                     int hot_count) {
   COBALT_CHECK_ARG(prev_load.size() == next_load.size() && hot_count >= 1,
                    "hot-set churn: loads sized {} and {}, hot count {}", prev_load.size(),
                    next_load.size(), hot_count);
@@ -147,7 +154,8 @@ double hot_set_churn(std::span<const double> prev_load, std::span<const double> 
 
 ReplicaLoads::ReplicaLoads(int num_ranks, int slots_per_rank, double decay)
     : num_ranks_(num_ranks), slots_per_rank_(slots_per_rank), decay_(decay) {
-  COBALT_CHECK_ARG(decay >= 0 && decay < 1, "replica loads: EMA decay {} out of range [0, 1)", decay);
+  COBALT_CHECK_ARG(decay >= 0 && decay < 1, "replica loads: EMA decay {} out of range [0, 1)",
+                   decay);
   loads_.assign(static_cast<size_t>(num_ranks) * slots_per_rank, 0.0);
 }
 

@@ -1,10 +1,10 @@
 // Cobalt's communication-aware task assignment (paper §3.3, Algorithm 1; DESIGN.md §4).
 //
 // Per token t with source node s: experts with a replica on s run on s. For the rest, U_t, pick the
-// smallest set of remote nodes covering U_t (minimum set cover), run each e in U_t on a node of that set
-// holding it (uniform), then on a rank uniformly sampled from R_{e,n}. Every draw comes from the
-// counter-based RNG keyed by (seed, step, layer, token_offset + t, k), so any token subset, thread count
-// or device reproduces the same ranks.
+// smallest set of remote nodes covering U_t (minimum set cover), run each e in U_t on a node of
+// that set holding it (uniform), then on a rank uniformly sampled from R_{e,n}. Every draw comes
+// from the counter-based RNG keyed by (seed, step, layer, token_offset + t, k), so any token
+// subset, thread count or device reproduces the same ranks.
 #pragma once
 
 #include <cstdint>
@@ -33,13 +33,14 @@ struct AssignOptions {
   int num_threads = 1;
 };
 
-// Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree or the layout's E or G differ
-// from the batch's.
+// Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree or the layout's E or G
+// differ from the batch's.
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
 // Size of a minimum set of remote nodes covering the experts of `experts` not held on `src_node`
 // (exact, by the subset DP). For tests and analysis.
-int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node, const ExpertLayout& layout);
+int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
+                          const ExpertLayout& layout);
 
 }  // namespace cobalt::assign

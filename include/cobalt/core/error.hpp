@@ -1,5 +1,5 @@
-// Errors at the library boundary: an exception carrying a code and a one-line message that names the
-// offending value and, where there is one, the valid range.
+// Errors at the library boundary: an exception carrying a code and a one-line message that names
+// the offending value and, where there is one, the valid range.
 #pragma once
 
 #include <fmt/format.h>
@@ -12,7 +12,8 @@ namespace cobalt {
 
 enum class ErrorCode {
   kInvalidArgument,     // the caller passed something malformed or out of range
-  kFailedPrecondition,  // the inputs are well formed but the request cannot be met (e.g. budget too small)
+  kFailedPrecondition,  // the inputs are well formed but the request cannot be met (e.g. budget too
+                        // small)
   kInternal,            // a bug in Cobalt: an invariant that should hold did not
 };
 
@@ -35,11 +36,11 @@ template <typename... Args>
 }  // namespace cobalt
 
 // COBALT_CHECK(cond, code, "fmt", args...): throws cobalt::Error(code, message) when cond is false.
-#define COBALT_CHECK(cond, code, ...)                 \
-  do {                                                \
-    if (!(cond)) [[unlikely]] {                       \
+#define COBALT_CHECK(cond, code, ...)                         \
+  do {                                                        \
+    if (!(cond)) [[unlikely]] {                               \
       ::cobalt::fail(::cobalt::ErrorCode::code, __VA_ARGS__); \
-    }                                                 \
+    }                                                         \
   } while (0)
 
 // Shorthands for the two common cases.

@@ -69,7 +69,8 @@ class ExpertLayout {
            slots_per_rank_ == other.slots_per_rank_ && slots_ == other.slots_;
   }
 
-  std::string to_json() const;  // {"num_experts", "nodes", "ranks", "slots_per_rank", "slots": [[..]..]}
+  std::string to_json()
+      const;  // {"num_experts", "nodes", "ranks", "slots_per_rank", "slots": [[..]..]}
 
  private:
   Topology topology_;
@@ -83,8 +84,8 @@ class ExpertLayout {
   std::vector<uint8_t> holds_;            // [E * G]
 };
 
-// One replica a new layout needs that the old one did not have on that rank. The parameters come from
-// src_rank (a holder in the old layout, same node preferred, lowest rank on ties).
+// One replica a new layout needs that the old one did not have on that rank. The parameters come
+// from src_rank (a holder in the old layout, same node preferred, lowest rank on ties).
 struct ReplicaMove {
   ExpertId expert;
   RankId src_rank;

@@ -1,7 +1,7 @@
 // Deterministic data parallelism: split [0, n) into contiguous chunks, one per thread. Chunk
-// boundaries depend only on (n, num_chunks), so per-chunk partial results reduced in chunk order give
-// identical results for any thread count as long as the reduction is exact (integers) or the caller
-// fixes num_chunks independently of the thread count.
+// boundaries depend only on (n, num_chunks), so per-chunk partial results reduced in chunk order
+// give identical results for any thread count as long as the reduction is exact (integers) or the
+// caller fixes num_chunks independently of the thread count.
 #pragma once
 
 #include <algorithm>

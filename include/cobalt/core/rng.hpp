@@ -1,5 +1,5 @@
-// Counter-based randomness: every random choice is a pure function of (seed, step, layer, token, k),
-// so any subset of tokens, on any thread or device, reproduces the same draws.
+// Counter-based randomness: every random choice is a pure function of (seed, step, layer, token,
+// k), so any subset of tokens, on any thread or device, reproduces the same draws.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,8 @@ constexpr uint32_t uniform_below(uint64_t hash, uint32_t n) {
 // Uniform double in [0, 1) from a 64-bit hash.
 constexpr double uniform_unit(uint64_t hash) { return static_cast<double>(hash >> 11) * 0x1.0p-53; }
 
-// A small sequential generator for planners and synthetic workloads (xoshiro-free, SplitMix64 stream).
+// A small sequential generator for planners and synthetic workloads (xoshiro-free, SplitMix64
+// stream).
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}

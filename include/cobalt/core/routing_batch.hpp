@@ -12,14 +12,15 @@ namespace cobalt {
 class RoutingBatch {
  public:
   // topk_ids: [T, K] row-major; source_rank: [T], each in [0, num_ranks).
-  // Validates once: sizes agree, K >= 1, every id in [0, num_experts), ids distinct within a row, every
-  // source rank in range. Throws kInvalidArgument naming the first offending token.
+  // Validates once: sizes agree, K >= 1, every id in [0, num_experts), ids distinct within a row,
+  // every source rank in range. Throws kInvalidArgument naming the first offending token.
   RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank, int top_k,
                int num_experts, int num_ranks);
 
   // Same view without validation, for data that was validated on load (e.g. a Trace).
-  static RoutingBatch trusted(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank,
-                              int top_k, int num_experts, int num_ranks);
+  static RoutingBatch trusted(std::span<const ExpertId> topk_ids,
+                              std::span<const RankId> source_rank, int top_k, int num_experts,
+                              int num_ranks);
 
   TokenIdx num_tokens() const { return num_tokens_; }
   int top_k() const { return top_k_; }

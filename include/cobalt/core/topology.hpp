@@ -9,13 +9,14 @@
 namespace cobalt {
 
 struct LinkParams {
-  double nvlink_bytes_per_s = 900e9;      // per GPU, one way
+  double nvlink_bytes_per_s = 900e9;       // per GPU, one way
   double ib_bytes_per_s_per_node = 400e9;  // per node, one way (sum of the node's NICs)
 };
 
 class Topology {
  public:
-  // Throws kInvalidArgument unless num_nodes in [1, 64], num_ranks >= 1 and num_ranks % num_nodes == 0.
+  // Throws kInvalidArgument unless num_nodes in [1, 64], num_ranks >= 1 and num_ranks % num_nodes
+  // == 0.
   Topology(int num_nodes, int num_ranks, LinkParams links = {});
 
   // Parses "NxM" (N nodes, M ranks per node), e.g. "4x8".

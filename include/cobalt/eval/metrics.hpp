@@ -1,4 +1,5 @@
-// Metrics of DESIGN.md §3.3. These definitions are contracts: reports, dumps and tests all use them.
+// Metrics of DESIGN.md §3.3. These definitions are contracts: reports, dumps and tests all use
+// them.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ struct CrossNodeTransfers {
 };
 
 // exec_rank: [T, K] aligned with batch.topk_ids().
-CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
+                                        std::span<const RankId> exec_rank,
                                         const Topology& topology);
 
 // L_r = number of tasks executed on rank r: [G].
@@ -28,7 +30,8 @@ std::vector<int64_t> rank_loads(std::span<const RankId> exec_rank, int num_ranks
 // max_r L_r / mean_r L_r; 1.0 when there are no tasks.
 double imbalance(std::span<const int64_t> loads);
 
-// Expert-level MaxVio = max_e c_e / mean(c) - 1 over expert task counts c [E]; 0 when there are none.
+// Expert-level MaxVio = max_e c_e / mean(c) - 1 over expert task counts c [E]; 0 when there are
+// none.
 double max_violation(std::span<const int64_t> expert_counts);
 
 // Bytes of `token_copies` token copies of `hidden` elements of `bytes_per_element` each.

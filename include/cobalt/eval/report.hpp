@@ -12,7 +12,7 @@ struct Scenario {
   std::string workload;  // trace path or preset name
   std::string cluster;   // "NxM"
   int slots_per_rank = 0;
-  double rho = -1;       // when the budget was given as rho
+  double rho = -1;         // when the budget was given as rho
   int replica_slots = -1;  // when given as extra slots per rank
   double eps = 0.15;
   int steps_per_global_plan = 10;

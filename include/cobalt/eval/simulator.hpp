@@ -1,5 +1,5 @@
-// Trace-replay simulator: replays every step of a StepSource through each policy (same inputs for all)
-// and aggregates the metrics of DESIGN.md §3.3 over the measured steps [warmup_steps, S).
+// Trace-replay simulator: replays every step of a StepSource through each policy (same inputs for
+// all) and aggregates the metrics of DESIGN.md §3.3 over the measured steps [warmup_steps, S).
 #pragma once
 
 #include <functional>

@@ -1,13 +1,14 @@
-// Cobalt stage 1, fast backend: a multi-start heuristic for the node-level problem of node_plan.hpp,
-// followed by rank packing into an ExpertLayout.
+// Cobalt stage 1, fast backend: a multi-start heuristic for the node-level problem of
+// node_plan.hpp, followed by rank packing into an ExpertLayout.
 //
 // Each restart: (1) minimum replica counts r_e = max(1, ceil(w_e / rank_cap)); (2) an initial
-// partition — restart 0 from METIS k-way partitioning of the co-activation graph (vertex weights w_e and
-// 1, edge weights c_ij), the others from a seeded greedy that places experts hottest-first on the node
-// with the largest co-activation gain under node slot and load caps; (3) fill spare slots with the
-// replicas that add the most co-activation; (4) local search with move, swap and replace moves until no
-// move improves. Expected load of an expert is split evenly over its replicas (u_en = x_en w_e / x_e).
-// The best restart by the Eq. (3) objective wins (ties: lowest restart index). Deterministic for a seed.
+// partition — restart 0 from METIS k-way partitioning of the co-activation graph (vertex weights
+// w_e and 1, edge weights c_ij), the others from a seeded greedy that places experts hottest-first
+// on the node with the largest co-activation gain under node slot and load caps; (3) fill spare
+// slots with the replicas that add the most co-activation; (4) local search with move, swap and
+// replace moves until no move improves. Expected load of an expert is split evenly over its
+// replicas (u_en = x_en w_e / x_e). The best restart by the Eq. (3) objective wins (ties: lowest
+// restart index). Deterministic for a seed.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ namespace cobalt::plan {
 struct HeuristicOptions {
   int num_restarts = 4;
   uint64_t seed = 0;
-  bool use_metis = true;      // restart 0 starts from a METIS partition
+  bool use_metis = true;  // restart 0 starts from a METIS partition
   int max_local_search_passes = 50;
 };
 
@@ -33,17 +34,21 @@ struct HeuristicResult {
   std::vector<NodePlan> restart_plans;  // every restart's final plan (for true-objective selection)
 };
 
-// Throws kFailedPrecondition when no plan can satisfy the load cap (e.g. eps too small for the budget).
-HeuristicResult plan_global_heuristic(const GlobalPlanInput& input, const HeuristicOptions& options);
+// Throws kFailedPrecondition when no plan can satisfy the load cap (e.g. eps too small for the
+// budget).
+HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
+                                      const HeuristicOptions& options);
 
-// Rank packing: places each node's replicas on its ranks (greedy bin packing by expected load, no two
-// replicas of an expert on one rank, at most S per rank; falls back to a round-robin packing that always
-// fits). When `previous` is given, a replica stays on its previous rank when that rank is among the
-// least loaded candidates. Writes the expected load of each slot [G, S] to *slot_loads if non-null.
-ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan, const ExpertLayout* previous,
-                        std::vector<double>* slot_loads);
+// Rank packing: places each node's replicas on its ranks (greedy bin packing by expected load, no
+// two replicas of an expert on one rank, at most S per rank; falls back to a round-robin packing
+// that always fits). When `previous` is given, a replica stays on its previous rank when that rank
+// is among the least loaded candidates. Writes the expected load of each slot [G, S] to *slot_loads
+// if non-null.
+ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
+                        const ExpertLayout* previous, std::vector<double>* slot_loads);
 
-// Node-level view of a layout: replica counts per (expert, node) and loads split evenly over replicas.
+// Node-level view of a layout: replica counts per (expert, node) and loads split evenly over
+// replicas.
 NodePlan node_plan_of(const ExpertLayout& layout, std::span<const double> expert_load);
 
 }  // namespace cobalt::plan

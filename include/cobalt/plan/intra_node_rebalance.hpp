@@ -1,10 +1,10 @@
-// Cobalt stage 2: per-step intra-node rebalancing (paper §3.2). For each node, re-partition the node's
-// replicas over its ranks to minimise the maximum rank load, using replica-level EMA loads: greedy bin
-// packing (replicas sorted by load, descending; each on the least-loaded rank with a free slot and no
-// replica of that expert; ties prefer the replica's current rank, then the lowest rank). A node keeps its
-// current placement unless the packing lowers its maximum rank load by more than `min_gain` (relative),
-// so replicas stay put when moving them gains nothing. Only ranks within a node change: the set of
-// replicas per node is preserved.
+// Cobalt stage 2: per-step intra-node rebalancing (paper §3.2). For each node, re-partition the
+// node's replicas over its ranks to minimise the maximum rank load, using replica-level EMA loads:
+// greedy bin packing (replicas sorted by load, descending; each on the least-loaded rank with a
+// free slot and no replica of that expert; ties prefer the replica's current rank, then the lowest
+// rank). A node keeps its current placement unless the packing lowers its maximum rank load by more
+// than `min_gain` (relative), so replicas stay put when moving them gains nothing. Only ranks
+// within a node change: the set of replicas per node is preserved.
 #pragma once
 
 #include <span>

@@ -1,11 +1,13 @@
 // Node-level view of Cobalt's stage-1 problem (paper Eq. (3), DESIGN.md §4):
 //
 //   maximise   sum_n sum_{i<j} c_ij [i and j both have a replica on node n]
-//   subject to every expert has >= 1 replica; at most M replicas of an expert per node (no rank holds two);
+//   subject to every expert has >= 1 replica; at most M replicas of an expert per node (no rank
+//   holds two);
 //              node n holds at most M * S replicas (S slots on each of its M ranks);
 //              the expected load w_e of each expert splits over the nodes holding it (u_en >= 0,
-//              sum_n u_en = w_e, u_en = 0 where e is absent) with node load sum_e u_en <= M (1 + eps) W / G
-//              and no replica carrying more than one rank's cap (u_en <= x_en (1 + eps) W / G).
+//              sum_n u_en = w_e, u_en = 0 where e is absent) with node load sum_e u_en <= M (1 +
+//              eps) W / G and no replica carrying more than one rank's cap (u_en <= x_en (1 + eps)
+//              W / G).
 //
 // Ranks are chosen afterwards by packing each node's replicas (stage 2 / rank packing).
 #pragma once
@@ -23,16 +25,18 @@ struct GlobalPlanInput {
   Topology topology;
   int num_experts = 0;
   int slots_per_rank = 0;
-  double eps = 0.15;                    // load tolerance: rank cap (1 + eps) * W / G
-  std::span<const double> expert_load;  // w_e [E] (EMA task counts)
+  double eps = 0.15;                     // load tolerance: rank cap (1 + eps) * W / G
+  std::span<const double> expert_load;   // w_e [E] (EMA task counts)
   std::span<const double> coactivation;  // c_ij [E, E] symmetric (EMA tokens choosing both)
   // Optional source anchoring (cobalt+, not in the paper): d_ne [N, E] = tokens from node n's ranks
-  // choosing e. Each node is treated as a pseudo-expert fixed on itself, co-activated with e d_ne times,
-  // so the objective gains source_weight * d_ne for every (e, n) with e on n. Empty => Eq. (3) exactly.
+  // choosing e. Each node is treated as a pseudo-expert fixed on itself, co-activated with e d_ne
+  // times, so the objective gains source_weight * d_ne for every (e, n) with e on n. Empty => Eq.
+  // (3) exactly.
   std::span<const double> source_demand;
   double source_weight = 0.0;
 
-  // Throws cobalt::Error when sizes disagree, loads are negative, or the budget cannot hold E experts.
+  // Throws cobalt::Error when sizes disagree, loads are negative, or the budget cannot hold E
+  // experts.
   void validate() const;
   double total_load() const;
   double rank_load_cap() const;  // (1 + eps) * W / G
@@ -57,8 +61,8 @@ struct NodePlan {
   double u(int e, int n) const { return load_share[static_cast<size_t>(e) * num_nodes + n]; }
 };
 
-// Eq. (3) objective of a plan: sum over nodes of c_ij for pairs i < j both present on the node (plus
-// source_weight * d_ne for each present (e, n) when source_demand is given).
+// Eq. (3) objective of a plan: sum over nodes of c_ij for pairs i < j both present on the node
+// (plus source_weight * d_ne for each present (e, n) when source_demand is given).
 double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan);
 
 // Empty string when `plan` satisfies every constraint above (loads within a relative tolerance of

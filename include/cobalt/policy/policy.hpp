@@ -1,7 +1,8 @@
-// Policy: everything that decides the expert layout and the task assignment over a stream of steps —
-// one per system (static EP, Cobalt, the peers). The simulator and the runtime drive a policy the same
-// way: for each step in order, for each layer, call run() with that step's routing (after gating). A
-// policy may plan before gating from history (its statistics) and/or after gating from the batch itself.
+// Policy: everything that decides the expert layout and the task assignment over a stream of steps
+// — one per system (static EP, Cobalt, the peers). The simulator and the runtime drive a policy the
+// same way: for each step in order, for each layer, call run() with that step's routing (after
+// gating). A policy may plan before gating from history (its statistics) and/or after gating from
+// the batch itself.
 #pragma once
 
 #include <cstdint>
@@ -21,26 +22,26 @@ struct PolicyConfig {
   int num_experts = 0;
   int top_k = 0;
   int num_layers = 1;
-  int slots_per_rank = 0;         // S: replica slots per rank (see slots_for_rho / slots_for_extra)
-  double eps = 0.15;              // load tolerance of planners: (1 + eps) * mean
+  int slots_per_rank = 0;  // S: replica slots per rank (see slots_for_rho / slots_for_extra)
+  double eps = 0.15;       // load tolerance of planners: (1 + eps) * mean
   int steps_per_global_plan = 10;  // P: Cobalt's global re-layout period
-  double ema_decay = 0.9;         // history weight of the EMA statistics per step
+  double ema_decay = 0.9;          // history weight of the EMA statistics per step
   uint64_t seed = 0;
-  int num_threads = 1;            // results are identical for any value
-  bool async_planning = false;    // plan on a background thread; the layout applies one step later
+  int num_threads = 1;          // results are identical for any value
+  bool async_planning = false;  // plan on a background thread; the layout applies one step later
   int planner_restarts = 4;
-  double token_bytes = 14336;         // bytes of one token's hidden state (hidden * bytes_per_element)
+  double token_bytes = 14336;  // bytes of one token's hidden state (hidden * bytes_per_element)
   double expert_param_bytes = 4.2e7;  // bytes of one expert's parameters
 
   void validate() const;  // throws cobalt::Error naming the bad field and its valid range
 };
 
 struct PolicyCounters {
-  double planner_wall_ms = 0;       // wall time spent deciding layouts (all stages, all calls)
-  int64_t num_global_plans = 0;     // global re-layouts applied
-  int64_t intra_node_moves = 0;     // replica copies over NVLink
-  int64_t cross_node_moves = 0;     // replica copies across nodes
-  int64_t max_solver_calls = 0;     // per-batch solver calls (per-microbatch policies)
+  double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls)
+  int64_t num_global_plans = 0;  // global re-layouts applied
+  int64_t intra_node_moves = 0;  // replica copies over NVLink
+  int64_t cross_node_moves = 0;  // replica copies across nodes
+  int64_t max_solver_calls = 0;  // per-batch solver calls (per-microbatch policies)
 };
 
 class Policy {
@@ -50,9 +51,10 @@ class Policy {
   // Token-level policies need per-token expert ids; load-based ones also run on load-only traces.
   virtual bool needs_token_ids() const { return true; }
 
-  // Decides (step, layer): returns the layout in force and writes exec_rank [T, K]. Steps must arrive in
-  // non-decreasing order per layer.
-  virtual std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+  // Decides (step, layer): returns the layout in force and writes exec_rank [T, K]. Steps must
+  // arrive in non-decreasing order per layer.
+  virtual std::shared_ptr<const ExpertLayout> run(int64_t step, int layer,
+                                                  const RoutingBatch& batch,
                                                   std::span<RankId> exec_rank) = 0;
 
   const PolicyCounters& counters() const { return counters_; }

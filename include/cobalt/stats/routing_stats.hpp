@@ -1,9 +1,10 @@
 // RoutingStats: running statistics of routing decisions for one MoE layer —
 //   w_e   expert task counts                  [E]
 //   c_ij  tokens selecting both i and j        [E, E] symmetric, zero diagonal
-// either as an exponential moving average over updates (ema = decay * ema + (1 - decay) * batch; the
-// first update initialises ema = batch so early estimates are not biased towards zero) or as exact
-// sums (for tests and offline analysis). Memory is O(E^2), independent of the tokens per update.
+// either as an exponential moving average over updates (ema = decay * ema + (1 - decay) * batch;
+// the first update initialises ema = batch so early estimates are not biased towards zero) or as
+// exact sums (for tests and offline analysis). Memory is O(E^2), independent of the tokens per
+// update.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +35,7 @@ class RoutingStats {
   int64_t num_updates() const { return num_updates_; }
   double decay() const { return decay_; }
   bool exact() const { return exact_; }
-  std::span<const double> expert_load() const { return expert_load_; }  // [E]
+  std::span<const double> expert_load() const { return expert_load_; }    // [E]
   std::span<const double> coactivation() const { return coactivation_; }  // [E, E]
   double coactivation(ExpertId i, ExpertId j) const {
     return coactivation_[static_cast<size_t>(i) * num_experts_ + j];
@@ -58,13 +59,16 @@ struct OchiaiSummary {
   double count_weighted = 0;  // sum_{i<j} c_ij Ochiai(i,j) / sum_{i<j} c_ij
   double top_partner = 0;     // sum_i w_i max_j Ochiai(i,j) / sum_i w_i
 };
-OchiaiSummary summarize_ochiai(std::span<const double> expert_load, std::span<const double> coactivation);
+OchiaiSummary summarize_ochiai(std::span<const double> expert_load,
+                               std::span<const double> coactivation);
 
 // Fraction of the `hot_count` most loaded experts of `prev` that are not among those of `next`
 // (TopoEP's hot-set churn). Ties broken by lower expert id.
-double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load, int hot_count);
+double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load,
+                     int hot_count);
 
-// EMA loads of replicas, keyed by (rank, slot) of the layout in force. Stage 2 of Cobalt reads these.
+// EMA loads of replicas, keyed by (rank, slot) of the layout in force. Stage 2 of Cobalt reads
+// these.
 class ReplicaLoads {
  public:
   ReplicaLoads(int num_ranks, int slots_per_rank, double decay);
@@ -81,8 +85,8 @@ class ReplicaLoads {
   std::vector<double> loads_;
 };
 
-// Task counts per replica slot [G, S] of an assignment on a layout: task (t, e) on rank r counts for
-// the slot of r holding e.
+// Task counts per replica slot [G, S] of an assignment on a layout: task (t, e) on rank r counts
+// for the slot of r holding e.
 std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
                                          std::span<const RankId> exec_rank);
 

@@ -68,9 +68,9 @@ TEST_P(NodeCoverProperty, BothSearchesReachTheBruteForceMinimum) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, NodeCoverProperty,
-                         ::testing::Values(Case{2, 2, 8, 2, 3}, Case{4, 2, 16, 4, 3}, Case{4, 8, 64, 8, 3},
-                                           Case{6, 2, 24, 6, 2}, Case{8, 1, 32, 8, 6},
-                                           Case{10, 2, 40, 8, 3}));
+                         ::testing::Values(Case{2, 2, 8, 2, 3}, Case{4, 2, 16, 4, 3},
+                                           Case{4, 8, 64, 8, 3}, Case{6, 2, 24, 6, 2},
+                                           Case{8, 1, 32, 8, 6}, Case{10, 2, 40, 8, 3}));
 
 TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
   Topology topo(4, 16);
@@ -102,10 +102,12 @@ TEST(NodeCover, ScalesToSixtyFourNodes) {
   validate_assignment(batch, layout, exec);
   int64_t expected = 0;
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    expected += min_remote_cover_size(batch.experts_of(t), topo.node_of(batch.source_of(t)), layout);
+    expected +=
+        min_remote_cover_size(batch.experts_of(t), topo.node_of(batch.source_of(t)), layout);
   }
   EXPECT_EQ(eval::cross_node_transfers(batch, exec, topo).dedup, expected);
-  EXPECT_THROW(assign_node_cover(batch, layout, {}, {CoverSearch::kMaskEnumeration, 1}, exec), Error);
+  EXPECT_THROW(assign_node_cover(batch, layout, {}, {CoverSearch::kMaskEnumeration, 1}, exec),
+               Error);
 }
 
 TEST(NodeCover, UniformWithinNode) {

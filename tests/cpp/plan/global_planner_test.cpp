@@ -28,8 +28,9 @@ Instance random_instance(uint64_t seed, int num_experts, double skew) {
   return inst;
 }
 
-// Exhaustive optimum over node plans where every expert has exactly 1..M replicas per node, using the
-// same even-split loads as the heuristic (a restriction of the MILP's load model), small instances only.
+// Exhaustive optimum over node plans where every expert has exactly 1..M replicas per node, using
+// the same even-split loads as the heuristic (a restriction of the MILP's load model), small
+// instances only.
 double brute_force(const GlobalPlanInput& in) {
   const int num_experts = in.num_experts, num_nodes = in.topology.num_nodes();
   const int per_node = in.topology.ranks_per_node();
@@ -42,7 +43,8 @@ double brute_force(const GlobalPlanInput& in) {
         for (int n = 0; n < num_nodes; ++n) total += plan.x(x, n);
         for (int n = 0; n < num_nodes; ++n) plan.u(x, n) = plan.x(x, n) * in.expert_load[x] / total;
       }
-      if (check_node_plan(in, plan).empty()) best = std::max(best, coactivation_objective(in, plan));
+      if (check_node_plan(in, plan).empty())
+        best = std::max(best, coactivation_objective(in, plan));
       return;
     }
     const int combos = static_cast<int>(std::pow(per_node + 1, num_nodes));
@@ -76,8 +78,8 @@ TEST(GlobalPlanner, ValidPlansAndNearBruteForceOptimumOnTinyInstances) {
     sum_heuristic += result.objective;
     sum_optimum += opt;
   }
-  // The heuristic is not exact. Measured on these toys: 6 of 8 optimal, worst 0.5 (objective 1 vs 2),
-  // 96% of the summed optimum. Guard against regressions of that quality.
+  // The heuristic is not exact. Measured on these toys: 6 of 8 optimal, worst 0.5 (objective 1 vs
+  // 2), 96% of the summed optimum. Guard against regressions of that quality.
   EXPECT_GE(sum_heuristic, 0.95 * sum_optimum);
   EXPECT_GE(worst_ratio, 0.5);
 }
@@ -94,7 +96,8 @@ TEST(GlobalPlanner, DeterministicAndPacksIntoValidLayouts) {
   ExpertLayout layout = pack_ranks(in, a.plan, nullptr, &slot_loads);
   // The layout realises the node plan exactly.
   for (int e = 0; e < 64; ++e) {
-    for (int n = 0; n < 4; ++n) EXPECT_EQ(static_cast<int>(layout.ranks_of(e, n).size()), a.plan.x(e, n));
+    for (int n = 0; n < 4; ++n)
+      EXPECT_EQ(static_cast<int>(layout.ranks_of(e, n).size()), a.plan.x(e, n));
   }
   double total = 0;
   for (double v : slot_loads) total += v;
@@ -136,8 +139,8 @@ namespace cobalt::plan {
 namespace {
 
 TEST(GlobalPlanner, RelaxesTheLoadCapWhenSlotsCannotHoldTheReplicasItAsksFor) {
-  // 8 experts, 2x2 ranks x 2 slots = 8 slots: one slot each, although expert 0 carries 90% of the load
-  // and would need several replicas to stay under the cap.
+  // 8 experts, 2x2 ranks x 2 slots = 8 slots: one slot each, although expert 0 carries 90% of the
+  // load and would need several replicas to stay under the cap.
   std::vector<double> w = {900, 20, 20, 20, 10, 10, 10, 10};
   std::vector<double> c(64, 1.0);
   for (int i = 0; i < 8; ++i) c[i * 8 + i] = 0;

@@ -1,4 +1,5 @@
-// The shared policy suite: every registered policy must pass these invariants on random and real traces.
+// The shared policy suite: every registered policy must pass these invariants on random and real
+// traces.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,7 +16,7 @@ namespace cobalt::policy {
 namespace {
 
 struct Run {
-  std::vector<std::vector<RankId>> exec;   // per (step, layer)
+  std::vector<std::vector<RankId>> exec;     // per (step, layer)
   std::vector<std::vector<ExpertId>> slots;  // layout in force per (step, layer)
 };
 
@@ -33,10 +34,12 @@ Run replay(const std::string& name, const PolicyConfig& config, const eval::Step
       EXPECT_EQ(layout->slots_per_rank(), config.slots_per_rank) << name;
       EXPECT_EQ(layout->num_experts(), config.num_experts);
       // Every task on a rank holding its expert (throws otherwise).
-      EXPECT_NO_THROW(validate_assignment(batch, *layout, exec)) << name << " step " << s << " layer " << l;
+      EXPECT_NO_THROW(validate_assignment(batch, *layout, exec))
+          << name << " step " << s << " layer " << l;
       // Slots respected and no duplicates: re-validate the layout from its raw slots.
-      EXPECT_NO_THROW(ExpertLayout(layout->topology(), layout->num_experts(), layout->slots_per_rank(),
-                                   std::vector<ExpertId>(layout->slots().begin(), layout->slots().end())));
+      EXPECT_NO_THROW(
+          ExpertLayout(layout->topology(), layout->num_experts(), layout->slots_per_rank(),
+                       std::vector<ExpertId>(layout->slots().begin(), layout->slots().end())));
       // Loads add up to T * K.
       auto loads = eval::rank_loads(exec, config.topology.num_ranks());
       int64_t total = 0;
@@ -49,8 +52,8 @@ Run replay(const std::string& name, const PolicyConfig& config, const eval::Step
   return run;
 }
 
-io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts, int top_k,
-                           int sources) {
+io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts,
+                           int top_k, int sources) {
   io::TraceData data;
   data.num_experts = experts;
   data.top_k = top_k;
@@ -105,7 +108,8 @@ TEST_P(PolicySuite, InvariantsOnFourNodes) {
 TEST_P(PolicySuite, InvariantsOnRealTraces) {
   const std::filesystem::path dir = std::filesystem::path(COBALT_SHARED_DIR) / "data" / "traces";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "no shared traces at " << dir;
-  for (const char* file : {"qwen15-moe-a2.7b_gsm8k_5layers.safetensors", "olmoe-1b-7b_layer0.safetensors"}) {
+  for (const char* file :
+       {"qwen15-moe-a2.7b_gsm8k_5layers.safetensors", "olmoe-1b-7b_layer0.safetensors"}) {
     io::TraceReader reader((dir / file).string());
     auto source = eval::make_step_source(reader);
     replay(GetParam(), config_for(*source, Topology(2, 8), 1), *source);
@@ -146,7 +150,8 @@ TEST(PolicyRegistry, UnknownNameListsValidOnes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("valid: static"), std::string::npos) << e.what();
   }
-  config.slots_per_rank = 1;  // 8 ranks x 1 slot = 8 >= 8 experts is fine; 7 experts... make it too small:
+  config.slots_per_rank =
+      1;  // 8 ranks x 1 slot = 8 >= 8 experts is fine; 7 experts... make it too small:
   config.num_experts = 9;
   EXPECT_THROW(make_policy("static", config), Error);
 }

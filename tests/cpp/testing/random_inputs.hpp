@@ -12,7 +12,7 @@
 namespace cobalt::testing {
 
 struct OwnedBatch {
-  std::vector<ExpertId> topk_ids;  // [T, K]
+  std::vector<ExpertId> topk_ids;   // [T, K]
   std::vector<RankId> source_rank;  // [T]
   int top_k = 0;
   int num_experts = 0;
@@ -46,8 +46,8 @@ inline OwnedBatch random_batch(uint64_t seed, int64_t num_tokens, int top_k, int
 }
 
 // A valid layout: every expert once at a random rank with free slots, then random extra replicas.
-inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_experts, int slots_per_rank,
-                                  double fill = 0.7) {
+inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_experts,
+                                  int slots_per_rank, double fill = 0.7) {
   SplitMix64 rng(seed);
   const int num_ranks = topo.num_ranks();
   std::vector<std::vector<ExpertId>> lists(num_ranks);
@@ -66,8 +66,10 @@ inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_e
   for (RankId r = 0; r < num_ranks; ++r) {
     while (static_cast<int>(lists[r].size()) < slots_per_rank && rng.unit() < fill) {
       const ExpertId e = static_cast<ExpertId>(rng.below(num_experts));
-      if (std::find(lists[r].begin(), lists[r].end(), e) == lists[r].end()) lists[r].push_back(e);
-      else break;
+      if (std::find(lists[r].begin(), lists[r].end(), e) == lists[r].end())
+        lists[r].push_back(e);
+      else
+        break;
     }
   }
   return ExpertLayout::from_rank_lists(topo, num_experts, slots_per_rank, lists);
