@@ -1,0 +1,117 @@
+// Google Benchmark suite for the per-step hot paths. Ratios that matter are read within one run, e.g.
+// BM_Assign_NodeCover bytes/s against BM_Memcpy_SameBytes (the memory-copy bound for ids in, ranks out).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cobalt/assign/node_cover.hpp"
+#include "cobalt/core/rng.hpp"
+#include "cobalt/plan/global_planner.hpp"
+#include "cobalt/stats/routing_stats.hpp"
+
+namespace cobalt {
+namespace {
+
+struct Workload {
+  std::vector<ExpertId> ids;
+  std::vector<RankId> src;
+};
+
+// Skewed routing with K distinct experts per token; sources spread over the ranks.
+Workload make_workload(int64_t num_tokens, int top_k, int num_experts, int num_ranks) {
+  SplitMix64 rng(7);
+  Workload w;
+  w.ids.resize(num_tokens * top_k);
+  w.src.resize(num_tokens);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    ExpertId* row = w.ids.data() + t * top_k;
+    for (int k = 0; k < top_k;) {
+      const ExpertId e = static_cast<ExpertId>(rng.unit() * rng.unit() * num_experts);
+      bool seen = false;
+      for (int j = 0; j < k; ++j) seen = seen || row[j] == e;
+      if (!seen) row[k++] = e;
+    }
+    w.src[t] = static_cast<RankId>(t * num_ranks / num_tokens);
+  }
+  return w;
+}
+
+ExpertLayout make_layout(const Topology& topo, int num_experts, int slots) {
+  std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
+  SplitMix64 rng(3);
+  for (ExpertId e = 0; e < num_experts; ++e) lists[e % topo.num_ranks()].push_back(e);
+  for (auto& l : lists) {
+    while (static_cast<int>(l.size()) < slots) {
+      const ExpertId e = static_cast<ExpertId>(rng.below(num_experts));
+      if (std::find(l.begin(), l.end(), e) == l.end()) l.push_back(e);
+    }
+  }
+  return ExpertLayout::from_rank_lists(topo, num_experts, slots, lists);
+}
+
+void BM_Assign_NodeCover(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int top_k = static_cast<int>(state.range(1)), num_nodes = static_cast<int>(state.range(2));
+  const Topology topo(num_nodes, num_nodes * 8);
+  const int num_experts = 256;
+  auto w = make_workload(num_tokens, top_k, num_experts, topo.num_ranks());
+  auto layout = make_layout(topo, num_experts, num_experts * 3 / 2 / topo.num_ranks());
+  auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
+  std::vector<RankId> exec(batch.num_tasks());
+  for (auto _ : state) {
+    assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {assign::CoverSearch::kAuto, 1}, exec);
+    benchmark::DoNotOptimize(exec.data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+  state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
+}
+BENCHMARK(BM_Assign_NodeCover)->Args({1 << 20, 8, 4})->Args({1 << 20, 8, 2})->Args({1 << 18, 8, 16})->Unit(benchmark::kMillisecond);
+
+// The memory-copy bound for the same bytes: read ids + sources, write ranks.
+void BM_Memcpy_SameBytes(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int top_k = static_cast<int>(state.range(1));
+  std::vector<int32_t> in(num_tokens * (top_k + 1), 1), out(num_tokens * top_k);
+  for (auto _ : state) {
+    std::memcpy(out.data(), in.data(), out.size() * sizeof(int32_t));
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+  state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
+}
+BENCHMARK(BM_Memcpy_SameBytes)->Args({1 << 20, 8})->Unit(benchmark::kMillisecond);
+
+void BM_Stats_CountRouting(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int num_experts = static_cast<int>(state.range(1));
+  auto w = make_workload(num_tokens, 8, num_experts, 32);
+  auto batch = RoutingBatch::trusted(w.ids, w.src, 8, num_experts, 32);
+  std::vector<int64_t> loads(num_experts), coact(static_cast<size_t>(num_experts) * num_experts);
+  for (auto _ : state) {
+    count_routing(batch, loads, coact, 1);
+    benchmark::DoNotOptimize(coact.data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+}
+BENCHMARK(BM_Stats_CountRouting)->Args({1 << 20, 128})->Args({1 << 20, 1024})->Unit(benchmark::kMillisecond);
+
+void BM_GlobalPlan_Heuristic(benchmark::State& state) {
+  const int num_experts = static_cast<int>(state.range(0)), num_nodes = static_cast<int>(state.range(1));
+  const Topology topo(num_nodes, num_nodes * 8);
+  auto w = make_workload(1 << 16, 8, num_experts, topo.num_ranks());
+  RoutingStats stats = RoutingStats::exact_counts(num_experts);
+  stats.update(RoutingBatch::trusted(w.ids, w.src, 8, num_experts, topo.num_ranks()));
+  plan::GlobalPlanInput input{topo, num_experts, slots_for_rho(num_experts, topo.num_ranks(), 0.5), 0.15,
+                              stats.expert_load(), stats.coactivation()};
+  for (auto _ : state) {
+    auto result = plan::plan_global_heuristic(input, {1, 0, true, 50});
+    benchmark::DoNotOptimize(result.objective);
+  }
+}
+BENCHMARK(BM_GlobalPlan_Heuristic)->Args({64, 2})->Args({256, 8})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace cobalt
