@@ -16,6 +16,7 @@
 #include "cobalt/workload/presets.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
+#include "workload_input.hpp"
 
 namespace cobalt::cli {
 namespace {
@@ -35,41 +36,26 @@ double elapsed_ms(std::chrono::steady_clock::time_point start) {
 }
 
 void run_plan(const PlanArgs& args) {
-  if (args.trace_path.empty() == args.preset.empty())
-    throw UsageError("give exactly one of --trace FILE or --preset NAME");
   if (args.backend != "heuristic" && args.backend != "milp" && args.backend != "both") {
     throw UsageError(
         fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
   }
-  std::unique_ptr<io::TraceReader> reader;
-  io::TraceData data;
-  std::unique_ptr<eval::StepSource> source;
-  if (!args.trace_path.empty()) {
-    reader = std::make_unique<io::TraceReader>(args.trace_path);
-    source = eval::make_step_source(*reader);
-  } else {
-    workload::PresetOverrides overrides;
-    overrides.num_steps = args.steps;
-    overrides.tokens_per_step = args.tokens_per_step;
-    overrides.seed = args.seed;
-    workload::WorkloadSpec spec;
-    try {
-      spec = workload::workload_preset(args.preset, overrides);
-    } catch (const Error& e) {
-      throw UsageError(e.what());
-    }
-    if (args.experts) {
-      // A smaller instance of the same workload family (e.g. one CBC can prove optimal).
-      spec.num_experts = *args.experts;
-      spec.top_k = std::min(spec.top_k, std::max(1, *args.experts / 2));
-      spec.group_size = std::min(spec.group_size, *args.experts);
-      spec.hot_count = std::min(spec.hot_count, *args.experts - 1);
-      const int num_groups = (spec.num_experts + spec.group_size - 1) / spec.group_size;
-      spec.num_domains = std::min(spec.num_domains, num_groups);
-    }
-    data = workload::generate_trace(spec);
-    source = eval::make_step_source(data);
-  }
+  workload::PresetOverrides overrides;
+  overrides.num_steps = args.steps;
+  overrides.tokens_per_step = args.tokens_per_step;
+  overrides.seed = args.seed;
+  WorkloadInput workload_input = load_workload(
+      args.trace_path, args.preset, overrides, "plan", [&](workload::WorkloadSpec& spec) {
+        if (!args.experts) return;
+        // A smaller instance of the same workload family (e.g. one CBC can prove optimal).
+        spec.num_experts = *args.experts;
+        spec.top_k = std::min(spec.top_k, std::max(1, *args.experts / 2));
+        spec.group_size = std::min(spec.group_size, *args.experts);
+        spec.hot_count = std::min(spec.hot_count, *args.experts - 1);
+        const int num_groups = (spec.num_experts + spec.group_size - 1) / spec.group_size;
+        spec.num_domains = std::min(spec.num_domains, num_groups);
+      });
+  const auto& source = workload_input.source;
   COBALT_CHECK_ARG(args.layer >= 0 && args.layer < source->num_layers(),
                    "layer {} out of range [0, {})", args.layer, source->num_layers());
   const Topology topology = Topology::parse(args.cluster);

@@ -13,6 +13,7 @@
 #include "cobalt/workload/presets.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
+#include "workload_input.hpp"
 
 namespace cobalt::cli {
 namespace {
@@ -36,29 +37,13 @@ void write_file(const std::string& path, const std::string& text) {
 }
 
 void run_simulate(const SimulateArgs& args) {
-  if (args.trace_path.empty() == args.preset.empty())
-    throw UsageError("give exactly one of --trace FILE or --preset NAME");
-  std::unique_ptr<io::TraceReader> reader;
-  io::TraceData data;
-  std::unique_ptr<eval::StepSource> source;
-  if (!args.trace_path.empty()) {
-    reader = std::make_unique<io::TraceReader>(args.trace_path);
-    source = eval::make_step_source(*reader);
-  } else {
-    workload::PresetOverrides overrides;
-    overrides.num_steps = args.steps;
-    overrides.tokens_per_step = args.tokens_per_step;
-    overrides.num_layers = args.layers;
-    overrides.seed = args.seed;
-    workload::WorkloadSpec spec;
-    try {
-      spec = workload::workload_preset(args.preset, overrides);
-    } catch (const Error& e) {
-      throw UsageError(e.what());
-    }
-    data = workload::generate_trace(spec);
-    source = eval::make_step_source(data);
-  }
+  workload::PresetOverrides overrides;
+  overrides.num_steps = args.steps;
+  overrides.tokens_per_step = args.tokens_per_step;
+  overrides.num_layers = args.layers;
+  overrides.seed = args.seed;
+  WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "simulate");
+  const auto& source = input.source;
   Topology topology = Topology::parse(args.cluster);
   policy::PolicyConfig config;
   config.topology = topology;

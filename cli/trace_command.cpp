@@ -11,6 +11,7 @@
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
+#include "workload_input.hpp"
 
 namespace cobalt::cli {
 
@@ -60,13 +61,7 @@ void run_gen(const GenArgs& args) {
   overrides.num_layers = args.num_layers;
   overrides.num_sources = args.num_sources;
   overrides.seed = args.seed;
-  workload::WorkloadSpec spec;
-  try {
-    spec = workload::workload_preset(args.preset, overrides);
-  } catch (const Error& e) {
-    // An unknown preset or an out-of-range override came from the command line: a usage error.
-    throw UsageError(fmt::format("trace gen: {}", e.what()));
-  }
+  workload::WorkloadSpec spec = preset_spec(args.preset, overrides, "trace gen");
   Progress progress("generating " + spec.name,
                     static_cast<int64_t>(spec.num_layers) * spec.num_steps);
   workload::GenerateOptions options;

@@ -1,0 +1,34 @@
+// Shared by the commands that replay routing: resolve `--trace FILE | --preset NAME` into a
+// StepSource.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cobalt/eval/step_source.hpp"
+#include "cobalt/io/trace.hpp"
+#include "cobalt/workload/presets.hpp"
+#include "cobalt/workload/spec.hpp"
+
+namespace cobalt::cli {
+
+// Owns whichever backing store the source views (a mapped file or generated data).
+struct WorkloadInput {
+  std::unique_ptr<io::TraceReader> reader;
+  std::unique_ptr<io::TraceData> data;
+  std::unique_ptr<eval::StepSource> source;
+};
+
+// A preset spec from the command line: unknown names and bad overrides are usage errors (exit 2).
+workload::WorkloadSpec preset_spec(const std::string& name,
+                                   const workload::PresetOverrides& overrides,
+                                   const std::string& command);
+
+// Exactly one of trace_path / preset must be non-empty (UsageError otherwise). `adjust` may edit
+// the preset's spec before generation (e.g. a smaller instance).
+WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
+                            const workload::PresetOverrides& overrides, const std::string& command,
+                            const std::function<void(workload::WorkloadSpec&)>& adjust = {});
+
+}  // namespace cobalt::cli
