@@ -24,7 +24,7 @@ namespace {
 struct PlanArgs {
   std::string trace_path, preset, cluster = "2x4", backend = "heuristic", out_path;
   double rho = 0.5, eps = 0.15, time_limit_s = 60;
-  int layer = 0, restarts = 4;
+  int layer = 0, restarts = 16;
   std::optional<int> steps, experts;
   std::optional<int64_t> tokens_per_step;
   uint64_t seed = 0;
