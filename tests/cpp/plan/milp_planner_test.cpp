@@ -262,7 +262,7 @@ TEST(MilpPlanner, PlanPassesCheckWithReplicatedHotExperts) {
   EXPECT_EQ(result.objective, coactivation_objective(in, result.plan));
 }
 
-TEST(MilpPlanner, HonoursWarmStartAndKeepsItsNodeLabels) {
+TEST(MilpPlanner, HonoursWarmStartWithExpertZeroOffNodeZero) {
   const Instance inst = topic_instance(31, 24, 2, 4, 4, 4, 4000, 4, 0.7);
   const GlobalPlanInput in = inst.input();
   NodePlan warm = greedy_plan(in);
@@ -285,6 +285,28 @@ TEST(MilpPlanner, HonoursWarmStartAndKeepsItsNodeLabels) {
   EXPECT_GE(result.objective, warm_objective - 1e-9 * warm_objective);
   EXPECT_GE(result.bound, result.objective);
   EXPECT_LT(result.seconds, options.time_limit_s * 1.5 + 5);
+}
+
+TEST(MilpPlanner, OptimalWarmStartComesBackUnchanged) {
+  const Instance inst = random_instance(35, 6, 2, 1, 3, 0.5, 1.0);
+  const GlobalPlanInput in = inst.input();
+  MilpOptions options;
+  options.time_limit_s = 20;
+  const MilpResult first = solve_global_milp(in, options);
+  ASSERT_EQ(first.status, "optimal");
+  // Relabel the nodes of the optimum (expert 0 then sits on node 1 unless it is on both).
+  NodePlan warm = first.plan;
+  for (int e = 0; e < in.num_experts; ++e) {
+    std::swap(warm.x(e, 0), warm.x(e, 1));
+    std::swap(warm.u(e, 0), warm.u(e, 1));
+  }
+  options.warm_start = &warm;
+  const MilpResult second = solve_global_milp(in, options);
+  EXPECT_EQ(second.status, "optimal");
+  EXPECT_TRUE(second.optimal);
+  EXPECT_EQ(second.plan.replicas, warm.replicas);
+  EXPECT_EQ(second.plan.load_share, warm.load_share);
+  EXPECT_DOUBLE_EQ(second.objective, first.objective);
 }
 
 TEST(MilpPlanner, WatchdogReturnsWarmStart) {
