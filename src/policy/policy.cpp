@@ -25,6 +25,12 @@ void PolicyConfig::validate() const {
                    planner_restarts);
 }
 
+std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t, int, std::span<const int64_t>,
+                                                     std::span<int64_t>) {
+  fail(ErrorCode::kFailedPrecondition,
+       "policy '{}' needs per-token expert ids (topk_ids); this trace is load-only (counts)", name());
+}
+
 std::vector<std::string> policy_names() {
   std::vector<std::string> names;
   for (const auto& entry : registry()) names.push_back(entry.name);

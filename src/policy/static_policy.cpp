@@ -1,5 +1,7 @@
 // Static EP: expert e on rank floor(e * G / E), one replica, never changes. Tokens travel once per
 // destination node (DeepEP-style node dedup; the metric reports the no-dedup count too).
+#include <algorithm>
+
 #include "cobalt/assign/node_cover.hpp"
 #include "policy_registry.hpp"
 
@@ -21,6 +23,18 @@ class StaticPolicy final : public Policy {
     // One replica per expert: every task runs on the expert's only rank.
     auto ids = batch.topk_ids();
     for (size_t i = 0; i < ids.size(); ++i) exec_rank[i] = layout_->ranks_of(ids[i])[0];
+    return layout_;
+  }
+
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int, std::span<const int64_t> counts,
+                                                std::span<int64_t> rank_loads) override {
+    const int num_experts = config_.num_experts, num_ranks = config_.topology.num_ranks();
+    std::fill(rank_loads.begin(), rank_loads.end(), 0);
+    for (RankId src = 0; src < num_ranks; ++src) {
+      for (ExpertId e = 0; e < num_experts; ++e) {
+        rank_loads[layout_->ranks_of(e)[0]] += counts[static_cast<size_t>(src) * num_experts + e];
+      }
+    }
     return layout_;
   }
 

@@ -57,6 +57,14 @@ class Policy {
                                                   const RoutingBatch& batch,
                                                   std::span<RankId> exec_rank) = 0;
 
+  // Load-only replay (traces with a `counts` tensor, no per-token ids). counts: [G, E] tasks from rank r
+  // choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes the tasks
+  // each rank executes, rank_loads [G], and returns the layout in force. Token-level policies cannot
+  // run here: the default throws kFailedPrecondition naming the policy.
+  virtual std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
+                                                        std::span<const int64_t> counts,
+                                                        std::span<int64_t> rank_loads);
+
   const PolicyCounters& counters() const { return counters_; }
 
  protected:
