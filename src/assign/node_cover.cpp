@@ -62,6 +62,29 @@ uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cove
   for (int i = 0; i < num_sets; ++i) {
     if (sets[i] == full) return uint64_t{1} << set_node[i];
   }
+  // Few candidate sets (the usual case): iterative deepening over combinations in lexicographic order;
+  // the first combination whose union is `full` is a minimum cover.
+  if (num_sets <= 12) {
+    std::array<int, kMaxNodes> pick{};
+    for (int size = 2; size <= num_sets; ++size) {
+      for (int i = 0; i < size; ++i) pick[i] = i;
+      for (;;) {
+        uint32_t covered = 0;
+        for (int i = 0; i < size; ++i) covered |= sets[pick[i]];
+        if (covered == full) {
+          uint64_t nodes = 0;
+          for (int i = 0; i < size; ++i) nodes |= uint64_t{1} << set_node[pick[i]];
+          return nodes;
+        }
+        int pos = size - 1;
+        while (pos >= 0 && pick[pos] == num_sets - size + pos) --pos;
+        if (pos < 0) break;
+        ++pick[pos];
+        for (int i = pos + 1; i < size; ++i) pick[i] = pick[i - 1] + 1;
+      }
+    }
+  }
+  // Many candidate sets: exact DP over the subsets of `full`.
   const size_t num_states = size_t{1} << std::popcount(full);
   // Work in the compressed index space of `full` (bits of full renumbered 0..|U|-1): full ==
   // num_states-1 by construction of the caller.
@@ -121,8 +144,10 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int nu
 
 }  // namespace
 
-void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
-                       const AssignOptions& options, std::span<RankId> exec_rank) {
+namespace {
+
+void check_inputs(const RoutingBatch& batch, const ExpertLayout& layout,
+                  std::span<const RankId> exec_rank) {
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());
@@ -132,6 +157,13 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       layout.num_ranks(), batch.num_experts(), batch.num_ranks());
   COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "assignment: top-k {} out of range [1, {}]",
                    batch.top_k(), kMaxTopK);
+}
+
+}  // namespace
+
+void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
+                       const AssignOptions& options, std::span<RankId> exec_rank) {
+  check_inputs(batch, layout, exec_rank);
   const int num_nodes = layout.num_nodes();
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
@@ -141,60 +173,81 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
       "for masks)",
       num_nodes);
-  const std::vector<uint64_t> ordered_masks =
-      use_masks ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
+  // Per source node: the masks of >= 2 remote nodes in (popcount, value) order. Single-node covers
+  // are found directly (the lowest node holding every uncovered expert is the first such mask).
+  std::vector<std::vector<uint64_t>> multi_masks(use_masks ? num_nodes : 0);
+  if (use_masks) {
+    const auto ordered = masks_by_popcount(num_nodes);
+    for (NodeId n = 0; n < num_nodes; ++n) {
+      for (uint64_t b : ordered) {
+        if (std::popcount(b) >= 2 && !(b & (uint64_t{1} << n))) multi_masks[n].push_back(b);
+      }
+    }
+  }
   const int top_k = batch.top_k();
   const ExpertId* ids = batch.topk_ids().data();
   const RankId* src = batch.source_rank().data();
+  const uint64_t* node_mask = layout.node_masks().data();
+  const int32_t* node_offsets = layout.node_offsets().data();
+  const RankId* replica_ranks = layout.replica_ranks().data();
+  const uint64_t prefix = counter_prefix(key.seed, static_cast<uint64_t>(key.step),
+                                         static_cast<uint64_t>(key.layer));
 
   auto run = [&](int /*chunk*/, int64_t begin, int64_t end) {
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> uncovered_masks;
     std::array<int, kMaxTopK> uncovered_k;
-    // Masks that contain the source node are infeasible as "remote" covers; filter per token below.
     for (int64_t t = begin; t < end; ++t) {
       const NodeId src_node = src[t] / per_node;
       const uint64_t src_bit = uint64_t{1} << src_node;
       const ExpertId* row = ids + t * top_k;
       RankId* out = exec_rank.data() + t * top_k;
-      const uint64_t token = static_cast<uint64_t>(key.token_offset + t);
+      const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(key.token_offset + t));
       int num_uncovered = 0;
+      uint64_t common = ~uint64_t{0};
       for (int k = 0; k < top_k; ++k) {
-        const uint64_t mask = layout.node_mask(row[k]);
+        const ExpertId e = row[k];
+        const uint64_t mask = node_mask[e];
         if (mask & src_bit) {
-          auto ranks = layout.ranks_of(row[k], src_node);
-          const uint64_t h = counter_hash(key.seed, key.step, key.layer, token, k);
-          out[k] = ranks[uniform_below(mix64(h), static_cast<uint32_t>(ranks.size()))];
+          const size_t idx = static_cast<size_t>(e) * num_nodes + src_node;
+          const int32_t first = node_offsets[idx];
+          const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
+          out[k] = replica_ranks[first + (count == 1 ? 0
+                                                     : uniform_below(mix64(task_hash_from_token(token_h, k)),
+                                                                     count))];
         } else {
           uncovered_masks[num_uncovered] = mask;
           uncovered_k[num_uncovered++] = k;
+          common &= mask;
         }
       }
       if (num_uncovered == 0) continue;
-      uint64_t cover;
-      if (use_masks) {
-        cover = 0;
-        for (uint64_t b : ordered_masks) {
-          if (b & src_bit) continue;
+      uint64_t cover = 0;
+      if (common != 0) {
+        cover = common & (~common + 1);  // lowest node holding every uncovered expert
+      } else if (use_masks) {
+        for (uint64_t b : multi_masks[src_node]) {
           bool feasible = true;
-          for (int i = 0; i < num_uncovered && feasible; ++i)
-            feasible = (b & uncovered_masks[i]) != 0;
+          for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & uncovered_masks[i]) != 0;
           if (feasible) {
             cover = b;
             break;
           }
         }
       } else {
-        cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, ordered_masks,
-                             scratch);
+        cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, {}, scratch);
       }
       for (int i = 0; i < num_uncovered; ++i) {
         const int k = uncovered_k[i];
         const uint64_t options_mask = cover & uncovered_masks[i];
-        const uint64_t h = counter_hash(key.seed, key.step, key.layer, token, k);
-        const NodeId n = nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
-        auto ranks = layout.ranks_of(row[k], n);
-        out[k] = ranks[uniform_below(mix64(h), static_cast<uint32_t>(ranks.size()))];
+        const uint64_t h = task_hash_from_token(token_h, k);
+        const NodeId n = std::popcount(options_mask) == 1
+                             ? std::countr_zero(options_mask)
+                             : nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
+        const size_t idx = static_cast<size_t>(row[k]) * num_nodes + n;
+        const int32_t first = node_offsets[idx];
+        const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
+        out[k] = replica_ranks[first + (count == 1 ? 0 : uniform_below(mix64(h), count))];
       }
     }
   };
@@ -202,6 +255,48 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const int num_chunks =
       static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
+}
+
+void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& layout,
+                                 const AssignKey& key, std::span<RankId> exec_rank) {
+  check_inputs(batch, layout, exec_rank);
+  const int num_nodes = layout.num_nodes();
+  COBALT_CHECK_ARG(num_nodes <= 20, "assignment reference: {} nodes > 20 (enumerates 2^N masks)",
+                   num_nodes);
+  const uint64_t prefix = counter_prefix(key.seed, static_cast<uint64_t>(key.step),
+                                         static_cast<uint64_t>(key.layer));
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const NodeId src_node = layout.topology().node_of(batch.source_of(t));
+    auto row = batch.experts_of(t);
+    const uint64_t token = static_cast<uint64_t>(key.token_offset + t);
+    // Step 1: the feasible remote-node mask with the fewest nodes, first in enumeration order.
+    uint64_t best = 0;
+    int best_count = num_nodes + 1;
+    for (uint64_t b = 0; b < (uint64_t{1} << num_nodes); ++b) {
+      if (b & (uint64_t{1} << src_node)) continue;
+      bool feasible = true;
+      for (ExpertId e : row) {
+        const uint64_t m = layout.node_mask(e);
+        if (!(m & (uint64_t{1} << src_node)) && !(m & b)) feasible = false;
+      }
+      if (feasible && std::popcount(b) < best_count) {
+        best = b;
+        best_count = std::popcount(b);
+      }
+    }
+    // Step 2: node (uniform within the mask), then rank (uniform within the node).
+    for (int k = 0; k < batch.top_k(); ++k) {
+      const ExpertId e = row[k];
+      const uint64_t h = task_hash(prefix, token, k);
+      NodeId n = src_node;
+      if (!(layout.node_mask(e) & (uint64_t{1} << src_node))) {
+        const uint64_t options_mask = best & layout.node_mask(e);
+        n = nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
+      }
+      auto ranks = layout.ranks_of(e, n);
+      exec_rank[t * batch.top_k() + k] = ranks[uniform_below(mix64(h), static_cast<uint32_t>(ranks.size()))];
+    }
+  }
 }
 
 int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,

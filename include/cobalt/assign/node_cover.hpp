@@ -38,6 +38,12 @@ struct AssignOptions {
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
+// The simple reference of the faithful variant (what kMaskEnumeration must reproduce bit for bit):
+// per token, enumerate every node mask in numeric order and keep the first with the fewest nodes;
+// single-threaded, N <= 20. For tests and for checking other implementations (GPU kernels).
+void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& layout,
+                                 const AssignKey& key, std::span<RankId> exec_rank);
+
 // Size of a minimum set of remote nodes covering the experts of `experts` not held on `src_node`
 // (exact, by the subset DP). For tests and analysis.
 int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,

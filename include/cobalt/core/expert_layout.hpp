@@ -64,6 +64,11 @@ class ExpertLayout {
   }
   int num_used_slots(RankId rank) const;
 
+  // Raw derived maps for hot loops: ranks of (e, n) are replica_ranks()[o[e*N+n] .. o[e*N+n+1]) with
+  // o = node_offsets() [E*N + 1].
+  std::span<const int32_t> node_offsets() const { return node_offsets_; }
+  std::span<const RankId> replica_ranks() const { return replica_ranks_; }
+
   bool operator==(const ExpertLayout& other) const {
     return topology_ == other.topology_ && num_experts_ == other.num_experts_ &&
            slots_per_rank_ == other.slots_per_rank_ && slots_ == other.slots_;

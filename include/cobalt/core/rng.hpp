@@ -24,6 +24,20 @@ constexpr uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t layer, ui
   return mix64(h ^ (k * 0x8cb92ba72f3d8dd7ULL));
 }
 
+// The same key, split so a batch computes the (seed, step, layer) part once and each token once:
+//   task_hash(counter_prefix(seed, step, layer), token, k)
+// Every per-task draw of the assignment uses this (CPU, reference and GPU alike).
+constexpr uint64_t counter_prefix(uint64_t seed, uint64_t step, uint64_t layer) {
+  return mix64(mix64(mix64(seed) ^ step) ^ (layer * 0x632be59bd9b4e019ULL));
+}
+constexpr uint64_t token_hash(uint64_t prefix, uint64_t token) { return mix64(prefix ^ token); }
+constexpr uint64_t task_hash_from_token(uint64_t token_h, uint64_t k) {
+  return mix64(token_h ^ (k * 0x8cb92ba72f3d8dd7ULL));
+}
+constexpr uint64_t task_hash(uint64_t prefix, uint64_t token, uint64_t k) {
+  return task_hash_from_token(token_hash(prefix, token), k);
+}
+
 // Uniform integer in [0, n) from a 64-bit hash (multiply-shift; bias < n / 2^64).
 constexpr uint32_t uniform_below(uint64_t hash, uint32_t n) {
   return static_cast<uint32_t>((static_cast<unsigned __int128>(hash) * n) >> 64);

@@ -1,47 +1,54 @@
-// Exact backend for Cobalt stage 1 (paper Eq. (3) / Appendix B, DESIGN.md §4): the node-level MILP
-// of node_plan.hpp solved with COIN-OR CBC, time-limited, warm-started and guarded by a hard
+// Exact backend for Cobalt stage 1 (paper Eq. (3) / Appendix B, DESIGN.md §4): the node-level
+// MILP of node_plan.hpp solved with COIN-OR CBC, time-limited, warm-started and guarded by a hard
 // watchdog.
 //
-// Formulation (node level, so there is no intra-node symmetry; M = ranks per node, S = slots per
-// rank, cap = input.rank_load_cap(), pairs P = {i < j : c_ij > 0}):
+// Formulation (node level, so no intra-node symmetry; M = ranks per node, S = slots per rank,
+// cap = input.rank_load_cap(), pairs P = {i < j : c_ij > 0}):
 //
-//   maximise   sum_{n, (i,j) in P} c_ij y_ijn
-//   subject to z_en <= x_en <= M z_en            x_en in {0..M} replicas, z_en in {0,1} presence
-//              sum_n z_en >= 1                     every expert somewhere
-//              sum_e x_en <= M S                   slots of node n
-//              sum_n u_en = w_e, u_en >= 0         load split (continuous)
-//              u_en <= cap x_en                    no replica above one rank's cap
-//              sum_e u_en <= M cap                 node load
-//              y_ijn <= z_in, y_ijn <= z_jn        y_ijn in [0,1]: pair co-located on n
-//   y is continuous: with z integer the best y is min(z_in, z_jn), already 0/1 (measured 1.7-3.2x
-//   faster to a proof than binary y at E=16..32, N=2).
-//   degree cuts (MilpOptions::degree_cuts):
-//              sum_{j:(i,j) in P} y_ijn + x_in <= M S z_in
-//     (a present expert leaves at most M S - x_in slots for others). This dominates the plain
-//     sum_j y_ijn <= (M S - 1) z_in of DESIGN.md §4 (x_in >= z_in) and is emitted only where it is
-//     not implied by the bounds (deg(i) + M > M S).
-//   symmetry: nodes are interchangeable, so expert 0 is fixed to node 0 (z_00 = 1). The warm start
-//   is
-//     relabelled into that frame (its node holding expert 0 swapped with node 0) and the answer is
-//     relabelled back, so a returned warm start keeps its node labels.
-//   scaling: CBC sees c / max c and loads in units of cap; reported numbers are in input units.
+//   maximise   sum_{n, (i,j) in P} c_ij y_ijn  (+ sum_{e,n} source_weight d_ne z_en, see below)
+//   subject to z_en <= x_en <= M z_en         x_en in {0..M} replicas, z_en in {0,1} presence
+//              sum_n z_en >= 1                  every expert somewhere
+//              sum_e x_en <= M S                slots of node n
+//              sum_n u_en = w_e, u_en >= 0      load split (continuous)
+//              u_en <= cap x_en                 no replica above one rank's cap
+//              sum_e u_en <= M cap              node load
+//              y_ijn <= z_in, y_ijn <= z_jn     y_ijn in [0, 1]: pair co-located on n
 //
-// Watchdog: CBC does not check its time limit inside the root LP / root cut loop (minutes at
-// E=128), so every solve runs in a fork()ed child process that builds the model, runs CBC (CbcMain1
-// with the default strategy: preprocessing, cuts, heuristics) and writes status, bound and the
-// integer x plus CBC's u back through a pipe, then _exit()s. The parent waits with poll() until
-// `hard_timeout_s`, then SIGKILLs the child and returns the warm start with status "watchdog".
-// Fork caveat: only the calling thread exists in the child. The parent prepares every array before
-// fork(); the child then allocates (glibc's fork() re-initialises malloc's locks, so this is safe
-// in practice on Linux/glibc) and runs CBC, which uses no locks that another parent thread could
-// hold, except stdio: the child routes its stdout/stderr to /dev/null (unless verbose) with dup2
-// before CBC prints anything. No exec, no atexit handlers, no return into the caller's stack.
+// - y is continuous: for integer z the best y is min(z_in, z_jn), already 0/1, so integrality is
+//   implied (measured 1.7-3.2x faster to a proof than binary y at E=16..32, N=2).
+// - Degree cuts (MilpOptions::degree_cuts): sum_{j:(i,j) in P} y_ijn + x_in <= M S z_in (a present
+//   expert leaves at most M S - x_in slots to others). This dominates DESIGN.md's
+//   sum_j y_ijn <= (M S - 1) z_in (as x_in >= z_in) and is emitted only where the bounds do not
+//   imply it (deg(i) + M > M S). Without it E=32 on 2x8 is not proven within 60 s.
+// - Source anchoring (input.source_demand non-empty and source_weight != 0, see node_plan.hpp): the
+//   objective gains source_weight d_ne z_en, and nodes are no longer interchangeable.
+// - Symmetry: otherwise nodes are interchangeable, so expert 0 is fixed to node 0 (z_00 = 1). The
+//   warm start is relabelled into that frame (its first node holding expert 0 swapped with node 0)
+//   and the answer is relabelled back, so a returned warm start keeps its node labels.
+// - Scaling: CBC sees objective weights divided by their maximum and loads in units of cap; every
+//   reported number is in input units.
+//
+// Watchdog: CBC does not check its time limit inside the root LP / root cut loop (E=128 on 4x8 does
+// not finish the root LP in 12 s here), so every solve runs in a fork()ed child process that runs
+// CBC (CbcMain1 with the default strategy: preprocessing, cuts, heuristics) and writes status,
+// bound and the x / u columns back through a pipe, then _exit()s. The parent polls until
+// `hard_timeout_s`, then SIGKILLs the child and returns the warm start with status "watchdog". The
+// child also dies with the calling thread (PR_SET_PDEATHSIG).
+// Fork caveats: only the calling thread exists in the child. The parent prepares every array before
+// fork(); the child then allocates (glibc's fork() resets malloc's locks, so this is safe in
+// practice on Linux/glibc, though not async-signal-safe by the letter of POSIX) and runs CBC, which
+// takes no lock another parent thread could hold, except stdio: the child points stdout/stderr at
+// /dev/null (unless verbose) with dup2 before CBC prints anything. No exec, no atexit handlers, no
+// return into the caller's stack. Each call costs a fork (~1 ms plus page-table copy of the
+// caller).
 //
 // The returned plan's load shares are recomputed from its integer replica counts by an exact
 // max-flow (assign_load_shares), so they satisfy check_node_plan without CBC's tolerances; the
 // objective is recomputed with coactivation_objective. A warm start always survives: if CBC returns
 // nothing better, the warm start is the answer (ties included, so an optimal warm start comes back
-// unchanged, node labels and load shares as given).
+// unchanged, node labels and load shares as given). Note: given a MIP start, CBC skips its initial
+// feasibility pump, so with a weak warm start at E >= 64 CBC may return just the warm start where a
+// cold start would have found better (measured: E=64 on 4x8, 30 s).
 #pragma once
 
 #include <string>

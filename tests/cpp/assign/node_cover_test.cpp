@@ -72,6 +72,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NodeCoverProperty,
                                            Case{4, 8, 64, 8, 3}, Case{6, 2, 24, 6, 2},
                                            Case{8, 1, 32, 8, 6}, Case{10, 2, 40, 8, 3}));
 
+TEST(NodeCover, FastPathMatchesTheSimpleReferenceBitForBit) {
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    SplitMix64 rng(seed);
+    const int nodes = 1 + static_cast<int>(rng.below(8)), per_node = 1 + static_cast<int>(rng.below(4));
+    const int top_k = 1 + static_cast<int>(rng.below(8));
+    Topology topo(nodes, nodes * per_node);
+    const int experts = std::max(top_k + 1, 4 * topo.num_ranks());
+    const int slots = 4 + static_cast<int>(rng.below(4));
+    auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    auto owned = testing::random_batch(seed * 13, 2000, top_k, experts, topo.num_ranks(), 1.0);
+    auto batch = owned.view();
+    std::vector<RankId> fast(batch.num_tasks()), ref(batch.num_tasks());
+    const AssignKey key{seed, 5, 2, 100};
+    assign_node_cover(batch, layout, key, {CoverSearch::kMaskEnumeration, 2}, fast);
+    assign_node_cover_reference(batch, layout, key, ref);
+    ASSERT_EQ(fast, ref) << "seed " << seed << " nodes " << nodes;
+  }
+}
+
 TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
   Topology topo(4, 16);
   auto layout = testing::random_layout(11, topo, 64, 6, 0.6);

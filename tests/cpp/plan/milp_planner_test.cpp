@@ -28,10 +28,12 @@ struct Instance {
   double eps = 0.15;
   std::vector<double> load;
   std::vector<double> coact;
+  std::vector<double> source_demand;  // [N, E] or empty
+  double source_weight = 0.0;
 
   GlobalPlanInput input() const {
-    GlobalPlanInput in{topology, num_experts, slots_per_rank, eps, load, coact};
-    return in;
+    return GlobalPlanInput{topology, num_experts, slots_per_rank, eps,
+                           load,     coact,       source_demand,  source_weight};
   }
 };
 
@@ -238,6 +240,32 @@ TEST(MilpPlanner, MatchesBruteForceOnTinyInstances) {
     EXPECT_DOUBLE_EQ(result.objective, coactivation_objective(in, result.plan));
     EXPECT_GE(result.bound, result.objective);
     EXPECT_LE(result.gap, 1e-6);
+  }
+}
+
+TEST(MilpPlanner, MatchesBruteForceWithSourceAnchoring) {
+  // Source anchoring makes nodes distinguishable, so the expert-0-on-node-0 breaker must be off:
+  // with every slot needed (N M S = E) and expert 0 drawn to node 1, fixing it to node 0 would cut
+  // off the optimum.
+  for (uint64_t seed : {71, 72, 73}) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    Instance inst = random_instance(seed, 4, 2, 1, 2, 0.8, 1.0);
+    SplitMix64 rng(seed * 7);
+    inst.source_demand.resize(2 * 4);
+    for (double& d : inst.source_demand) d = rng.unit();
+    inst.source_demand[1 * 4 + 0] = 10.0;  // node 1 wants expert 0
+    inst.source_weight = 0.5;
+    const GlobalPlanInput in = inst.input();
+    const double expected = brute_force_optimum(in);
+    ASSERT_GE(expected, 0);
+    MilpOptions options;
+    options.time_limit_s = 20;
+    const MilpResult result = solve_global_milp(in, options);
+    ASSERT_EQ(result.status, "optimal");
+    EXPECT_EQ(check_node_plan(in, result.plan), "");
+    EXPECT_NEAR(result.objective, expected, 1e-9 * expected);
+    EXPECT_GT(result.plan.x(0, 1), 0);
+    EXPECT_GE(result.bound, result.objective);
   }
 }
 
