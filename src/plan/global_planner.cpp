@@ -183,7 +183,7 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
   const double c_scale = max_c > 0 ? 1e6 / max_c : 1.0;
   const double w_scale = total_w > 0 ? 1e6 / total_w : 1.0;
   std::vector<idx_t> xadj(num_experts + 1, 0), adjncy, adjwgt,
-      vwgt(2 * static_cast<size_t>(num_experts));
+      vwgt(static_cast<size_t>(num_experts));
   for (int i = 0; i < num_experts; ++i) {
     for (int j = 0; j < num_experts; ++j) {
       const double c = in.coactivation[static_cast<size_t>(i) * num_experts + j];
@@ -192,15 +192,14 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
       adjwgt.push_back(std::max<idx_t>(1, static_cast<idx_t>(std::llround(c * c_scale))));
     }
     xadj[i + 1] = static_cast<idx_t>(adjncy.size());
-    vwgt[2 * i] = std::max<idx_t>(1, static_cast<idx_t>(std::llround(in.expert_load[i] * w_scale)));
-    vwgt[2 * i + 1] = 1;
+    vwgt[i] = std::max<idx_t>(1, static_cast<idx_t>(std::llround(in.expert_load[i] * w_scale)));
   }
   if (adjncy.empty()) {
     for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
     return part;
   }
-  idx_t nvtxs = num_experts, ncon = 2, nparts = num_nodes, objval = 0;
-  std::vector<real_t> ubvec = {static_cast<real_t>(1.0 + in.eps), 1.05f};
+  idx_t nvtxs = num_experts, ncon = 1, nparts = num_nodes, objval = 0;
+  std::vector<real_t> ubvec = {static_cast<real_t>(1.0 + in.eps)};
   idx_t metis_options[METIS_NOPTIONS];
   METIS_SetDefaultOptions(metis_options);
   metis_options[METIS_OPTION_SEED] = 1;
