@@ -380,9 +380,37 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
   COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1",
                    options.num_restarts);
   HeuristicResult result;
-  for (int restart = 0; restart < options.num_restarts; ++restart) {
+  const int num_runs = options.num_restarts + (options.initial ? 1 : 0);
+  for (int restart = 0; restart < num_runs; ++restart) {
     PlanState state(input);
-    initial_placement(state, input, restart, options.seed, options.use_metis);
+    if (restart == options.num_restarts) {
+      // Incremental start from the given plan: its replicas (capped at M per node and the node's
+      // slots), then anything missing placed greedily.
+      const NodePlan& init = *options.initial;
+      COBALT_CHECK_ARG(init.num_experts == input.num_experts &&
+                           init.num_nodes == input.topology.num_nodes(),
+                       "global plan: initial plan is {}x{}, need {}x{}", init.num_experts,
+                       init.num_nodes, input.num_experts, input.topology.num_nodes());
+      for (int e = 0; e < input.num_experts; ++e) {
+        for (int n = 0; n < init.num_nodes; ++n) {
+          for (int i = 0; i < init.x(e, n); ++i) {
+            if (state.node_used(n) < state.node_slots() && state.x(e, n) < state.per_node()) {
+              state.add(e, n);
+            }
+          }
+        }
+      }
+      const std::vector<double> no_noise(input.topology.num_nodes(), 0.0);
+      for (int e = 0; e < input.num_experts; ++e) {
+        while (state.total(e) < 1) {
+          const int n = best_node_for(state, e, no_noise);
+          COBALT_CHECK(n >= 0, kFailedPrecondition, "global plan: no slot left for expert {}", e);
+          state.add(e, n);
+        }
+      }
+    } else {
+      initial_placement(state, input, restart, options.seed, options.use_metis);
+    }
     fill_spare_slots(state);
     for (int pass = 0; pass < options.max_local_search_passes && local_search_pass(state); ++pass) {
       fill_spare_slots(state);

@@ -65,6 +65,7 @@ class CobaltPolicy final : public Policy {
           {},
           {},
           {},
+          {},
           -1,
           std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts,
                               0.0)});
@@ -123,8 +124,9 @@ class CobaltPolicy final : public Policy {
     RoutingStats stats;
     std::shared_ptr<const ExpertLayout> layout;
     std::vector<double> slot_loads;    // replica EMA loads [G, S]
-    std::vector<ExpertId> sample_ids;  // most recent batch (cobalt+), [T', K]
-    std::vector<RankId> sample_src;
+    std::vector<ExpertId> sample_ids;  // recent steps' token sample [T', K]
+    std::vector<RankId> sample_src;    // [T']
+    std::vector<int64_t> sample_sizes;  // tokens per sampled step, oldest first
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
     std::vector<double> source_demand;  // EMA tokens from node n choosing e [N, E] (cobalt+)
@@ -145,17 +147,25 @@ class CobaltPolicy final : public Policy {
     }
   }
 
+  // Keeps an evenly strided sample of the last kSampleSteps steps (up to kSampleTokens tokens each,
+  // every source rank represented) for scoring candidate layouts on the true objective. Several steps
+  // keep the choice from overfitting one batch.
   void remember_sample(LayerState& st, const RoutingBatch& batch) {
-    constexpr int64_t kMaxSample = 8192;
-    const int64_t n = std::min<int64_t>(kMaxSample, batch.num_tokens());
-    // Evenly strided sample so every source rank is represented.
-    st.sample_ids.resize(static_cast<size_t>(n) * batch.top_k());
-    st.sample_src.resize(n);
+    constexpr int64_t kSampleTokens = 4096;
+    constexpr size_t kSampleSteps = 4;
+    const int64_t n = std::min<int64_t>(kSampleTokens, batch.num_tokens());
+    if (st.sample_sizes.size() == kSampleSteps) {
+      const int64_t drop = st.sample_sizes.front();
+      st.sample_sizes.erase(st.sample_sizes.begin());
+      st.sample_ids.erase(st.sample_ids.begin(), st.sample_ids.begin() + drop * batch.top_k());
+      st.sample_src.erase(st.sample_src.begin(), st.sample_src.begin() + drop);
+    }
+    st.sample_sizes.push_back(n);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = i * batch.num_tokens() / n;
       auto row = batch.experts_of(t);
-      std::copy(row.begin(), row.end(), st.sample_ids.begin() + i * batch.top_k());
-      st.sample_src[i] = batch.source_of(t);
+      st.sample_ids.insert(st.sample_ids.end(), row.begin(), row.end());
+      st.sample_src.push_back(batch.source_of(t));
     }
   }
 
@@ -189,6 +199,8 @@ class CobaltPolicy final : public Policy {
     plan::HeuristicOptions options;
     options.num_restarts = config_.planner_restarts;
     options.seed = config_.seed;
+    const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
+    options.initial = &current;
     auto result = plan::plan_global_heuristic(input, options);
     if (!variant_.select_by_true_cost) {
       std::vector<double> loads;

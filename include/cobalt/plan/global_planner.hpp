@@ -24,6 +24,9 @@ struct HeuristicOptions {
   uint64_t seed = 0;
   bool use_metis = true;  // restart 0 starts from a METIS partition
   int max_local_search_passes = 50;
+  // Optional incremental start: one extra restart (index num_restarts) begins from this plan (e.g. the
+  // layout in force) instead of a fresh partition, then fills and searches as usual. Not owned.
+  const NodePlan* initial = nullptr;
 };
 
 struct HeuristicResult {

@@ -29,7 +29,7 @@ struct PolicyConfig {
   uint64_t seed = 0;
   int num_threads = 1;          // results are identical for any value
   bool async_planning = false;  // plan on a background thread; the layout applies one step later
-  int planner_restarts = 4;
+  int planner_restarts = 8;
   double token_bytes = 14336;  // bytes of one token's hidden state (hidden * bytes_per_element)
   double expert_param_bytes = 4.2e7;  // bytes of one expert's parameters
 
