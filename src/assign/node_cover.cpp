@@ -257,6 +257,61 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
 }
 
+void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
+                        const AssignOptions& options, std::span<uint64_t> covers) {
+  COBALT_CHECK_ARG(static_cast<int64_t>(covers.size()) == batch.num_tokens(),
+                   "covers: output holds {} entries, batch has {} tokens", covers.size(),
+                   batch.num_tokens());
+  COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "covers: top-k {} out of range [1, {}]", batch.top_k(),
+                   kMaxTopK);
+  const int num_nodes = layout.num_nodes();
+  const int per_node = layout.topology().ranks_per_node();
+  const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
+                         (options.search == CoverSearch::kAuto && num_nodes <= 8);
+  const auto ordered = use_masks ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
+  const int top_k = batch.top_k();
+  auto run = [&](int, int64_t begin, int64_t end) {
+    TokenScratch scratch;
+    std::array<uint64_t, kMaxTopK> masks;
+    for (int64_t t = begin; t < end; ++t) {
+      const uint64_t src_bit = uint64_t{1} << (batch.source_of(t) / per_node);
+      int num_uncovered = 0;
+      uint64_t common = ~uint64_t{0};
+      for (ExpertId e : batch.experts_of(t)) {
+        const uint64_t m = layout.node_mask(e);
+        if (!(m & src_bit)) {
+          masks[num_uncovered++] = m;
+          common &= m;
+        }
+      }
+      uint64_t cover = 0;
+      if (num_uncovered == 0) {
+        cover = 0;
+      } else if (common != 0) {
+        cover = common & (~common + 1);
+      } else if (use_masks) {
+        for (uint64_t b : ordered) {
+          if (std::popcount(b) < 2 || (b & src_bit)) continue;
+          bool feasible = true;
+          for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & masks[i]) != 0;
+          if (feasible) {
+            cover = b;
+            break;
+          }
+        }
+      } else {
+        cover = choose_cover(masks.data(), num_uncovered, num_nodes, false, {}, scratch);
+      }
+      covers[t] = cover;
+    }
+    (void)top_k;
+  };
+  const int num_threads = resolve_threads(options.num_threads);
+  const int num_chunks =
+      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
+  parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
+}
+
 void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& layout,
                                  const AssignKey& key, std::span<RankId> exec_rank) {
   check_inputs(batch, layout, exec_rank);

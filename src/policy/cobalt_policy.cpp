@@ -13,6 +13,7 @@
 #include <future>
 #include <optional>
 
+#include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -33,6 +34,7 @@ struct CobaltVariant {
   std::string name;
   bool select_by_true_cost = true;
   double source_weight = 0.0;  // > 0: source anchoring
+  bool balanced_assignment = false;  // water-filled ranks within each token's cover (assign/balanced_cover)
 };
 
 struct PlannedLayout {
@@ -105,8 +107,13 @@ class CobaltPolicy final : public Policy {
         }
       }
     }
-    assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
-                              {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
+    if (variant_.balanced_assignment) {
+      assign::assign_balanced_cover(batch, *st.layout, {assign::CoverSearch::kAuto, config_.num_threads},
+                                    exec_rank);
+    } else {
+      assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
+                                {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
+    }
     // Statistics after the step (they feed the next plans).
     st.stats.update(batch, config_.num_threads);
     const auto counts = replica_task_counts(batch, *st.layout, exec_rank);
@@ -244,7 +251,7 @@ std::unique_ptr<Policy> make_cobalt_policy(const PolicyConfig& config) {
 }
 
 std::unique_ptr<Policy> make_cobalt_plus_policy(const PolicyConfig& config) {
-  return std::make_unique<CobaltPolicy>(config, CobaltVariant{"cobalt+", true, kSourceWeight});
+  return std::make_unique<CobaltPolicy>(config, CobaltVariant{"cobalt+", true, kSourceWeight, true});
 }
 
 }  // namespace cobalt::policy

@@ -38,6 +38,11 @@ struct AssignOptions {
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
+// Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0 when
+// every expert of the token is on its source node). The same covers assign_node_cover uses.
+void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
+                        const AssignOptions& options, std::span<uint64_t> covers);
+
 // The simple reference of the faithful variant (what kMaskEnumeration must reproduce bit for bit):
 // per token, enumerate every node mask in numeric order and keep the first with the fewest nodes;
 // single-threaded, N <= 20. For tests and for checking other implementations (GPU kernels).

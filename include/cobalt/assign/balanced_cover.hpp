@@ -1,0 +1,26 @@
+// Load-balanced node-cover assignment (cobalt+; not in the paper). Same cross-node transfers as
+// Algorithm 1 — every token reaches exactly the nodes of its minimum remote cover — but the ranks are
+// chosen to balance load instead of uniformly at random:
+//
+//   1. covers: Algorithm 1's step 1 per token (remote_node_covers).
+//   2. classes: task (t, e) may run on any rank holding e on a node of A = ({src} u cover_t) n nodes(e)
+//      at no extra cross-node cost (the token travels to those nodes anyway). Tasks are grouped by
+//      (e, A) with their counts.
+//   3. quotas: classes in order of flexibility (fewest allowed ranks first, then larger count, then
+//      key) are water-filled onto their allowed ranks: integer quotas that raise the least loaded
+//      ranks first (ties: lowest rank id).
+//   4. mapping: tasks take their class's quotas in token order (ranks ascending).
+//
+// Deterministic and independent of the thread count (only step 1 runs in parallel).
+#pragma once
+
+#include <span>
+
+#include "cobalt/assign/node_cover.hpp"
+
+namespace cobalt::assign {
+
+void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
+                           const AssignOptions& options, std::span<RankId> exec_rank);
+
+}  // namespace cobalt::assign

@@ -1,0 +1,128 @@
+#include "cobalt/assign/balanced_cover.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+#include <unordered_map>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::assign {
+namespace {
+
+struct TaskClass {
+  ExpertId expert;
+  uint64_t allowed_nodes;
+  int64_t count = 0;
+  std::vector<RankId> ranks;                      // allowed ranks, ascending
+  std::vector<std::pair<RankId, int64_t>> quota;  // (rank, tasks), ascending rank
+  size_t next = 0;                                // mapping cursor into quota
+};
+
+// Integer water-filling of `count` tasks onto `ranks` given current loads: repeatedly raise the least
+// loaded ranks to the next level. Writes quotas and updates loads.
+void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
+  std::vector<RankId> order = cls.ranks;
+  std::sort(order.begin(), order.end(), [&](RankId a, RankId b) {
+    return load[a] < load[b] || (load[a] == load[b] && a < b);
+  });
+  const size_t num_ranks = order.size();
+  std::vector<int64_t> give(num_ranks, 0);
+  int64_t remaining = cls.count;
+  size_t level_count = 1;  // order[0 .. level_count) share the current level
+  int64_t level = load[order[0]];
+  while (remaining > 0) {
+    while (level_count < num_ranks && load[order[level_count]] + give[level_count] <= level) {
+      ++level_count;
+    }
+    const int64_t next_level =
+        level_count < num_ranks ? load[order[level_count]] : level + (remaining + level_count - 1) /
+                                                                          static_cast<int64_t>(level_count);
+    const int64_t room = (next_level - level) * static_cast<int64_t>(level_count);
+    if (room >= remaining || level_count == num_ranks) {
+      // Spread what is left evenly over the current group; the remainder goes to the first ones.
+      const int64_t each = remaining / static_cast<int64_t>(level_count);
+      int64_t extra = remaining % static_cast<int64_t>(level_count);
+      for (size_t i = 0; i < level_count; ++i) give[i] += each + (extra-- > 0 ? 1 : 0);
+      remaining = 0;
+    } else {
+      for (size_t i = 0; i < level_count; ++i) give[i] += next_level - level;
+      remaining -= room;
+      level = next_level;
+    }
+  }
+  for (size_t i = 0; i < num_ranks; ++i) {
+    if (give[i] == 0) continue;
+    load[order[i]] += give[i];
+    cls.quota.emplace_back(order[i], give[i]);
+  }
+  std::sort(cls.quota.begin(), cls.quota.end());
+}
+
+}  // namespace
+
+void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
+                           const AssignOptions& options, std::span<RankId> exec_rank) {
+  COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
+                   "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
+                   batch.num_tasks());
+  const int num_nodes = layout.num_nodes(), per_node = layout.topology().ranks_per_node();
+  const int top_k = batch.top_k();
+  std::vector<uint64_t> covers(batch.num_tokens());
+  remote_node_covers(batch, layout, options, covers);
+
+  // Classes keyed by (expert, allowed node mask); ids in first-seen token order.
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, ExpertId>& k) const {
+      return static_cast<size_t>(mix64(k.first ^ (static_cast<uint64_t>(k.second) << 1)));
+    }
+  };
+  std::unordered_map<std::pair<uint64_t, ExpertId>, int32_t, KeyHash> class_of_key;
+  std::vector<TaskClass> classes;
+  std::vector<int32_t> task_class(batch.num_tasks());
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const uint64_t reach = covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
+    auto row = batch.experts_of(t);
+    for (int k = 0; k < top_k; ++k) {
+      const ExpertId e = row[k];
+      const uint64_t allowed = reach & layout.node_mask(e);
+      auto [it, inserted] =
+          class_of_key.try_emplace({allowed, e}, static_cast<int32_t>(classes.size()));
+      if (inserted) {
+        TaskClass cls{e, allowed};
+        for (uint64_t m = allowed; m; m &= m - 1) {
+          auto ranks = layout.ranks_of(e, std::countr_zero(m));
+          cls.ranks.insert(cls.ranks.end(), ranks.begin(), ranks.end());
+        }
+        classes.push_back(std::move(cls));
+      }
+      TaskClass& cls = classes[it->second];
+      ++cls.count;
+      task_class[t * top_k + k] = it->second;
+    }
+  }
+  // Least flexible classes first.
+  std::vector<int32_t> order(classes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    const auto &x = classes[a], &y = classes[b];
+    if (x.ranks.size() != y.ranks.size()) return x.ranks.size() < y.ranks.size();
+    if (x.count != y.count) return x.count > y.count;
+    if (x.expert != y.expert) return x.expert < y.expert;
+    return x.allowed_nodes < y.allowed_nodes;
+  });
+  std::vector<int64_t> load(layout.num_ranks(), 0);
+  for (int32_t c : order) water_fill(classes[c], load);
+  // Tasks take quotas in token order.
+  for (size_t i = 0; i < task_class.size(); ++i) {
+    TaskClass& cls = classes[task_class[i]];
+    while (cls.quota[cls.next].second == 0) ++cls.next;
+    exec_rank[i] = cls.quota[cls.next].first;
+    --cls.quota[cls.next].second;
+  }
+  (void)num_nodes;
+}
+
+}  // namespace cobalt::assign
