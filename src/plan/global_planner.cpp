@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
 
 namespace cobalt::plan {
@@ -379,9 +380,12 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
   input.validate();
   COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1",
                    options.num_restarts);
-  HeuristicResult result;
   const int num_runs = options.num_restarts + (options.initial ? 1 : 0);
-  for (int restart = 0; restart < num_runs; ++restart) {
+  std::vector<double> objectives(num_runs, 0.0);
+  std::vector<NodePlan> plans(num_runs);
+  // Restarts are independent; they run in parallel and the best is picked in restart order, so the
+  // result does not depend on the thread count.
+  parallel_chunks(num_runs, num_runs, options.num_threads, [&](int restart, int64_t, int64_t) {
     PlanState state(input);
     if (restart == options.num_restarts) {
       // Incremental start from the given plan: its replicas (capped at M per node and the node's
@@ -415,15 +419,19 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
     for (int pass = 0; pass < options.max_local_search_passes && local_search_pass(state); ++pass) {
       fill_spare_slots(state);
     }
-    const double objective = state.objective();
-    result.restart_objectives.push_back(objective);
-    result.restart_plans.push_back(state.finish());
-    if (restart == 0 || objective > result.objective + kImprovement) {
-      result.objective = objective;
-      result.plan = state.finish();
+    objectives[restart] = state.objective();
+    plans[restart] = state.finish();
+  });
+  HeuristicResult result;
+  for (int restart = 0; restart < num_runs; ++restart) {
+    if (restart == 0 || objectives[restart] > result.objective + kImprovement) {
+      result.objective = objectives[restart];
+      result.plan = plans[restart];
       result.best_restart = restart;
     }
   }
+  result.restart_objectives = objectives;
+  result.restart_plans = std::move(plans);
   return result;
 }
 

@@ -206,6 +206,7 @@ class CobaltPolicy final : public Policy {
     plan::HeuristicOptions options;
     options.num_restarts = config_.planner_restarts;
     options.seed = config_.seed;
+    options.num_threads = config_.num_threads;
     const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
     options.initial = &current;
     auto result = plan::plan_global_heuristic(input, options);

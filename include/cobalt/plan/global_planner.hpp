@@ -24,6 +24,7 @@ struct HeuristicOptions {
   uint64_t seed = 0;
   bool use_metis = true;  // restart 0 starts from a METIS partition
   int max_local_search_passes = 50;
+  int num_threads = 1;  // restarts run in parallel; the result is the same for any value
   // Optional incremental start: one extra restart (index num_restarts) begins from this plan (e.g. the
   // layout in force) instead of a fresh partition, then fills and searches as usual. Not owned.
   const NodePlan* initial = nullptr;

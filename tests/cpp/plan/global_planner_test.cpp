@@ -88,7 +88,9 @@ TEST(GlobalPlanner, DeterministicAndPacksIntoValidLayouts) {
   auto inst = random_instance(5, 64, 2.0);
   GlobalPlanInput in{Topology(4, 32), 64, 3, 0.15, inst.w, inst.c};
   auto a = plan_global_heuristic(in, {3, 9, true, 50});
-  auto b = plan_global_heuristic(in, {3, 9, true, 50});
+  HeuristicOptions threaded{3, 9, true, 50};
+  threaded.num_threads = 4;
+  auto b = plan_global_heuristic(in, threaded);  // same result for any thread count
   EXPECT_EQ(a.plan.replicas, b.plan.replicas);
   EXPECT_EQ(a.objective, b.objective);
   EXPECT_EQ(check_node_plan(in, a.plan), "");
