@@ -1,29 +1,47 @@
-// `cobalt simulate`: replay a trace (file or synthetic preset) through policies and compare them.
+// `cobalt simulate`: replay a trace (file or synthetic preset) through policies on a modelled
+// cluster and compare them (terminal tables, --json, --report HTML, --dump safetensors).
+//
+// Steps: presets take --steps / --tokens-per-step as generator sizes; trace files are re-chunked
+// or cycled by them (eval/step_source.hpp), and a one-step trace without either option is
+// re-chunked into kOneStepTraceSteps steps so that history-based policies can plan.
+// Hold-out (--holdout F, 0 < F < 1): the first H = round(F S) steps (clamped to [1, S-1]) are the
+// planning part, replayed through every policy but not measured; the remaining S - H steps are the
+// evaluation part. Policies keep running online there, as in training: a layout used at step s was
+// planned from steps before s (plus, for per-microbatch policies, step s's own routing), so no
+// evaluated token was seen by a planner beforehand.
 #include <fmt/core.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
 #include <memory>
 #include <optional>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/eval/cost_model.hpp"
+#include "cobalt/eval/dump.hpp"
 #include "cobalt/eval/report.hpp"
 #include "cobalt/eval/simulator.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
-#include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
 #include "workload_input.hpp"
 
 namespace cobalt::cli {
 namespace {
 
+constexpr int kOneStepTraceSteps = 8;
+constexpr const char* kDefaultClusterPreset = "4x8-b200";
+constexpr const char* kDefaultModel = "glm-4.5-air";
+
 struct SimulateArgs {
-  std::string trace_path, preset, cluster = "4x8", policies, json_path;
-  double rho = 0.5, eps = 0.15;
+  std::string trace_path, preset, cluster, cluster_preset, model, policies, json_path, report_path,
+      dump_dir;
+  double rho = 0.5, eps = 0.15, overlap = 0.0;
   std::optional<int> replica_slots;
   std::optional<int> steps, layers;
   std::optional<int64_t> tokens_per_step;
+  std::optional<double> holdout;
   int warmup_steps = 1, steps_per_global_plan = 10, threads = 1;
   uint64_t seed = 0;
   bool async_planning = false;
@@ -36,20 +54,144 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) fail(ErrorCode::kInvalidArgument, "failed writing '{}'", path);
 }
 
-void run_simulate(const SimulateArgs& args) {
+template <typename Fn>
+auto as_usage_error(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
+    throw UsageError(e.what());
+  }
+}
+
+std::vector<std::string> parse_policies(const std::string& list) {
+  const auto known = policy::policy_names();
+  if (list.empty() || list == "all") return known;
+  std::vector<std::string> names;
+  std::string name;
+  for (char c : list + ",") {
+    if (c != ',') {
+      name += c;
+      continue;
+    }
+    if (!name.empty()) names.push_back(name);
+    name.clear();
+  }
+  for (const auto& n : names) {
+    if (std::find(known.begin(), known.end(), n) == known.end()) {
+      throw UsageError(fmt::format("unknown policy '{}' (valid: {})", n, fmt::join(known, ", ")));
+    }
+  }
+  return names;
+}
+
+WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& notes) {
+  const bool is_trace = !args.trace_path.empty();
+  if (is_trace && args.layers) {
+    throw UsageError("simulate: --layers applies to --preset only (a trace has its own layers)");
+  }
   workload::PresetOverrides overrides;
-  overrides.num_steps = args.steps;
-  overrides.tokens_per_step = args.tokens_per_step;
-  overrides.num_layers = args.layers;
-  overrides.seed = args.seed;
-  WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "simulate");
-  const auto& source = input.source;
-  Topology topology = Topology::parse(args.cluster);
+  eval::ChunkOptions chunks;
+  if (is_trace) {
+    chunks.num_steps = args.steps;
+    chunks.tokens_per_step = args.tokens_per_step;
+  } else {
+    overrides.num_steps = args.steps;
+    overrides.tokens_per_step = args.tokens_per_step;
+    overrides.num_layers = args.layers;
+    overrides.seed = args.seed;
+  }
+  WorkloadInput input =
+      load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks);
+  const auto& info = input.source->chunk_info();
+  if (is_trace && input.source->has_tokens() && input.source->num_steps() < 2 && !args.steps &&
+      !args.tokens_per_step && info.trace_tokens >= 2) {
+    // One step leaves nothing to plan from: re-chunk it.
+    chunks.num_steps = static_cast<int>(std::min<int64_t>(kOneStepTraceSteps, info.trace_tokens));
+    input.source = eval::make_step_source(*input.reader, chunks);
+    notes.push_back(fmt::format(
+        "the trace has one step; re-chunked into {} steps of ~{} tokens (choose with --steps N)",
+        *chunks.num_steps, info.trace_tokens / *chunks.num_steps));
+  } else if (info.mode != "trace" && is_trace) {
+    notes.push_back(fmt::format("trace of {} steps / {} tokens {} into {} steps ({:.2f} passes)",
+                                info.trace_steps, info.trace_tokens, info.mode,
+                                input.source->num_steps(), info.passes));
+  }
+  return input;
+}
+
+// The model preset and why it was chosen.
+std::pair<eval::ModelPreset, std::string> choose_model(const SimulateArgs& args,
+                                                       const WorkloadInput& input) {
+  if (!args.model.empty()) {
+    return {as_usage_error([&] { return eval::model_preset(args.model); }), "--model"};
+  }
+  const auto& meta = workload_metadata(input);
+  const auto it = meta.find("model");
+  const std::string from_trace = it == meta.end() ? "" : it->second;
+  const auto guess = eval::guess_model_preset(from_trace, input.source->num_experts(),
+                                              input.source->top_k());
+  if (guess) {
+    const auto& preset = eval::model_preset(*guess);
+    const bool by_name =
+        !from_trace.empty() && eval::guess_model_preset(from_trace, 0, 0).has_value();
+    return {preset, by_name ? fmt::format("trace metadata model '{}'", from_trace)
+                            : "same E and K as the workload"};
+  }
+  return {eval::model_preset(kDefaultModel), "default"};
+}
+
+int measured_from(const SimulateArgs& args, int num_steps) {
+  if (args.holdout) {
+    const double f = *args.holdout;
+    if (!(f > 0 && f < 1)) {
+      throw UsageError(fmt::format("simulate: --holdout {} out of range (0, 1)", f));
+    }
+    if (num_steps < 2) throw UsageError("simulate: --holdout needs at least 2 steps");
+    const int h = static_cast<int>(std::lround(f * num_steps));
+    return std::clamp(h, 1, num_steps - 1);
+  }
+  return std::min(args.warmup_steps, std::max(0, num_steps - 1));
+}
+
+void run_simulate(const SimulateArgs& args) {
+  eval::Scenario scenario;
+  WorkloadInput input = load_input(args, scenario.notes);
+  const auto& source = *input.source;
+
+  const eval::ClusterPreset cluster = as_usage_error([&] {
+    return eval::cluster_preset(args.cluster_preset.empty() ? kDefaultClusterPreset
+                                                            : args.cluster_preset);
+  });
+  const LinkParams links{cluster.nvlink_bytes_per_s, cluster.ib_bytes_per_s_per_node};
+  const Topology topology = args.cluster.empty()
+                                ? cluster.topology()
+                                : as_usage_error([&] { return Topology::parse(args.cluster, links); });
+  if (!args.cluster.empty() && topology.to_string() != cluster.topology().to_string()) {
+    scenario.notes.push_back(fmt::format("cluster {} uses the per-GPU and per-node hardware numbers "
+                                         "of {}",
+                                         topology.to_string(), cluster.name));
+  }
+  const auto [model, model_reason] = choose_model(args, input);
+  if (model.num_experts != source.num_experts() || model.top_k != source.top_k()) {
+    scenario.notes.push_back(fmt::format(
+        "the workload has E={} K={}, model {} has E={} K={}: the workload keeps its own E and K "
+        "and takes only sizes (hidden, expert FFN, bytes) from the model",
+        source.num_experts(), source.top_k(), model.name, model.num_experts, model.top_k));
+  }
+
+  eval::CostParams cost = eval::make_cost_params(cluster, model);
+  cost.overlap_fraction = args.overlap;
+  as_usage_error([&] {
+    cost.validate();
+    return 0;
+  });
+
   policy::PolicyConfig config;
   config.topology = topology;
-  config.num_experts = source->num_experts();
-  config.top_k = source->top_k();
-  config.num_layers = source->num_layers();
+  config.num_experts = source.num_experts();
+  config.top_k = source.top_k();
+  config.num_layers = source.num_layers();
   config.slots_per_rank =
       args.replica_slots
           ? slots_for_extra(config.num_experts, topology.num_ranks(), *args.replica_slots)
@@ -59,39 +201,37 @@ void run_simulate(const SimulateArgs& args) {
   config.seed = args.seed;
   config.num_threads = args.threads;
   config.async_planning = args.async_planning;
+  config.token_bytes = cost.token_bytes();
+  config.expert_param_bytes = cost.expert_param_bytes();
 
   eval::SimulationOptions options;
   options.policy_config = config;
-  if (args.policies.empty() || args.policies == "all") {
-    options.policies = policy::policy_names();
-  } else {
-    std::string name;
-    for (char c : args.policies + ",") {
-      if (c == ',') {
-        if (!name.empty()) options.policies.push_back(name);
-        name.clear();
-      } else {
-        name += c;
-      }
+  options.policies = parse_policies(args.policies);
+  options.warmup_steps = measured_from(args, source.num_steps());
+  options.cost = cost;
+  std::unique_ptr<eval::DumpWriter> dump;
+  if (!args.dump_dir.empty()) {
+    if (!source.has_tokens()) {
+      throw UsageError("simulate: --dump needs a token-level trace (this one is load-only)");
     }
+    dump = std::make_unique<eval::DumpWriter>(args.dump_dir, source, topology,
+                                              config.slots_per_rank, options.warmup_steps);
+    options.observer = dump.get();
   }
-  const auto known = policy::policy_names();
-  for (const auto& name : options.policies) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      throw UsageError(
-          fmt::format("unknown policy '{}' (valid: {})", name, fmt::join(known, ", ")));
-    }
-  }
-  options.warmup_steps = std::min(args.warmup_steps, std::max(0, source->num_steps() - 1));
   Progress progress("simulate",
-                    static_cast<int64_t>(options.policies.size()) * source->num_steps());
+                    static_cast<int64_t>(options.policies.size()) * source.num_steps());
   options.progress = [&](int64_t, int64_t) { progress.advance(); };
-  const auto result = eval::simulate(*source, options);
+  const auto result = eval::simulate(source, options);
   progress.finish();
 
-  eval::Scenario scenario;
   scenario.workload = args.trace_path.empty() ? args.preset : args.trace_path;
   scenario.cluster = topology.to_string();
+  scenario.cluster_preset = cluster.name;
+  scenario.model = model;
+  scenario.model_reason = model_reason;
+  scenario.cost = cost;
+  scenario.chunks = source.chunk_info();
+  scenario.holdout = args.holdout;
   scenario.slots_per_rank = config.slots_per_rank;
   if (args.replica_slots)
     scenario.replica_slots = *args.replica_slots;
@@ -100,22 +240,36 @@ void run_simulate(const SimulateArgs& args) {
   scenario.eps = args.eps;
   scenario.steps_per_global_plan = args.steps_per_global_plan;
   scenario.seed = args.seed;
+  scenario.async_planning = args.async_planning;
   fmt::print("{}", eval::simulation_table(scenario, result));
   if (!args.json_path.empty()) write_file(args.json_path, eval::simulation_json(scenario, result));
+  if (!args.report_path.empty()) {
+    const auto extras = eval::collect_report_extras(source, 0, options.warmup_steps,
+                                                    topology.num_ranks());
+    write_file(args.report_path, eval::simulation_html(scenario, result, extras));
+  }
 }
 
 }  // namespace
 
 void register_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
-  auto* cmd = app.add_subcommand("simulate",
-                                 "Replay a routing trace through policies on a modelled cluster");
+  auto* cmd = app.add_subcommand(
+      "simulate", "Replay a routing trace through policies on a modelled cluster (times modelled)");
   auto* trace = cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
   auto* preset =
       cmd->add_option("--preset", args->preset,
                       "synthetic workload preset (see `cobalt trace gen --list-presets`)");
   trace->excludes(preset);
-  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
+  cmd->add_option("--cluster", args->cluster,
+                  "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: the "
+                  "preset's shape)");
+  cmd->add_option("--cluster-preset", args->cluster_preset,
+                  "modelled hardware: 4x8-b200 (default) or 4x8-h800");
+  cmd->add_option("--model", args->model,
+                  "model sizes for the cost model: glm-4.5-air, deepseek-v3, qwen3-30b-a3b, "
+                  "deepseek-v2, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
+                  "metadata or E/K, else glm-4.5-air)");
   cmd->add_option("--policies", args->policies, "comma-separated policy names, or 'all' (default)");
   auto* rho =
       cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
@@ -128,26 +282,40 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--warmup-steps", args->warmup_steps, "steps replayed but not measured")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+  auto* warmup =
+      cmd->add_option("--warmup-steps", args->warmup_steps, "steps replayed but not measured")
+          ->capture_default_str()
+          ->check(CLI::NonNegativeNumber);
+  auto* holdout = cmd->add_option("--holdout", args->holdout,
+                                  "plan on the first fraction F of the steps, measure the rest "
+                                  "(0 < F < 1; replaces --warmup-steps)");
+  holdout->excludes(warmup);
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", args->steps, "steps to generate (presets)")
+  cmd->add_option("--steps", args->steps,
+                  "steps: generated (presets) or re-chunked / cycled (traces)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")
+  cmd->add_option("--tokens-per-step", args->tokens_per_step,
+                  "tokens per step: generated (presets) or re-chunked / cycled (traces)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--layers", args->layers, "MoE layers (presets)")->check(CLI::PositiveNumber);
+  cmd->add_option("--overlap", args->overlap,
+                  "cost model: fraction of min(compute, exchange) hidden by overlap, in [0, 1]")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--async-planning", args->async_planning,
-                "plan on a background thread; layouts apply one step later");
+                "plan on a background thread; layouts apply one step later (planning overlapped)");
   cmd->add_option("--json", args->json_path, "write the comparison as JSON (DESIGN.md §3.2)");
+  cmd->add_option("--report", args->report_path, "write a self-contained HTML report");
+  cmd->add_option("--dump", args->dump_dir,
+                  "write DIR/routing.safetensors and DIR/<policy>.safetensors (exec_rank, layout)");
   cmd->callback([args] { run_simulate(*args); });
 }
 

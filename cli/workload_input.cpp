@@ -21,14 +21,20 @@ workload::WorkloadSpec preset_spec(const std::string& name,
 
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
-                            const std::function<void(workload::WorkloadSpec&)>& adjust) {
+                            const std::function<void(workload::WorkloadSpec&)>& adjust,
+                            const eval::ChunkOptions& chunks) {
   if (trace_path.empty() == preset.empty()) {
     throw UsageError(fmt::format("{}: give exactly one of --trace FILE or --preset NAME", command));
   }
   WorkloadInput input;
   if (!trace_path.empty()) {
     input.reader = std::make_unique<io::TraceReader>(trace_path);
-    input.source = eval::make_step_source(*input.reader);
+    try {
+      input.source = eval::make_step_source(*input.reader, chunks);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidArgument) throw;
+      throw UsageError(fmt::format("{}: {}", command, e.what()));
+    }
     return input;
   }
   workload::WorkloadSpec spec = preset_spec(preset, overrides, command);
@@ -36,6 +42,10 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
   input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec));
   input.source = eval::make_step_source(*input.data);
   return input;
+}
+
+const std::map<std::string, std::string>& workload_metadata(const WorkloadInput& input) {
+  return input.reader ? input.reader->metadata() : input.data->metadata;
 }
 
 }  // namespace cobalt::cli

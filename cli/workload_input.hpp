@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -26,9 +27,15 @@ workload::WorkloadSpec preset_spec(const std::string& name,
                                    const std::string& command);
 
 // Exactly one of trace_path / preset must be non-empty (UsageError otherwise). `adjust` may edit
-// the preset's spec before generation (e.g. a smaller instance).
+// the preset's spec before generation (e.g. a smaller instance). `chunks` re-chunks or cycles a
+// trace file's steps (eval/step_source.hpp; presets take their sizes from `overrides` instead);
+// chunk options that do not fit the trace are usage errors.
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
-                            const std::function<void(workload::WorkloadSpec&)>& adjust = {});
+                            const std::function<void(workload::WorkloadSpec&)>& adjust = {},
+                            const eval::ChunkOptions& chunks = {});
+
+// The metadata of the loaded trace (the file's extra keys or the generated trace's).
+const std::map<std::string, std::string>& workload_metadata(const WorkloadInput& input);
 
 }  // namespace cobalt::cli

@@ -66,4 +66,61 @@ StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec
   return m;
 }
 
+ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+                               const Topology& topology) {
+  COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
+                   "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
+  const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
+  const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
+  ExchangeVolume v;
+  v.node_out.assign(num_nodes, 0);
+  v.node_in.assign(num_nodes, 0);
+  v.nvlink_out.assign(num_ranks, 0);
+  v.nvlink_in.assign(num_ranks, 0);
+  std::vector<RankId> dest(top_k);
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const RankId src = batch.source_of(t);
+    const NodeId src_node = src / per_node;
+    const int src_local = src % per_node;
+    // Distinct destination ranks of the token (K is small: insertion into a sorted prefix).
+    int num_dest = 0;
+    const RankId* row = exec_rank.data() + t * top_k;
+    for (int k = 0; k < top_k; ++k) {
+      const RankId r = row[k];
+      COBALT_CHECK_ARG(r >= 0 && r < num_ranks, "metrics: execution rank {} out of range [0, {})",
+                       r, num_ranks);
+      int i = num_dest;
+      while (i > 0 && dest[i - 1] > r) --i;
+      if (i > 0 && dest[i - 1] == r) continue;
+      std::copy_backward(dest.begin() + i, dest.begin() + num_dest, dest.begin() + num_dest + 1);
+      dest[i] = r;
+      ++num_dest;
+    }
+    // Sorted ranks group by node: one IB copy per remote node, NVLink fan-out inside each node.
+    NodeId last_node = -1;
+    for (int i = 0; i < num_dest; ++i) {
+      const RankId d = dest[i];
+      const NodeId n = d / per_node;
+      if (n == src_node) {
+        if (d != src) {
+          ++v.nvlink_out[src];
+          ++v.nvlink_in[d];
+        }
+        continue;
+      }
+      if (n != last_node) {
+        ++v.node_out[src_node];
+        ++v.node_in[n];
+        last_node = n;
+      }
+      const RankId relay = n * per_node + src_local;
+      if (d != relay) {
+        ++v.nvlink_out[relay];
+        ++v.nvlink_in[d];
+      }
+    }
+  }
+  return v;
+}
+
 }  // namespace cobalt::eval

@@ -3,12 +3,199 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
 
 namespace cobalt::eval {
+namespace {
+
+// What one (step, layer) of one policy produced.
+struct LayerOutcome {
+  CrossNodeTransfers transfers;
+  double imbalance = 1, max_violation = 0;
+  TimeBreakdown time;  // this layer's share of the step (planning is per step)
+  double migration_bytes = 0, migration_cross_node_bytes = 0, grad_sync_bytes = 0;
+  int64_t moves_cross_node = 0, moves_intra_node = 0;
+  double replicas_per_expert = 1;
+};
+
+// Per-layer replay state of one policy: the previous layout (for migration) and the gradient
+// synchronisation cost of the layout in force (recomputed only when the layout changes).
+struct LayerState {
+  std::shared_ptr<const ExpertLayout> layout;
+  std::vector<RankId> mains;  // [E] main instance of every expert
+  double grad_sync_s = 0, grad_sync_bytes = 0;
+};
+
+// Layout-dependent costs: migration from the previous layout, gradient synchronisation.
+void add_layout_costs(const std::shared_ptr<const ExpertLayout>& layout, const CostParams& cost,
+                      LayerState& state, LayerOutcome& out) {
+  const bool changed = state.layout != layout && (!state.layout || !(*state.layout == *layout));
+  if (!state.layout) {
+    state.mains = initial_main_ranks(*layout);
+  } else if (changed) {
+    std::vector<RankId> mains = next_main_ranks(*layout, state.mains);
+    const LayoutDiff d = diff(*state.layout, *layout);
+    const LinkBytes moved = migration_bytes(d, state.mains, mains, layout->topology(), cost);
+    state.mains = std::move(mains);
+    out.time.migration_s = link_time(moved, cost).time_s();
+    out.migration_cross_node_bytes = moved.total_inter();
+    out.migration_bytes = moved.total_inter() + moved.total_intra();
+    out.moves_cross_node = d.num_cross_node;
+    out.moves_intra_node = d.num_intra_node;
+  }
+  if (changed || !state.layout) {
+    const LinkBytes sync = grad_sync_bytes(*layout, state.mains, cost);
+    state.grad_sync_s = link_time(sync, cost).time_s();
+    state.grad_sync_bytes = sync.total_inter() + sync.total_intra();
+  }
+  state.layout = layout;
+  out.time.grad_sync_s = state.grad_sync_s;
+  out.grad_sync_bytes = state.grad_sync_bytes;
+  out.replicas_per_expert = static_cast<double>(layout->num_replicas()) / layout->num_experts();
+}
+
+// Compute and exchange time from the rank loads and (token sources) the exchange volume.
+void add_layer_time(std::span<const int64_t> rank_loads, const ExchangeVolume* volume,
+                    const CostParams& cost, LayerOutcome& out) {
+  out.time.compute_s = compute_time(rank_loads, cost);
+  const double exchange_s =
+      volume ? link_time(exchange_bytes(*volume, cost.token_bytes()), cost).time_s() : 0.0;
+  out.time.exchange_s = layer_time(out.time.compute_s, exchange_s, cost) - out.time.compute_s;
+}
+
+LayerOutcome run_token_layer(policy::Policy& pol, const StepSource& source, int step, int layer,
+                             const SimulationOptions& options, StepScratch& scratch,
+                             std::vector<RankId>& exec, LayerState& state) {
+  const auto& config = options.policy_config;
+  RoutingBatch batch = source.batch(step, layer, config.topology.num_ranks(), scratch);
+  exec.assign(batch.num_tasks(), -1);
+  auto layout = pol.run(step, layer, batch, exec);
+  validate_assignment(batch, *layout, exec);
+  LayerOutcome out;
+  const StepMetrics m = step_metrics(batch, exec, config.topology);
+  out.transfers = m.transfers;
+  out.imbalance = m.imbalance;
+  out.max_violation = m.max_violation;
+  const ExchangeVolume volume = exchange_volume(batch, exec, config.topology);
+  add_layer_time(m.rank_loads, &volume, options.cost, out);
+  add_layout_costs(layout, options.cost, state, out);
+  if (options.observer) options.observer->on_step(step, layer, batch, exec, *layout);
+  return out;
+}
+
+LayerOutcome run_load_layer(policy::Policy& pol, const StepSource& source, int step, int layer,
+                            const SimulationOptions& options, StepScratch& scratch,
+                            std::vector<int64_t>& counts, LayerState& state) {
+  const auto& config = options.policy_config;
+  const int num_ranks = config.topology.num_ranks(), num_experts = config.num_experts;
+  counts.assign(static_cast<size_t>(num_ranks) * num_experts, 0);
+  source.loads(step, layer, num_ranks, counts, scratch);
+  std::vector<int64_t> loads(num_ranks, 0), expert_counts(num_experts, 0);
+  auto layout = pol.run_loads(step, layer, counts, loads);
+  for (size_t i = 0; i < counts.size(); ++i) expert_counts[i % num_experts] += counts[i];
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  COBALT_CHECK_INTERNAL(std::accumulate(loads.begin(), loads.end(), int64_t{0}) == total,
+                        "policy {}: rank loads of step {} layer {} do not add up to {} tasks",
+                        pol.name(), step, layer, total);
+  LayerOutcome out;
+  out.imbalance = imbalance(loads);
+  out.max_violation = max_violation(expert_counts);
+  add_layer_time(loads, nullptr, options.cost, out);
+  add_layout_costs(layout, options.cost, state, out);
+  return out;
+}
+
+void add_time(TimeBreakdown& into, const TimeBreakdown& t, double scale = 1.0) {
+  into.compute_s += scale * t.compute_s;
+  into.exchange_s += scale * t.exchange_s;
+  into.grad_sync_s += scale * t.grad_sync_s;
+  into.migration_s += scale * t.migration_s;
+  into.planning_s += scale * t.planning_s;
+}
+
+PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
+                           const SimulationOptions& options, const std::function<void()>& tick) {
+  const auto& config = options.policy_config;
+  const int num_steps = source.num_steps(), num_layers = config.num_layers;
+  PolicyResult pr;
+  pr.name = pol.name();
+  pr.has_token_metrics = source.has_tokens();
+  pr.step_cross_node_tokens.assign(num_steps, 0);
+  pr.step_imbalance.assign(num_steps, 0.0);
+  pr.step_time_s.assign(num_steps, 0.0);
+  if (!source.has_tokens() && pol.needs_token_ids()) {
+    pr.skipped = "needs per-token expert ids (topk_ids); this trace is load-only (counts)";
+    for (int s = 0; s < num_steps; ++s) tick();
+    return pr;
+  }
+  if (options.observer) options.observer->begin_policy(pr.name);
+  std::vector<LayerState> states(num_layers);
+  StepScratch scratch;
+  std::vector<RankId> exec;
+  std::vector<int64_t> counts;
+  double imbalance_sum = 0, maxvio_sum = 0, replicas_sum = 0, grad_sync_bytes = 0;
+  int64_t measured_layers = 0, measured_steps = 0;
+  for (int s = 0; s < num_steps; ++s) {
+    const double planner_before = pol.counters().planner_wall_ms;
+    const bool measured = s >= options.warmup_steps;
+    TimeBreakdown step_time;
+    for (int l = 0; l < num_layers; ++l) {
+      const LayerOutcome o =
+          source.has_tokens()
+              ? run_token_layer(pol, source, s, l, options, scratch, exec, states[l])
+              : run_load_layer(pol, source, s, l, options, scratch, counts, states[l]);
+      pr.step_cross_node_tokens[s] += o.transfers.dedup;
+      pr.step_imbalance[s] += o.imbalance / num_layers;
+      add_time(step_time, o.time);
+      if (!measured) continue;
+      pr.cross_node_tokens += o.transfers.dedup;
+      pr.cross_node_tokens_no_dedup += o.transfers.no_dedup;
+      imbalance_sum += o.imbalance;
+      pr.imbalance_max = std::max(pr.imbalance_max, o.imbalance);
+      maxvio_sum += o.max_violation;
+      replicas_sum += o.replicas_per_expert;
+      pr.migration_bytes += o.migration_bytes;
+      pr.migration_cross_node_bytes += o.migration_cross_node_bytes;
+      pr.migrated_replicas_cross_node += o.moves_cross_node;
+      pr.migrated_replicas_intra_node += o.moves_intra_node;
+      grad_sync_bytes += o.grad_sync_bytes;
+      ++measured_layers;
+    }
+    step_time.planning_s =
+        planning_time(pol.counters().planner_wall_ms - planner_before, options.cost);
+    pr.step_time_s[s] = step_time.total();
+    if (measured) {
+      add_time(pr.time, step_time);
+      ++measured_steps;
+    }
+    tick();
+  }
+  if (options.observer) options.observer->end_policy(pr.name);
+  if (measured_layers > 0) {
+    pr.imbalance_mean = imbalance_sum / measured_layers;
+    pr.maxvio_mean = maxvio_sum / measured_layers;
+    pr.replicas_per_expert_mean = replicas_sum / measured_layers;
+  }
+  if (measured_steps > 0) {
+    TimeBreakdown mean;
+    add_time(mean, pr.time, 1.0 / measured_steps);
+    pr.time = mean;
+    pr.grad_sync_bytes = grad_sync_bytes / measured_steps;
+  }
+  pr.sim_step_time_s = pr.time.total();
+  pr.cross_node_bytes = static_cast<double>(pr.cross_node_tokens) * options.cost.token_bytes() *
+                        options.cost.exchanges_per_layer;
+  pr.counters = pol.counters();
+  pr.planner_wall_ms = pr.counters.planner_wall_ms;
+  for (const auto& st : states) pr.final_layouts.push_back(st.layout);
+  return pr;
+}
+
+}  // namespace
 
 SimulationResult simulate(const StepSource& source, const SimulationOptions& options) {
   const auto& config = options.policy_config;
@@ -19,6 +206,7 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
                    config.top_k, config.num_layers);
   COBALT_CHECK_ARG(!options.policies.empty(), "simulate: no policies given (valid: {})",
                    fmt::format("{}", fmt::join(policy::policy_names(), ", ")));
+  options.cost.validate();
   const int num_steps = source.num_steps();
   COBALT_CHECK_ARG(options.warmup_steps >= 0 && options.warmup_steps < num_steps,
                    "simulate: warm-up steps {} out of range [0, {}) for a trace of {} steps",
@@ -28,6 +216,7 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
   result.top_k = config.top_k;
   result.num_layers = config.num_layers;
   result.num_steps = num_steps;
+  result.load_only = !source.has_tokens();
   for (int s = 0; s < num_steps; ++s) result.num_tokens += source.num_tokens(s);
   result.first_measured_step = options.warmup_steps;
   // Fail early on unknown names before doing any work.
@@ -36,47 +225,22 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
 
   const int64_t total_work = static_cast<int64_t>(policies.size()) * num_steps;
   int64_t done = 0;
-  StepScratch scratch;
-  std::vector<RankId> exec;
-  for (auto& pol : policies) {
-    PolicyResult pr;
-    pr.name = pol->name();
-    pr.step_cross_node_tokens.assign(num_steps, 0);
-    pr.step_imbalance.assign(num_steps, 0.0);
-    double imbalance_sum = 0, maxvio_sum = 0;
-    int64_t measured = 0;
-    for (int s = 0; s < num_steps; ++s) {
-      for (int l = 0; l < config.num_layers; ++l) {
-        RoutingBatch batch = source.batch(s, l, config.topology.num_ranks(), scratch);
-        exec.assign(batch.num_tasks(), -1);
-        auto layout = pol->run(s, l, batch, exec);
-        validate_assignment(batch, *layout, exec);
-        const StepMetrics m = step_metrics(batch, exec, config.topology);
-        pr.step_cross_node_tokens[s] += m.transfers.dedup;
-        pr.step_imbalance[s] += m.imbalance / config.num_layers;
-        if (s >= options.warmup_steps) {
-          pr.cross_node_tokens += m.transfers.dedup;
-          pr.cross_node_tokens_no_dedup += m.transfers.no_dedup;
-          imbalance_sum += m.imbalance;
-          pr.imbalance_max = std::max(pr.imbalance_max, m.imbalance);
-          maxvio_sum += m.max_violation;
-          ++measured;
-        }
-      }
-      if (options.progress) options.progress(++done, total_work);
-    }
-    pr.imbalance_mean = measured ? imbalance_sum / measured : 1.0;
-    pr.maxvio_mean = measured ? maxvio_sum / measured : 0.0;
-    pr.counters = pol->counters();
-    pr.planner_wall_ms = pr.counters.planner_wall_ms;
-    result.policies.push_back(std::move(pr));
-  }
+  auto tick = [&] {
+    if (options.progress) options.progress(++done, total_work);
+  };
+  for (auto& pol : policies) result.policies.push_back(replay_policy(*pol, source, options, tick));
+
   const auto it = std::find_if(result.policies.begin(), result.policies.end(),
                                [](const PolicyResult& p) { return p.name == "static"; });
-  if (it != result.policies.end() && it->cross_node_tokens > 0) {
+  if (it != result.policies.end() && it->skipped.empty()) {
+    const PolicyResult base = *it;
     for (auto& p : result.policies) {
-      p.cross_node_reduction_vs_static = 1.0 - static_cast<double>(p.cross_node_tokens) /
-                                                   static_cast<double>(it->cross_node_tokens);
+      if (!p.skipped.empty()) continue;
+      if (base.cross_node_tokens > 0) {
+        p.cross_node_reduction_vs_static = 1.0 - static_cast<double>(p.cross_node_tokens) /
+                                                     static_cast<double>(base.cross_node_tokens);
+      }
+      if (p.sim_step_time_s > 0) p.speedup_vs_static = base.sim_step_time_s / p.sim_step_time_s;
     }
   }
   return result;

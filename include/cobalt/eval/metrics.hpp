@@ -49,4 +49,23 @@ struct StepMetrics {
 StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                          const Topology& topology);
 
+// Token copies one dispatch moves over each link (the input of the cost model, DESIGN.md §5),
+// DeepEP style. For token t from source rank s on node n_s, let D_t be the distinct execution ranks
+// of its K tasks (a rank receives a token once, however many of its experts it runs):
+//   * inter-node: one copy n_s -> m for every node m != n_s holding a rank of D_t (node dedup,
+//     so sum(node_out) == sum(node_in) == cross_node_transfers(...).dedup);
+//   * intra-node, source node: one NVLink copy s -> d for every d in D_t on n_s with d != s;
+//   * intra-node, remote node m: the copy lands on the relay rank p = m * M + (s mod M) (the GPU
+//     with s's local index, as RDMA does) and p forwards one NVLink copy to every d in D_t on m
+//     with d != p.
+// The combine sends the same copies back (out and in swap); backward repeats both, so one volume
+// describes all four exchanges.
+struct ExchangeVolume {
+  std::vector<int64_t> node_out, node_in;      // [N] copies over the inter-node fabric
+  std::vector<int64_t> nvlink_out, nvlink_in;  // [G] copies over NVLink
+};
+// exec_rank: [T, K] aligned with batch.topk_ids(); every rank in [0, G).
+ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+                               const Topology& topology);
+
 }  // namespace cobalt::eval

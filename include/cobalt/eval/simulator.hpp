@@ -1,41 +1,91 @@
 // Trace-replay simulator: replays every step of a StepSource through each policy (same inputs for
-// all) and aggregates the metrics of DESIGN.md §3.3 over the measured steps [warmup_steps, S).
+// all), computes the metrics of DESIGN.md §3.3 and the modelled times of the cost model
+// (eval/cost_model.hpp) per (step, layer), and aggregates them over the measured steps
+// [warmup_steps, S).
+//
+// Token sources run Policy::run; load-only sources run Policy::run_loads, where token-level
+// policies are skipped (PolicyResult::skipped says why) and the token metrics (cross-node
+// transfers, exchange time, step time) are absent (has_token_metrics = false).
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/routing_batch.hpp"
+#include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/policy/policy.hpp"
 
 namespace cobalt::eval {
 
+// Sees every (step, layer) of every token-level replay (e.g. the --dump writer). Calls arrive per
+// policy in order: begin_policy, on_step for steps in order and layers in order, end_policy.
+class ReplayObserver {
+ public:
+  virtual ~ReplayObserver() = default;
+  virtual void begin_policy(const std::string& name) {}
+  virtual void on_step(int step, int layer, const RoutingBatch& batch,
+                       std::span<const RankId> exec_rank, const ExpertLayout& layout) {}
+  virtual void end_policy(const std::string& name) {}
+};
+
 struct SimulationOptions {
   policy::PolicyConfig policy_config;  // topology, E, K, L, slots, eps, P, seed, threads
   std::vector<std::string> policies;
-  int warmup_steps = 1;
+  int warmup_steps = 1;  // steps replayed but not measured, in [0, S)
+  CostParams cost;
+  ReplayObserver* observer = nullptr;  // optional, not owned
   // Called after each (policy, step) with (done, total) units of work.
   std::function<void(int64_t, int64_t)> progress;
 };
 
+// Modelled seconds per measured step, by cause; total() is the step time.
+struct TimeBreakdown {
+  double compute_s = 0;    // sum over layers of max-rank expert compute
+  double exchange_s = 0;   // sum over layers of the exposed part of the 4 exchanges
+  double grad_sync_s = 0;  // replica gradient synchronisation
+  double migration_s = 0;  // layout changes (parameter + optimizer-state copies)
+  double planning_s = 0;   // planner time on the critical path
+  double total() const { return compute_s + exchange_s + grad_sync_s + migration_s + planning_s; }
+};
+
 struct PolicyResult {
   std::string name;
+  std::string skipped;            // non-empty: the policy could not run on this trace, and why
+  bool has_token_metrics = true;  // false on load-only traces
   int64_t cross_node_tokens = 0;           // sum of V (node dedup) over measured steps and layers
   int64_t cross_node_tokens_no_dedup = 0;  // sum over tasks of [node(exec) != node(src)]
+  double cross_node_bytes = 0;  // cross_node_tokens x token_bytes x exchanges_per_layer
   double cross_node_reduction_vs_static = 0;  // 1 - V / V_static (0 when static is not simulated)
   double imbalance_mean = 1, imbalance_max = 1;  // over measured (step, layer)
   double maxvio_mean = 0;
   double planner_wall_ms = 0;
+  // Modelled (cost model), means over measured steps.
+  double sim_step_time_s = 0;
+  double speedup_vs_static = 0;  // static's sim_step_time_s / this one (0 without static)
+  TimeBreakdown time;
+  // Layout changes over the measured steps (diffs between consecutive layouts of a layer).
+  double migration_bytes = 0;             // all replica copies (IB + NVLink)
+  double migration_cross_node_bytes = 0;  // the part over the inter-node fabric
+  int64_t migrated_replicas_cross_node = 0, migrated_replicas_intra_node = 0;
+  double grad_sync_bytes = 0;  // per measured step, mean
+  double replicas_per_expert_mean = 1;  // over measured (step, layer) layouts
   policy::PolicyCounters counters;
   std::vector<int64_t> step_cross_node_tokens;  // [S] summed over layers
   std::vector<double> step_imbalance;           // [S] mean over layers
+  std::vector<double> step_time_s;              // [S] modelled step time
+  std::vector<std::shared_ptr<const ExpertLayout>> final_layouts;  // [L] after the last step
 };
 
 struct SimulationResult {
   int num_experts = 0, top_k = 0, num_layers = 0, num_steps = 0;
   int64_t num_tokens = 0;
   int first_measured_step = 0;
+  bool load_only = false;
   std::vector<PolicyResult> policies;
 };
 

@@ -1,0 +1,132 @@
+// TopoEP's per-microbatch solver (TopoEP paper §4.3; DESIGN.md §4): from the current routing
+// matrix Omega it decides the replica placement x and the per-(source rank, expert, destination
+// rank) task quotas q.
+//
+// Model (paper §4.1-4.2): expert e keeps a fixed main instance on rank main(e) = floor(e G / E)
+// (C5); each rank has N_slot = slots_per_rank - ceil(E / G) slots for temporary replicas (C3);
+// NVLink domains are the topology's nodes.
+//   (1) Inter-node placement. D[d, e] = sum of Omega[s, e] over the ranks s of node d. For every
+//       node d and expert e whose main is on another node, the benefit is
+//       b = 2 D[d, e] S_tok - |W_e|. Each node takes its positive-benefit candidates in descending
+//       order (ties: lower expert id) and puts each on the least occupied rank of d (fewest used
+//       replica slots, ties: lower rank) that has a free slot; it stops when the node is full.
+//       So a replica outside main(e)'s node exists only where |W_e| < 2 D S_tok (C4).
+//   (2) Routing. Each (s, e) demand goes to the instances of e on s's node if there are any, else
+//       to all instances of e, split evenly: each of the k chosen instances (ascending rank)
+//       gets floor(w / k), and the w mod k leftover tasks go one each to the instances at
+//       positions (s + i) mod k, i = 0 .. (w mod k) - 1 (rotating the remainder by source rank so
+//       no instance collects every leftover). U[e, r] and L[r] follow.
+//   (3) Intra-node refinement, per node independently: repeatedly take the busiest rank r_b of
+//       the node (ties: lower rank) and, over the experts e with U[e, r_b] > 0 and the other ranks
+//       r_t of the node that host e or have a free replica slot, evaluate
+//       delta = min(U[e, r_b], floor((L[r_b] - L[r_t]) / 2)). Candidates with delta > 0 are
+//       ranked by delta (larger first), then target load L[r_t] (smaller first), then cost (the
+//       parameter copy a new replica needs: none when r_t already hosts e, an NVLink copy when
+//       main(e) is on the node, an inter-node copy otherwise), then lower expert id, then lower
+//       r_t. The best one moves delta tasks of e from r_b to r_t (creating the replica when
+//       needed). Which source's tasks move: those from r_t itself first (they become
+//       rank-local), then other sources in ascending rank order, tasks from r_b itself last. The
+//       node stops when its busiest rank has no candidate (the sum of squared loads strictly
+//       decreases with every move, so this terminates).
+//   Finally, a temporary replica left with no tasks is not materialised (it would cost a
+//   parameter copy for nothing); this removes instances only, so C1-C5 still hold.
+//
+// Deterministic: the plan is a pure function of the inputs (no randomness, no threads); every
+// rank computes the identical plan.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cobalt/core/ids.hpp"
+#include "cobalt/core/topology.hpp"
+
+namespace cobalt::plan {
+
+struct TopoEpInput {
+  Topology topology{1, 1};
+  int num_experts = 0;
+  int slots_per_rank = 0;             // S: main instances + temporary replica slots per rank
+  double token_bytes = 0;             // S_tok: bytes of one routed activation
+  double expert_param_bytes = 0;      // |W_e| (the same for every expert)
+  std::span<const int64_t> demand;    // Omega [G, E]: tasks from rank s choosing expert e (>= 0)
+};
+
+// One task quota: q[src, expert, dst] = count (> 0).
+struct TopoEpQuota {
+  RankId src;
+  RankId dst;
+  int64_t count;
+};
+
+struct TopoEpStats {
+  int64_t num_inter_node_replicas = 0;  // placed by stage (1)
+  int64_t num_intra_node_replicas = 0;  // created by stage (3)
+  int64_t num_refinement_moves = 0;     // stage (3) updates applied
+  int64_t num_dropped_replicas = 0;     // temporary replicas left without tasks
+};
+
+struct TopoEpPlan {
+  int num_ranks = 0, num_experts = 0, slots_per_rank = 0;
+  // [G, S]: expert per slot, kEmptySlot where unused; each rank lists its mains (ascending) and
+  // then its temporary replicas (ascending).
+  std::vector<ExpertId> slots;
+  // Quotas grouped by expert: expert e owns quotas[quota_offsets[e] .. quota_offsets[e + 1]),
+  // sorted by (src, dst). quota_offsets: [E + 1].
+  std::vector<int64_t> quota_offsets;
+  std::vector<TopoEpQuota> quotas;
+  std::vector<int64_t> rank_loads;  // L [G]
+  TopoEpStats stats;
+};
+
+// main(e) = floor(e G / E).
+inline RankId topoep_main_rank(ExpertId e, int num_experts, int num_ranks) {
+  return static_cast<RankId>(static_cast<int64_t>(e) * num_ranks / num_experts);
+}
+
+// Reusable solver: keeps its scratch buffers between calls (one per thread; not thread-safe).
+class TopoEpSolver {
+ public:
+  // Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
+  // negative value, or slots_per_rank < ceil(E / G) (no room for the main instances).
+  void solve(const TopoEpInput& input, TopoEpPlan& plan);
+
+ private:
+  struct Instance {
+    RankId rank;
+    int64_t load;  // U[e, rank]
+  };
+  struct Move {
+    ExpertId expert;
+    RankId from, to;
+    int64_t count;
+  };
+  void place_inter_node(const TopoEpInput& input);
+  void route(const TopoEpInput& input);
+  void refine_node(const TopoEpInput& input, NodeId node);
+  void emit(const TopoEpInput& input, TopoEpPlan& plan);
+  int64_t instance_load(ExpertId e, RankId r) const;
+
+  int num_ranks_ = 0, num_experts_ = 0, num_nodes_ = 0, per_node_ = 0, extra_slots_ = 0;
+  std::vector<int64_t> node_demand_;               // D [N, E]
+  std::vector<int64_t> nnz_offsets_;               // [E + 1] into nnz_src_ / nnz_count_
+  std::vector<RankId> nnz_src_;                    // sources with Omega[s, e] > 0, by expert
+  std::vector<int64_t> nnz_count_;
+  std::vector<std::vector<Instance>> instances_;   // per expert, ascending rank
+  std::vector<std::vector<ExpertId>> rank_experts_;  // per rank: experts it hosts
+  std::vector<int> replicas_used_;                 // per rank: temporary replicas
+  std::vector<int64_t> rank_loads_;                // L [G]
+  std::vector<int64_t> expert_quota_begin_;        // [E + 1] into routed_
+  std::vector<TopoEpQuota> routed_;                // stage (2) quotas, by expert, (src, dst)
+  std::vector<Move> moves_;                        // stage (3) updates in order
+  std::vector<int64_t> candidates_;                // scratch: fill cursors, candidate experts
+  std::vector<int> scratch_first_, scratch_count_;
+  std::vector<TopoEpQuota> scratch_quotas_;
+  TopoEpStats stats_;
+};
+
+// Convenience: one call with a fresh solver.
+TopoEpPlan solve_topoep(const TopoEpInput& input);
+
+}  // namespace cobalt::plan

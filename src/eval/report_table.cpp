@@ -1,0 +1,125 @@
+// The terminal comparison: exact replay metrics, then the modelled time per step.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "cobalt/eval/report.hpp"
+
+namespace cobalt::eval {
+namespace {
+
+using Getter = std::function<double(const PolicyResult&)>;
+
+// Lowest value of `get` over the policies that ran (for the '*' marks).
+double best_of(const SimulationResult& result, const Getter& get) {
+  double best = 1e300;
+  for (const auto& p : result.policies) {
+    if (p.skipped.empty()) best = std::min(best, get(p));
+  }
+  return best;
+}
+
+const char* mark(double value, double best) { return value == best ? "*" : " "; }
+
+std::string header(const Scenario& sc, const SimulationResult& r) {
+  std::string out = fmt::format(
+      "workload {} | cluster {} ({}) | model {} (hidden {}, expert FFN {}) | E={} K={} L={}\n"
+      "{} steps, {} tokens ({}) | measured steps [{}, {}) | {} slots/rank, eps {} | P {}{}\n",
+      sc.workload, sc.cluster, sc.cluster_preset, sc.model.name, sc.cost.hidden_size,
+      sc.cost.expert_ffn_size, r.num_experts, r.top_k, r.num_layers, r.num_steps, r.num_tokens,
+      sc.chunks.mode == "trace" ? "trace steps" : sc.chunks.mode, r.first_measured_step,
+      r.num_steps, sc.slots_per_rank, sc.eps, sc.steps_per_global_plan,
+      sc.async_planning ? " | async planning" : "");
+  for (const auto& note : sc.notes) out += fmt::format("note: {}\n", note);
+  return out;
+}
+
+std::string metrics_table(const SimulationResult& r) {
+  const bool tok = !r.load_only;
+  const double best_v = best_of(r, [](const PolicyResult& p) { return p.cross_node_tokens; });
+  const double best_im = best_of(r, [](const PolicyResult& p) { return p.imbalance_mean; });
+  const double best_ix = best_of(r, [](const PolicyResult& p) { return p.imbalance_max; });
+  std::string out = fmt::format("{:<14} {:>15}  {:>9}  {:>13}  {:>9}  {:>9}  {:>11}  {:>13}\n",
+                                "policy", "cross-node tok", "vs static", "cross-node GB",
+                                "imb mean", "imb max", "planner ms", "moves x/intra");
+  for (const auto& p : r.policies) {
+    if (!p.skipped.empty()) {
+      out += fmt::format("{:<14} skipped: {}\n", p.name, p.skipped);
+      continue;
+    }
+    const std::string v =
+        tok ? fmt::format("{:>14}{}", p.cross_node_tokens, mark(p.cross_node_tokens, best_v))
+            : fmt::format("{:>15}", "n/a");
+    const std::string vs =
+        tok ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
+            : fmt::format("{:>9}", "n/a");
+    const std::string gb =
+        tok ? fmt::format("{:>13.2f}", p.cross_node_bytes / 1e9) : fmt::format("{:>13}", "n/a");
+    out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{:<6}\n",
+                       p.name, v, vs, gb, p.imbalance_mean, mark(p.imbalance_mean, best_im),
+                       p.imbalance_max, mark(p.imbalance_max, best_ix), p.planner_wall_ms,
+                       p.counters.cross_node_moves, p.counters.intra_node_moves);
+  }
+  return out;
+}
+
+std::string time_table(const SimulationResult& r) {
+  const bool tok = !r.load_only;
+  std::string out = fmt::format(
+      "modelled time per step, ms (cost model, not measured){}:\n",
+      tok ? "" : " — load-only trace: no exchange time, so no step time");
+  out += fmt::format("{:<14} {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n", "policy",
+                     "step", "speedup", "compute", "exchange", "grad sync", "migration",
+                     "planning");
+  const std::vector<Getter> parts = {
+      [](const PolicyResult& p) { return p.time.compute_s; },
+      [](const PolicyResult& p) { return p.time.exchange_s; },
+      [](const PolicyResult& p) { return p.time.grad_sync_s; },
+      [](const PolicyResult& p) { return p.time.migration_s; },
+      [](const PolicyResult& p) { return p.time.planning_s; }};
+  std::vector<double> best;
+  for (const auto& get : parts) best.push_back(best_of(r, get));
+  const double best_step = best_of(r, [](const PolicyResult& p) { return p.sim_step_time_s; });
+  for (const auto& p : r.policies) {
+    if (!p.skipped.empty()) continue;
+    std::string line = fmt::format("{:<14} ", p.name);
+    if (tok) {
+      line += fmt::format("{:>9.2f}{}  ", 1e3 * p.sim_step_time_s,
+                          mark(p.sim_step_time_s, best_step));
+      line += p.speedup_vs_static > 0 ? fmt::format("{:>7.2f}x  ", p.speedup_vs_static)
+                                      : fmt::format("{:>8}  ", "n/a");
+    } else {
+      line += fmt::format("{:>10}  {:>8}  ", "n/a", "n/a");
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const double v = parts[i](p);
+      if (i == 1 && !tok) {
+        line += fmt::format("{:>9}  ", "n/a");
+        continue;
+      }
+      line += fmt::format("{:>8.2f}{}  ", 1e3 * v, mark(v, best[i]));
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string simulation_table(const Scenario& scenario, const SimulationResult& result) {
+  std::string out = header(scenario, result);
+  out += metrics_table(result);
+  if (!result.policies.empty()) {
+    const auto& any = result.policies.front();
+    out += fmt::format("MaxVio (a property of the routing, the same for every policy): {:.3f}\n",
+                       any.maxvio_mean);
+  }
+  out += time_table(result);
+  out += "(* best in column; cross-node tokens and imbalance are exact replay metrics; times are "
+         "modelled)\n";
+  return out;
+}
+
+}  // namespace cobalt::eval

@@ -1,0 +1,117 @@
+#include "svg.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace cobalt::eval::svg {
+
+std::string esc(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string si(double value) {
+  const double a = std::abs(value);
+  if (a >= 1e9) return fmt::format("{:.4g}G", value / 1e9);
+  if (a >= 1e6) return fmt::format("{:.4g}M", value / 1e6);
+  if (a >= 1e4) return fmt::format("{:.4g}k", value / 1e3);
+  return fmt::format("{:.4g}", value);
+}
+
+std::vector<double> ticks(double lo, double hi, int target, bool integer) {
+  if (!(hi > lo)) hi = lo + 1;
+  const double raw = (hi - lo) / std::max(1, target);
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = mag;
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0}) {
+    if (integer && m == 2.5 && mag < 10) continue;
+    step = m * mag;
+    if (step >= raw) break;
+  }
+  if (integer) step = std::max(1.0, std::round(step));
+  std::vector<double> out;
+  for (double t = std::floor(lo / step) * step; t <= hi + 1e-9 * step; t += step) {
+    out.push_back(std::abs(t) < 1e-12 * step ? 0.0 : t);
+  }
+  if (out.back() < hi - 1e-9 * step) out.push_back(out.back() + step);
+  return out;
+}
+
+std::string category_color(int i) {
+  static const char* kColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
+                                  "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+  return kColors[((i % 10) + 10) % 10];
+}
+
+std::string heat_color(double v) {
+  v = std::clamp(v, 0.0, 1.0);
+  // White (255, 255, 255) -> light blue (158, 202, 225) -> deep blue (8, 48, 107).
+  auto mix = [](double a, double b, double t) { return static_cast<int>(a + (b - a) * t + 0.5); };
+  int r, g, b;
+  if (v < 0.5) {
+    const double t = v / 0.5;
+    r = mix(255, 158, t), g = mix(255, 202, t), b = mix(255, 225, t);
+  } else {
+    const double t = (v - 0.5) / 0.5;
+    r = mix(158, 8, t), g = mix(202, 48, t), b = mix(225, 107, t);
+  }
+  return fmt::format("#{:02x}{:02x}{:02x}", r, g, b);
+}
+
+std::string axes(Frame& f, const std::string& x_title, const std::string& y_title) {
+  const auto xt = ticks(f.x0, f.x1, 5, f.integer_x), yt = ticks(f.y0, f.y1);
+  f.x0 = xt.front();
+  f.x1 = xt.back();
+  f.y0 = yt.front();
+  f.y1 = yt.back();
+  std::string out = "<g class=\"axes\">";
+  for (double t : yt) {
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e3\"/>", f.left,
+        f.left + f.width, f.py(t), f.py(t));
+    out += text(f.left - 6, f.py(t) + 4, si(t), "text-anchor=\"end\"");
+  }
+  for (double t : xt) {
+    out += fmt::format(
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e3\"/>",
+        f.px(t), f.px(t), f.top, f.top + f.height);
+    out += text(f.px(t), f.top + f.height + 15, si(t), "text-anchor=\"middle\"");
+  }
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+      "stroke=\"#888\"/>",
+      f.left, f.top, f.width, f.height);
+  out += text(f.left + f.width / 2, f.top + f.height + 32, x_title,
+              "text-anchor=\"middle\" class=\"title\"");
+  out += text(14, f.top + f.height / 2, y_title,
+              fmt::format("text-anchor=\"middle\" class=\"title\" transform=\"rotate(-90 14 "
+                          "{:.1f})\"",
+                          f.top + f.height / 2));
+  return out + "</g>";
+}
+
+std::string open(const std::string& name, double width, double height, const std::string& label) {
+  return fmt::format(
+      "<svg data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" "
+      "height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" aria-label=\"{}\">",
+      esc(name), width, height, width, height, esc(label));
+}
+
+std::string text(double x, double y, const std::string& content, const std::string& attrs) {
+  return fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" {}>{}</text>", x, y, attrs, esc(content));
+}
+
+}  // namespace cobalt::eval::svg

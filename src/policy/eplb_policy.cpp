@@ -1,0 +1,193 @@
+// DeepSeek-EPLB as deployed by vLLM: every P steps (steps_per_global_plan), plan the layout with
+// rebalance_experts (plan/eplb.hpp) from the EMA of expert loads; between plans the layout is
+// fixed and tokens are split over an expert's replicas by vLLM's rule.
+//
+// Choices (named, with their reasons):
+//   - Loads: EMA of per-step expert task counts (decay = ema_decay; the first update initialises,
+//     as RoutingStats does). vLLM sums a sliding window of recent steps instead; both are "recent
+//     history", the EMA is what every history-based policy here uses.
+//   - Budget: num_replicas = G * slots_per_rank, i.e. every slot holds a physical expert (EPLB
+//     requires num_replicas % gpus == 0; this is the largest such count the slots allow).
+//   - Groups: 1. vLLM and SGLang pass the model's expert-group count and 1 for models without
+//     groups; our traces carry no groups, so the global policy applies on multi-node clusters (on
+//     one node, one group over one node is the same computation).
+//   - Placement: physical expert p lives on GPU p / (R / G). EPLB can put two replicas of one
+//     expert on one GPU (it packs by load only); a rank holds at most one replica of an expert
+//     here, so such a pair becomes one replica (the spare slot stays empty) that runs both shares
+//     — the same rank loads as EPLB's physical experts.
+//   - Token split (vLLM's default, eplb_map_to_physical): a task's replica index is its flat
+//     position in its source rank's local top-k array modulo the expert's replica count:
+//     replica = (local_token_index * K + k) mod logcnt[e], physical = log2phy[e][replica]. Here
+//     local_token_index counts the step's tokens of the same source rank in index order.
+//   - Load-only traces: each (source, expert) count is split evenly over the replicas,
+//     floor(c / n) each and the c mod n leftover tasks to replicas (s + i) mod n, i < c mod n.
+//   - Before the first plan (step 0, no history) the layout is static EP with one replica each.
+#include <algorithm>
+#include <numeric>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/plan/eplb.hpp"
+#include "demand_matrix.hpp"
+#include "policy_registry.hpp"
+#include "wall_timer.hpp"
+
+namespace cobalt::policy {
+namespace {
+
+class EplbPolicy final : public Policy {
+ public:
+  explicit EplbPolicy(const PolicyConfig& config) : config_(config) {
+    const int num_experts = config.num_experts;
+    for (int l = 0; l < config.num_layers; ++l) {
+      LayerState st;
+      st.ema_load.assign(num_experts, 0.0);
+      st.layout = std::make_shared<const ExpertLayout>(
+          ExpertLayout::static_ep(config.topology, num_experts, config.slots_per_rank));
+      st.replica_offsets.resize(num_experts + 1);
+      for (ExpertId e = 0; e <= num_experts; ++e) st.replica_offsets[e] = e;
+      for (ExpertId e = 0; e < num_experts; ++e) {
+        st.replica_ranks.push_back(st.layout->ranks_of(e)[0]);
+      }
+      layers_.push_back(std::move(st));
+    }
+  }
+
+  std::string name() const override { return "eplb"; }
+  bool needs_token_ids() const override { return false; }
+
+  std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+                                          std::span<RankId> exec_rank) override {
+    LayerState& st = state(layer);
+    COBALT_CHECK_ARG(batch.num_experts() == config_.num_experts &&
+                         batch.num_ranks() == config_.topology.num_ranks(),
+                     "policy eplb: batch has {} experts on {} ranks, configured for {} on {}",
+                     batch.num_experts(), batch.num_ranks(), config_.num_experts,
+                     config_.topology.num_ranks());
+    maybe_replan(st, step);
+    // vLLM: replica = (local flat position) mod replica count.
+    const int top_k = batch.top_k();
+    local_index_.assign(config_.topology.num_ranks(), 0);
+    expert_counts_.assign(config_.num_experts, 0);
+    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+      const int64_t base = local_index_[batch.source_of(t)]++ * top_k;
+      auto experts = batch.experts_of(t);
+      for (int k = 0; k < top_k; ++k) {
+        const ExpertId e = experts[k];
+        const int32_t begin = st.replica_offsets[e];
+        const int32_t count = st.replica_offsets[e + 1] - begin;
+        exec_rank[static_cast<size_t>(t) * top_k + k] =
+            st.replica_ranks[begin + static_cast<int32_t>((base + k) % count)];
+        expert_counts_[e] += 1;
+      }
+    }
+    update_ema(st);
+    return st.layout;
+  }
+
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
+                                                std::span<const int64_t> counts,
+                                                std::span<int64_t> rank_loads) override {
+    LayerState& st = state(layer);
+    const int num_ranks = config_.topology.num_ranks(), num_experts = config_.num_experts;
+    check_counts(counts, num_ranks, num_experts, "eplb");
+    COBALT_CHECK_ARG(rank_loads.size() == static_cast<size_t>(num_ranks),
+                     "policy eplb: rank_loads has {} entries, expected {}", rank_loads.size(),
+                     num_ranks);
+    maybe_replan(st, step);
+    std::fill(rank_loads.begin(), rank_loads.end(), 0);
+    expert_counts_.assign(num_experts, 0);
+    for (RankId s = 0; s < num_ranks; ++s) {
+      for (ExpertId e = 0; e < num_experts; ++e) {
+        const int64_t c = counts[static_cast<size_t>(s) * num_experts + e];
+        if (c == 0) continue;
+        expert_counts_[e] += c;
+        const int32_t begin = st.replica_offsets[e];
+        const int32_t n = st.replica_offsets[e + 1] - begin;
+        for (int32_t j = 0; j < n; ++j) {
+          const int64_t extra = ((j - s % n) + n) % n < c % n ? 1 : 0;
+          rank_loads[st.replica_ranks[begin + j]] += c / n + extra;
+        }
+      }
+    }
+    update_ema(st);
+    return st.layout;
+  }
+
+ private:
+  struct LayerState {
+    std::vector<double> ema_load;  // [E]
+    int64_t num_updates = 0;
+    int64_t last_plan_step = -1;
+    std::shared_ptr<const ExpertLayout> layout;
+    // Replica ranks per expert in log2phy order: replica_ranks[replica_offsets[e] + j] is the GPU
+    // of log2phy[e][j]. replica_offsets: [E + 1].
+    std::vector<int32_t> replica_offsets;
+    std::vector<RankId> replica_ranks;
+  };
+
+  LayerState& state(int layer) {
+    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
+                     "policy eplb: layer {} out of range [0, {})", layer, config_.num_layers);
+    return layers_[layer];
+  }
+
+  void update_ema(LayerState& st) {
+    const double keep = st.num_updates == 0 ? 0.0 : config_.ema_decay;
+    for (size_t e = 0; e < st.ema_load.size(); ++e) {
+      st.ema_load[e] = keep * st.ema_load[e] + (1.0 - keep) * static_cast<double>(expert_counts_[e]);
+    }
+    st.num_updates += 1;
+  }
+
+  void maybe_replan(LayerState& st, int64_t step) {
+    const bool due = st.num_updates > 0 && (st.last_plan_step < 0 ||
+                                            step - st.last_plan_step >= config_.steps_per_global_plan);
+    if (!due) return;
+    st.last_plan_step = step;
+    WallTimer timer(counters_.planner_wall_ms);
+    const Topology& topo = config_.topology;
+    const int num_ranks = topo.num_ranks(), num_experts = config_.num_experts;
+    const int slots = config_.slots_per_rank, num_replicas = num_ranks * slots;
+    const auto r = plan::rebalance_experts(st.ema_load, 1, num_experts, num_replicas, 1,
+                                           topo.num_nodes(), num_ranks);
+    // Layout: GPU g holds physical experts [g * slots, (g + 1) * slots), duplicates merged.
+    std::vector<ExpertId> layout_slots(static_cast<size_t>(num_ranks) * slots, kEmptySlot);
+    for (RankId g = 0; g < num_ranks; ++g) {
+      int used = 0;
+      for (int p = g * slots; p < (g + 1) * slots; ++p) {
+        const ExpertId e = r.phy2log_at(0, p);
+        ExpertId* row = layout_slots.data() + static_cast<size_t>(g) * slots;
+        if (std::find(row, row + used, e) == row + used) row[used++] = e;
+      }
+    }
+    auto layout = std::make_shared<const ExpertLayout>(topo, num_experts, slots,
+                                                       std::move(layout_slots));
+    st.replica_offsets.assign(num_experts + 1, 0);
+    st.replica_ranks.clear();
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      const int cnt = r.logcnt_at(0, e);
+      for (int j = 0; j < cnt; ++j) st.replica_ranks.push_back(r.log2phy_at(0, e, j) / slots);
+      st.replica_offsets[e + 1] = st.replica_offsets[e] + cnt;
+    }
+    if (!(*layout == *st.layout)) {
+      const LayoutDiff moves = diff(*st.layout, *layout);
+      counters_.cross_node_moves += moves.num_cross_node;
+      counters_.intra_node_moves += moves.num_intra_node;
+      counters_.num_global_plans += 1;
+    }
+    st.layout = std::move(layout);
+  }
+
+  PolicyConfig config_;
+  std::vector<LayerState> layers_;
+  std::vector<int64_t> local_index_;    // [G] tokens seen per source rank this step
+  std::vector<int64_t> expert_counts_;  // [E] this step's task counts
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_eplb_policy(const PolicyConfig& config) {
+  return std::make_unique<EplbPolicy>(config);
+}
+
+}  // namespace cobalt::policy

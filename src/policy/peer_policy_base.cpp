@@ -1,0 +1,77 @@
+#include "peer_policy_base.hpp"
+
+#include "cobalt/core/error.hpp"
+#include "wall_timer.hpp"
+
+namespace cobalt::policy {
+
+LoadBasedPeerPolicy::LoadBasedPeerPolicy(const PolicyConfig& config, plan::ReplicaScope scope)
+    : config_(config), scope_(scope) {
+  auto initial = std::make_shared<const ExpertLayout>(
+      ExpertLayout::static_ep(config.topology, config.num_experts, config.slots_per_rank));
+  layouts_.assign(config.num_layers, initial);
+}
+
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::step(int64_t step, int layer,
+                                                              std::span<const int64_t> counts) {
+  COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
+                   "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
+  WallTimer timer(counters_.planner_wall_ms);
+  return decide(step, layer, counts);
+}
+
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::run(int64_t step, int layer,
+                                                             const RoutingBatch& batch,
+                                                             std::span<RankId> exec_rank) {
+  const auto counts = plan::count_demand(batch);
+  auto in_force = this->step(step, layer, counts);
+  plan::route_tokens(batch, *in_force, scope_, exec_rank);
+  observe(step, layer, counts);
+  return in_force;
+}
+
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::run_loads(int64_t step, int layer,
+                                                                   std::span<const int64_t> counts,
+                                                                   std::span<int64_t> rank_loads) {
+  const size_t expected = static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts;
+  COBALT_CHECK_ARG(counts.size() == expected,
+                   "policy {}: counts has {} entries, expected G x E = {} x {}", name(),
+                   counts.size(), config_.topology.num_ranks(), config_.num_experts);
+  auto in_force = this->step(step, layer, counts);
+  plan::route_counts(counts, *in_force, scope_, rank_loads);
+  observe(step, layer, counts);
+  return in_force;
+}
+
+const std::shared_ptr<const ExpertLayout>& LoadBasedPeerPolicy::install(int layer,
+                                                                        ExpertLayout next) {
+  auto& current = layouts_[layer];
+  if (next == *current) return current;
+  const LayoutDiff moves = diff(*current, next);
+  counters_.cross_node_moves += moves.num_cross_node;
+  counters_.intra_node_moves += moves.num_intra_node;
+  counters_.num_global_plans += 1;
+  current = std::make_shared<const ExpertLayout>(std::move(next));
+  return current;
+}
+
+void DemandWindow::push(std::span<const int64_t> counts) {
+  steps_.emplace_back(counts.begin(), counts.end());
+  while (static_cast<int>(steps_.size()) > capacity_) steps_.pop_front();
+}
+
+std::vector<double> DemandWindow::sum() const {
+  std::vector<double> out(steps_.empty() ? 0 : steps_.front().size(), 0.0);
+  for (const auto& counts : steps_) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] += static_cast<double>(counts[i]);
+  }
+  return out;
+}
+
+std::vector<double> DemandWindow::mean() const {
+  auto out = sum();
+  for (double& v : out) v /= static_cast<double>(steps_.size());
+  return out;
+}
+
+}  // namespace cobalt::policy

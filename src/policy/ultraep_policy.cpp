@@ -1,0 +1,128 @@
+// UltraEP (Dots-Infra/UltraEP): per (step, layer), after gating, the quota placement of
+// plan/ultraep_solver.hpp replicates hot experts inside their NVLink domain (node) from this
+// batch's exact loads, then every task is rerouted to an instance by UltraEP's locality-aware
+// per-source split and interleaved reroute. Nothing carries over between steps; on load-only traces
+// the per-source splits give the rank loads directly.
+//
+// One adaptation (docs/peers.md): UltraEP's fixed per-replica floor of 1024 tokens
+// (ULTRA_EP_QUOTA_MIN_TOKENS_PER_REPLICA, used when its fast oracle fails) is sized for production
+// microbatches — 1/64 of a rank's mean load at 8192 tokens per rank and top-8. Simulated steps are
+// much smaller, so the floor is that same fraction of this batch's mean rank load (at least 1).
+// All other knobs keep UltraEP's defaults.
+#include <algorithm>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/plan/ultraep_solver.hpp"
+#include "demand_matrix.hpp"
+#include "policy_registry.hpp"
+#include "wall_timer.hpp"
+
+namespace cobalt::policy {
+namespace {
+
+constexpr int64_t kMeanLoadPerFloor = 64;  // floor = mean rank load / 64 (1024 at 65536 tasks)
+
+class UltraEpPolicy final : public Policy {
+ public:
+  explicit UltraEpPolicy(const PolicyConfig& config)
+      : config_(config),
+        demand_(static_cast<size_t>(config.topology.num_ranks()) * config.num_experts, 0) {}
+
+  std::string name() const override { return "ultraep"; }
+  bool needs_token_ids() const override { return false; }
+
+  std::shared_ptr<const ExpertLayout> run(int64_t, int layer, const RoutingBatch& batch,
+                                          std::span<RankId> exec_rank) override {
+    check_shape(layer, batch.num_experts(), batch.num_ranks());
+    COBALT_CHECK_ARG(exec_rank.size() == static_cast<size_t>(batch.num_tasks()),
+                     "policy ultraep: exec_rank has {} entries, expected {}", exec_rank.size(),
+                     batch.num_tasks());
+    count_demand(batch, demand_);
+    auto layout = plan(demand_);
+    assign(batch, exec_rank);
+    return layout;
+  }
+
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer,
+                                                std::span<const int64_t> counts,
+                                                std::span<int64_t> rank_loads) override {
+    const int num_ranks = config_.topology.num_ranks();
+    check_shape(layer, config_.num_experts, num_ranks);
+    check_counts(counts, num_ranks, config_.num_experts, "ultraep");
+    COBALT_CHECK_ARG(rank_loads.size() == static_cast<size_t>(num_ranks),
+                     "policy ultraep: rank_loads has {} entries, expected {}", rank_loads.size(),
+                     num_ranks);
+    auto layout = plan(counts);
+    std::copy(plan_.rank_loads.begin(), plan_.rank_loads.end(), rank_loads.begin());
+    return layout;
+  }
+
+ private:
+  void check_shape(int layer, int num_experts, int num_ranks) const {
+    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
+                     "policy ultraep: layer {} out of range [0, {})", layer, config_.num_layers);
+    COBALT_CHECK_ARG(num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
+                     "policy ultraep: batch has {} experts on {} ranks, configured for {} on {}",
+                     num_experts, num_ranks, config_.num_experts, config_.topology.num_ranks());
+  }
+
+  std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) {
+    WallTimer timer(counters_.planner_wall_ms);
+    int64_t total = 0;
+    for (int64_t c : demand) total += c;
+    plan::UltraEpInput input;
+    input.topology = config_.topology;
+    input.num_experts = config_.num_experts;
+    input.slots_per_rank = config_.slots_per_rank;
+    input.demand = demand;
+    input.options.min_tokens_per_replica =
+        std::max<int64_t>(1, total / config_.topology.num_ranks() / kMeanLoadPerFloor);
+    plan_ = plan::solve_ultraep(input);
+    counters_.max_solver_calls += 1;
+    counters_.intra_node_moves += plan_.num_replicas;
+    return std::make_shared<const ExpertLayout>(config_.topology, config_.num_experts,
+                                                config_.slots_per_rank, plan_.slots);
+  }
+
+  // UltraEP's reroute: the k-th task of (s, e) takes interleaved slot k of its allocations.
+  void assign(const RoutingBatch& batch, std::span<RankId> exec_rank) {
+    const int num_experts = config_.num_experts, top_k = batch.top_k();
+    ordinal_.assign(demand_.size(), 0);
+    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+      const size_t row = static_cast<size_t>(batch.source_of(t)) * num_experts;
+      auto experts = batch.experts_of(t);
+      for (int k = 0; k < top_k; ++k) {
+        const ExpertId e = experts[k];
+        const plan::UltraEpInstance* inst = plan_.instances.data() + plan_.instance_offsets[e];
+        const int64_t at = plan_.alloc_index[row + e];
+        RankId rank = inst[0].rank;
+        if (at >= 0) {
+          const int num_inst = plan_.instance_offsets[e + 1] - plan_.instance_offsets[e];
+          const auto il = plan::ultraep_interleave(e, demand_[row + e]);
+          const int64_t slot = il.slot(ordinal_[row + e]++);
+          int64_t prefix = 0;
+          int j = 0;
+          for (; j < num_inst - 1; ++j) {
+            prefix += plan_.alloc[at + j];
+            if (slot < prefix) break;
+          }
+          rank = inst[j].rank;
+        }
+        exec_rank[static_cast<size_t>(t) * top_k + k] = rank;
+      }
+    }
+  }
+
+  PolicyConfig config_;
+  plan::UltraEpPlan plan_;
+  std::vector<int64_t> demand_;   // Omega [G, E]
+  std::vector<int64_t> ordinal_;  // [G, E]: tasks of (s, e) rerouted so far
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_ultraep_policy(const PolicyConfig& config) {
+  return std::make_unique<UltraEpPolicy>(config);
+}
+
+}  // namespace cobalt::policy

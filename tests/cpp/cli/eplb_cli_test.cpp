@@ -1,0 +1,128 @@
+// `cobalt eplb`, run as the built binary (COBALT_CLI_PATH): the EPLB README example end to end,
+// and exit codes for bad input (2 usage error, 1 runtime error) with one-line messages.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "cobalt/plan/eplb.hpp"
+
+namespace cobalt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class EplbCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("cobalt_eplb_cli_") + info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+
+  RunResult run(const std::string& args) const {
+    const fs::path out = dir_ / "stdout.txt", err = dir_ / "stderr.txt";
+    const std::string command = std::string("'") + COBALT_CLI_PATH + "' " + args + " >'" +
+                                out.string() + "' 2>'" + err.string() + "'";
+    const int status = std::system(command.c_str());
+    RunResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  fs::path dir_;
+};
+
+constexpr const char* kReadmeWeights =
+    "[[90,132,40,61,104,165,39,4,73,56,183,86],[20,107,104,64,19,197,187,157,172,86,16,27]]";
+
+TEST_F(EplbCli, ReadmeExample) {
+  const auto weights = write("w.json", kReadmeWeights);
+  const auto r =
+      run("eplb --weights '" + weights.string() + "' --replicas 16 --groups 4 --nodes 2 --gpus 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["phy2log"], nlohmann::json::parse("[[5,6,5,7,8,4,3,4,10,9,10,2,0,1,11,1],"
+                                                  "[7,10,6,8,6,11,8,9,2,4,5,1,5,0,3,1]]"));
+  // log2phy / logcnt: as the library computes them, and consistent with phy2log.
+  const std::vector<double> w = {90, 132, 40,  61,  104, 165, 39,  4,   73,  56, 183, 86,
+                                 20, 107, 104, 64,  19,  197, 187, 157, 172, 86, 16,  27};
+  const auto lib = plan::rebalance_experts(w, 2, 12, 16, 4, 2, 8);
+  ASSERT_EQ(doc["logcnt"].size(), 2u);
+  ASSERT_EQ(doc["log2phy"].size(), 2u);
+  for (int l = 0; l < 2; ++l) {
+    for (int e = 0; e < 12; ++e) {
+      const int cnt = doc["logcnt"][l][e].get<int>();
+      EXPECT_EQ(cnt, lib.logcnt_at(l, e));
+      ASSERT_EQ(doc["log2phy"][l][e].size(), static_cast<size_t>(lib.max_replicas));
+      for (int k = 0; k < lib.max_replicas; ++k) {
+        const int p = doc["log2phy"][l][e][k].get<int>();
+        if (k < cnt) {
+          EXPECT_EQ(doc["phy2log"][l][p].get<int>(), e);
+        } else {
+          EXPECT_EQ(p, -1);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(EplbCli, BadInputExitCodes) {
+  const auto weights = write("w.json", kReadmeWeights);
+  const std::string w = "--weights '" + weights.string() + "'";
+  // Option values that cannot work together: usage error.
+  auto r = run("eplb " + w + " --replicas 18 --groups 4 --nodes 2 --gpus 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--replicas (18) must be a multiple of --gpus (8)"), std::string::npos)
+      << r.err;
+  r = run("eplb " + w + " --replicas 16 --groups 4 --nodes 3 --gpus 8");
+  EXPECT_EQ(r.exit_code, 2);
+  r = run("eplb " + w + " --replicas 16 --groups 4 --nodes 2");  // --gpus missing
+  EXPECT_EQ(r.exit_code, 2);
+  // Runtime errors: loads that do not fit, unreadable or malformed files.
+  r = run("eplb " + w + " --replicas 8 --groups 4 --nodes 2 --gpus 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("replicas (8) must be >= the number of experts (12)"), std::string::npos)
+      << r.err;
+  const auto ragged = write("ragged.json", "[[1,2,3],[1,2]]");
+  r = run("eplb --weights '" + ragged.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("row 1 has 2 loads"), std::string::npos) << r.err;
+  const auto broken = write("broken.json", "[[1,2,");
+  r = run("eplb --weights '" + broken.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  r = run("eplb --weights '" + (dir_ / "missing.json").string() +
+          "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot open weights file"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace cobalt

@@ -1,0 +1,228 @@
+// TopoEP solver: the paper's Figure 9 example, constraints C1-C5 on random skewed instances (the
+// paper's §4.2 definitions, checked from the plan alone), bitwise determinism across independent
+// solvers and reused scratch, and the single-node / no-slot edge cases.
+#include "cobalt/plan/topoep_solver.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+bool plans_equal(const TopoEpPlan& a, const TopoEpPlan& b) {
+  if (a.slots != b.slots || a.quota_offsets != b.quota_offsets || a.rank_loads != b.rank_loads ||
+      a.quotas.size() != b.quotas.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < a.quotas.size(); ++i) {
+    if (a.quotas[i].src != b.quotas[i].src || a.quotas[i].dst != b.quotas[i].dst ||
+        a.quotas[i].count != b.quotas[i].count) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Checks (C1)-(C5) of the paper's §4.2 and the plan's own bookkeeping.
+void expect_constraints(const TopoEpInput& in, const TopoEpPlan& plan) {
+  const Topology& topo = in.topology;
+  const int G = topo.num_ranks(), E = in.num_experts, S = in.slots_per_rank;
+  const int n_slot = S - (E + G - 1) / G;
+  // The slots form a valid layout (no duplicates, every expert present).
+  ASSERT_NO_THROW(ExpertLayout(topo, E, S, plan.slots));
+  const ExpertLayout layout(topo, E, S, plan.slots);
+  // (C5) fixed main placement; (C3) at most N_slot non-main instances per rank.
+  for (ExpertId e = 0; e < E; ++e) {
+    EXPECT_TRUE(layout.holds(topoep_main_rank(e, E, G), e)) << "C5: expert " << e;
+  }
+  for (RankId r = 0; r < G; ++r) {
+    int non_main = 0;
+    for (ExpertId e : layout.slots_of(r)) {
+      if (e != kEmptySlot && topoep_main_rank(e, E, G) != r) ++non_main;
+    }
+    EXPECT_LE(non_main, n_slot) << "C3: rank " << r;
+  }
+  // (C4) cross-domain replicas only where |W| < 2 D S_tok.
+  for (ExpertId e = 0; e < E; ++e) {
+    const NodeId main_node = topo.node_of(topoep_main_rank(e, E, G));
+    for (RankId r : layout.ranks_of(e)) {
+      const NodeId d = topo.node_of(r);
+      if (d == main_node) continue;
+      int64_t demand = 0;
+      for (RankId s = topo.first_rank_of(d); s < topo.first_rank_of(d) + topo.ranks_per_node();
+           ++s) {
+        demand += in.demand[static_cast<size_t>(s) * E + e];
+      }
+      EXPECT_LT(in.expert_param_bytes, 2.0 * static_cast<double>(demand) * in.token_bytes)
+          << "C4: expert " << e << " on node " << d;
+    }
+  }
+  // (C1) conservation and (C2) reachability; quotas sorted and positive; loads add up.
+  ASSERT_EQ(plan.quota_offsets.size(), static_cast<size_t>(E) + 1);
+  std::vector<int64_t> assigned(static_cast<size_t>(G) * E, 0), loads(G, 0);
+  for (ExpertId e = 0; e < E; ++e) {
+    for (int64_t i = plan.quota_offsets[e]; i < plan.quota_offsets[e + 1]; ++i) {
+      const auto& q = plan.quotas[i];
+      EXPECT_GT(q.count, 0);
+      EXPECT_TRUE(layout.holds(q.dst, e)) << "C2: expert " << e << " on rank " << q.dst;
+      if (i > plan.quota_offsets[e]) {
+        const auto& p = plan.quotas[i - 1];
+        EXPECT_TRUE(std::tie(p.src, p.dst) < std::tie(q.src, q.dst)) << "order, expert " << e;
+      }
+      assigned[static_cast<size_t>(q.src) * E + e] += q.count;
+      loads[q.dst] += q.count;
+    }
+  }
+  for (size_t i = 0; i < assigned.size(); ++i) {
+    EXPECT_EQ(assigned[i], in.demand[i]) << "C1: source " << i / E << " expert " << i % E;
+  }
+  EXPECT_EQ(loads, plan.rank_loads);
+}
+
+// Zipf-like skewed demand with source-dependent hot sets.
+std::vector<int64_t> skewed_demand(uint64_t seed, int G, int E, int64_t tasks_per_rank) {
+  SplitMix64 rng(seed);
+  std::vector<int64_t> demand(static_cast<size_t>(G) * E, 0);
+  for (RankId s = 0; s < G; ++s) {
+    for (int64_t t = 0; t < tasks_per_rank; ++t) {
+      double u = rng.unit();
+      u = u * u * u;  // skew towards low ids
+      ExpertId e = static_cast<ExpertId>(u * E);
+      if (rng.below(4) == 0) e = static_cast<ExpertId>((e + s * 7) % E);  // per-source hot spots
+      demand[static_cast<size_t>(s) * E + e] += 1;
+    }
+  }
+  return demand;
+}
+
+// TopoEP paper, Figure 9: two nodes of two GPUs; 8 tasks from GPU 0 choose E4 (main on GPU 2).
+// Inter-node placement puts E4' on GPU 0 (loads 14 / 6), refinement puts E4'' on GPU 1 and moves
+// 4 tasks, balancing GPU 0 and GPU 1 at 10.
+TEST(TopoEpSolver, PaperFigure9) {
+  const int E = 8;
+  std::vector<int64_t> demand(4 * E, 0);
+  auto w = [&](RankId s, ExpertId e) -> int64_t& { return demand[s * E + e]; };
+  w(0, 0) = 3, w(0, 1) = 3, w(1, 2) = 3, w(1, 3) = 3;  // GPU 0 and GPU 1 mains: 6 each
+  w(0, 4) = 8;                                         // the hot remote demand
+  w(2, 6) = 1;  // one task: node 1 has nothing to refine (half-gap 0)
+  TopoEpInput in{Topology(2, 4), E, 3, /*token_bytes=*/1.0, /*expert_param_bytes=*/10.0, demand};
+  const TopoEpPlan plan = solve_topoep(in);
+  expect_constraints(in, plan);
+  EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{10, 10, 0, 1}));
+  EXPECT_EQ(plan.stats.num_inter_node_replicas, 1);
+  EXPECT_EQ(plan.stats.num_intra_node_replicas, 1);
+  EXPECT_EQ(plan.stats.num_refinement_moves, 1);
+  const ExpertLayout layout(in.topology, E, 3, plan.slots);
+  EXPECT_EQ(std::vector<RankId>(layout.ranks_of(4).begin(), layout.ranks_of(4).end()),
+            (std::vector<RankId>{0, 1, 2}));
+  // E4's 8 tasks from GPU 0: 4 stay on GPU 0, 4 run on GPU 1; none crosses nodes.
+  std::vector<std::tuple<RankId, RankId, int64_t>> e4;
+  for (int64_t i = plan.quota_offsets[4]; i < plan.quota_offsets[5]; ++i) {
+    e4.emplace_back(plan.quotas[i].src, plan.quotas[i].dst, plan.quotas[i].count);
+  }
+  EXPECT_EQ(e4, (std::vector<std::tuple<RankId, RankId, int64_t>>{{0, 0, 4}, {0, 1, 4}}));
+}
+
+// Without a positive benefit no replica leaves its main's node (C4), whatever the imbalance.
+TEST(TopoEpSolver, NoCrossNodeReplicaWithoutBenefit) {
+  const int E = 8;
+  std::vector<int64_t> demand(4 * E, 0);
+  demand[0 * E + 4] = 8;  // 2 * 8 * 1 = 16 < 20 bytes of parameters
+  TopoEpInput in{Topology(2, 4), E, 3, 1.0, 20.0, demand};
+  const TopoEpPlan plan = solve_topoep(in);
+  expect_constraints(in, plan);
+  EXPECT_EQ(plan.stats.num_inter_node_replicas, 0);
+  // Refinement inside node 1 still halves E4's load onto GPU 3.
+  EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{0, 0, 4, 4}));
+}
+
+TEST(TopoEpSolver, ConstraintsHoldOnRandomSkewedInstances) {
+  struct Case {
+    int nodes, ranks, experts, extra;
+    double token_bytes, param_bytes;
+  };
+  const Case cases[] = {{2, 8, 32, 2, 100, 4000},    {4, 32, 128, 2, 14336, 4.2e7},
+                        {4, 32, 100, 1, 1000, 2e5},   {1, 8, 64, 3, 1, 1e9},
+                        {8, 64, 640, 2, 4096, 9.4e6}, {3, 12, 40, 0, 1, 1}};
+  uint64_t seed = 1;
+  for (const auto& c : cases) {
+    const int slots = (c.experts + c.ranks - 1) / c.ranks + c.extra;
+    for (int64_t tasks : {64, 2048}) {
+      const auto demand = skewed_demand(seed++, c.ranks, c.experts, tasks);
+      TopoEpInput in{Topology(c.nodes, c.ranks), c.experts, slots, c.token_bytes, c.param_bytes,
+                     demand};
+      const TopoEpPlan plan = solve_topoep(in);
+      SCOPED_TRACE(testing::Message() << c.nodes << "x" << c.ranks / c.nodes << " E=" << c.experts
+                                      << " tasks/rank=" << tasks);
+      expect_constraints(in, plan);
+      if (c.extra == 0) EXPECT_EQ(plan.stats.num_inter_node_replicas, 0);
+    }
+  }
+}
+
+TEST(TopoEpSolver, LowersTheMaximumLoadBelowStatic) {
+  const int G = 32, E = 128;
+  const auto demand = skewed_demand(77, G, E, 4096);
+  TopoEpInput in{Topology(4, G), E, 4 + 2, 14336, 4.2e7, demand};
+  const TopoEpPlan plan = solve_topoep(in);
+  expect_constraints(in, plan);
+  std::vector<int64_t> static_loads(G, 0);
+  for (RankId s = 0; s < G; ++s) {
+    for (ExpertId e = 0; e < E; ++e) {
+      static_loads[topoep_main_rank(e, E, G)] += demand[static_cast<size_t>(s) * E + e];
+    }
+  }
+  EXPECT_LT(*std::max_element(plan.rank_loads.begin(), plan.rank_loads.end()),
+            *std::max_element(static_loads.begin(), static_loads.end()));
+}
+
+TEST(TopoEpSolver, BitwiseDeterministicAcrossSolversAndReuse) {
+  const int G = 128, E = 640;
+  const auto demand = skewed_demand(5, G, E, 4096);
+  const auto other = skewed_demand(6, G, E, 1024);
+  TopoEpInput in{Topology(16, G), E, 5 + 2, 4096, 9.4e6, demand};
+  TopoEpInput in_other = in;
+  in_other.demand = other;
+  TopoEpSolver a, b;
+  TopoEpPlan pa, pb, pb_again;
+  a.solve(in, pa);
+  b.solve(in_other, pb);  // dirty b's scratch with another instance first
+  b.solve(in, pb);
+  b.solve(in, pb_again);
+  EXPECT_TRUE(plans_equal(pa, pb));
+  EXPECT_TRUE(plans_equal(pa, pb_again));
+  expect_constraints(in, pa);
+  EXPECT_GT(pa.stats.num_inter_node_replicas, 0);
+  EXPECT_GT(pa.stats.num_refinement_moves, 0);
+}
+
+TEST(TopoEpSolver, NoExtraSlotsMeansStaticPlacement) {
+  const int G = 8, E = 16;
+  const auto demand = skewed_demand(3, G, E, 500);
+  TopoEpInput in{Topology(2, G), E, 2, 1e6, 1.0, demand};
+  const TopoEpPlan plan = solve_topoep(in);
+  expect_constraints(in, plan);
+  const ExpertLayout static_layout = ExpertLayout::static_ep(in.topology, E, 2);
+  EXPECT_EQ(plan.slots,
+            std::vector<ExpertId>(static_layout.slots().begin(), static_layout.slots().end()));
+  EXPECT_EQ(plan.stats.num_refinement_moves, 0);
+}
+
+TEST(TopoEpSolver, RejectsBadInputs) {
+  std::vector<int64_t> demand(8 * 16, 1);
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 1, 1, 1, demand}), Error);  // < 2
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 15, 2, 1, 1, demand}), Error);  // shape
+  demand[3] = -1;
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, 1, demand}), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::plan

@@ -1,0 +1,164 @@
+// UltraEP quota placement: hand-worked fast-oracle and fallback cases (traced through
+// placement.cu's rules), invariants on random instances (replicas stay in their master's node,
+// slots, quotas and per-source splits add up), and the interleaved reroute being a bijection.
+#include "cobalt/plan/ultraep_solver.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+void expect_invariants(const UltraEpInput& in, const UltraEpPlan& plan) {
+  const Topology& topo = in.topology;
+  const int G = topo.num_ranks(), E = in.num_experts, S = in.slots_per_rank;
+  ASSERT_NO_THROW(ExpertLayout(topo, E, S, plan.slots));
+  const ExpertLayout layout(topo, E, S, plan.slots);
+  std::vector<int64_t> load(E, 0);
+  for (size_t i = 0; i < in.demand.size(); ++i) load[i % E] += in.demand[i];
+  std::vector<int64_t> rank_loads(G, 0);
+  for (ExpertId e = 0; e < E; ++e) {
+    const int begin = plan.instance_offsets[e], end = plan.instance_offsets[e + 1];
+    ASSERT_GE(end - begin, 1);
+    const RankId master = static_cast<RankId>(static_cast<int64_t>(e) * G / E);
+    EXPECT_EQ(plan.instances[begin].rank, master) << "master first, expert " << e;
+    EXPECT_EQ(end - begin, layout.num_replicas_of(e));
+    int64_t quota = 0;
+    for (int j = begin; j < end; ++j) {
+      EXPECT_TRUE(layout.holds(plan.instances[j].rank, e));
+      EXPECT_EQ(topo.node_of(plan.instances[j].rank), topo.node_of(master))
+          << "replica outside its NVLink domain, expert " << e;
+      EXPECT_GE(plan.instances[j].quota, 0);
+      quota += plan.instances[j].quota;
+    }
+    EXPECT_EQ(quota, load[e]) << "quotas of expert " << e;
+    for (RankId s = 0; s < G; ++s) {
+      const int64_t own = in.demand[static_cast<size_t>(s) * E + e];
+      const int64_t at = plan.alloc_index[static_cast<size_t>(s) * E + e];
+      if (end - begin == 1 || own == 0) {
+        EXPECT_EQ(at, -1);
+        rank_loads[master] += own;
+        continue;
+      }
+      ASSERT_GE(at, 0);
+      int64_t sum = 0;
+      for (int j = 0; j < end - begin; ++j) {
+        EXPECT_GE(plan.alloc[at + j], 0);
+        sum += plan.alloc[at + j];
+        rank_loads[plan.instances[begin + j].rank] += plan.alloc[at + j];
+      }
+      EXPECT_EQ(sum, own) << "split of source " << s << " expert " << e;
+    }
+  }
+  EXPECT_EQ(rank_loads, plan.rank_loads);
+}
+
+// One node of two ranks, expert 0 (master rank 0) takes 100 tasks: lo = 50, the fast oracle tries
+// T = ceil(50 * 1.01) = 51 with floor ceil(49 / 1) = 49 and exports 49 tasks to rank 1.
+// Split: rank 0's 60 tasks fill its master (51) and send 9 to the replica; rank 1's 40 stay local.
+TEST(UltraEpSolver, FastOracleHandWorked) {
+  std::vector<int64_t> demand = {60, 0, 40, 0};  // [G = 2, E = 2]
+  UltraEpInput in{Topology(1, 2), 2, 2, demand, {}};
+  const UltraEpPlan plan = solve_ultraep(in);
+  expect_invariants(in, plan);
+  EXPECT_EQ(plan.thresholds, (std::vector<int64_t>{51}));
+  EXPECT_EQ(plan.num_fast_oracle, 1);
+  ASSERT_EQ(plan.instance_offsets, (std::vector<int32_t>{0, 2, 3}));
+  EXPECT_EQ(plan.instances[0].rank, 0);
+  EXPECT_EQ(plan.instances[0].quota, 51);
+  EXPECT_EQ(plan.instances[1].rank, 1);
+  EXPECT_EQ(plan.instances[1].quota, 49);
+  EXPECT_EQ(std::vector<int64_t>(plan.alloc.begin() + plan.alloc_index[0],
+                                 plan.alloc.begin() + plan.alloc_index[0] + 2),
+            (std::vector<int64_t>{51, 9}));
+  EXPECT_EQ(std::vector<int64_t>(plan.alloc.begin() + plan.alloc_index[2],
+                                 plan.alloc.begin() + plan.alloc_index[2] + 2),
+            (std::vector<int64_t>{0, 40}));
+  EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{51, 49}));
+}
+
+// Three ranks, one replica slot each, two hot masters (300 tasks on ranks 0 and 1): only rank 2
+// can take a replica, so no cap below 300 is reachable. The fast oracle fails three times, the
+// fallback searches [201, 300) with the kernel's probes and ends at hi = 300 with no exports.
+TEST(UltraEpSolver, FallbackSearchEndsAtHiWhenSlotsCannotHelp) {
+  std::vector<int64_t> omega(9, 0);
+  omega[0 * 3 + 0] = 300;
+  omega[1 * 3 + 1] = 300;
+  UltraEpInput in{Topology(1, 3), 3, 2, omega, {}};
+  in.options.min_tokens_per_replica = 1;
+  const UltraEpPlan plan = solve_ultraep(in);
+  expect_invariants(in, plan);
+  EXPECT_EQ(plan.num_fast_oracle, 0);
+  EXPECT_EQ(plan.thresholds, (std::vector<int64_t>{300}));
+  EXPECT_EQ(plan.num_replicas, 0);
+  EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{300, 300, 0}));
+}
+
+TEST(UltraEpSolver, InvariantsOnRandomInstances) {
+  SplitMix64 rng(11);
+  struct Case {
+    int nodes, ranks, experts, extra;
+  };
+  for (const Case c : {Case{2, 16, 32, 2}, Case{4, 32, 128, 2}, Case{4, 32, 100, 1},
+                       Case{1, 8, 64, 3}, Case{2, 16, 40, 0}}) {
+    for (int64_t tasks : {50, 3000}) {
+      std::vector<int64_t> demand(static_cast<size_t>(c.ranks) * c.experts, 0);
+      for (RankId s = 0; s < c.ranks; ++s) {
+        for (int64_t t = 0; t < tasks; ++t) {
+          double u = rng.unit();
+          demand[static_cast<size_t>(s) * c.experts + static_cast<int>(u * u * u * c.experts)] +=
+              1;
+        }
+      }
+      const int slots = (c.experts + c.ranks - 1) / c.ranks + c.extra;
+      UltraEpInput in{Topology(c.nodes, c.ranks), c.experts, slots, demand, {}};
+      in.options.min_tokens_per_replica = std::max<int64_t>(1, tasks / 64);
+      const UltraEpPlan plan = solve_ultraep(in);
+      SCOPED_TRACE(testing::Message() << c.nodes << "x" << c.ranks / c.nodes << " E=" << c.experts
+                                      << " tasks/rank=" << tasks);
+      expect_invariants(in, plan);
+      // Each domain meets its threshold on the quotas.
+      std::vector<int64_t> quota_load(c.ranks, 0);
+      for (const auto& inst : plan.instances) quota_load[inst.rank] += inst.quota;
+      for (RankId r = 0; r < c.ranks; ++r) {
+        EXPECT_LE(quota_load[r], plan.thresholds[in.topology.node_of(r)]) << "rank " << r;
+      }
+      const auto again = solve_ultraep(in);
+      EXPECT_EQ(again.slots, plan.slots);
+      EXPECT_EQ(again.alloc, plan.alloc);
+    }
+  }
+}
+
+TEST(UltraEpSolver, InterleaveIsABijection) {
+  for (int64_t total : {1, 2, 3, 4, 10, 12, 97, 360}) {
+    for (ExpertId e : {0, 3, 17}) {
+      const auto il = ultraep_interleave(e, total);
+      std::vector<int> hit(total, 0);
+      for (int64_t k = 0; k < total; ++k) hit[il.slot(k)] += 1;
+      EXPECT_EQ(hit, std::vector<int>(total, 1)) << "total " << total << " expert " << e;
+    }
+  }
+  // reroute.cu: n = 10 -> stride 7 (6 shares a factor with 10), offset e mod n.
+  const auto il = ultraep_interleave(3, 10);
+  EXPECT_EQ(il.stride, 7);
+  EXPECT_EQ(il.offset, 3);
+  EXPECT_EQ(il.slot(1), 0);
+}
+
+TEST(UltraEpSolver, RejectsBadInputs) {
+  std::vector<int64_t> demand(4 * 8, 1);
+  EXPECT_THROW(solve_ultraep(UltraEpInput{Topology(1, 4), 8, 1, demand, {}}), Error);
+  EXPECT_THROW(solve_ultraep(UltraEpInput{Topology(1, 4), 7, 2, demand, {}}), Error);
+  demand[0] = -2;
+  EXPECT_THROW(solve_ultraep(UltraEpInput{Topology(1, 4), 8, 2, demand, {}}), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::plan
