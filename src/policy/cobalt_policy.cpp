@@ -29,6 +29,9 @@ namespace {
 // Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic
 // presets and the shared real traces; docs/cobalt-improvements.md).
 constexpr double kSourceWeight = 1.0;
+// cobalt+'s balance/transfer trade: tasks spill off ranks above ceil(1.05 * mean) load, adding at most
+// one cross-node copy per moved token (docs/cobalt-improvements.md has the measured trade).
+constexpr double kSpillTolerance = 0.05;
 
 struct CobaltVariant {
   std::string name;
@@ -109,7 +112,7 @@ class CobaltPolicy final : public Policy {
     }
     if (variant_.balanced_assignment) {
       assign::assign_balanced_cover(batch, *st.layout, {assign::CoverSearch::kAuto, config_.num_threads},
-                                    exec_rank);
+                                    exec_rank, kSpillTolerance);
     } else {
       assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
                                 {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);

@@ -20,7 +20,12 @@
 
 namespace cobalt::assign {
 
+// spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: tasks leave
+// ranks above ceil((1 + spill_tolerance) * mean) for the least loaded other holder of their expert,
+// preferring nodes the token already reaches (free) over new ones (one more cross-node copy of that
+// token). < 0 (default): never adds cross-node transfers.
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
-                           const AssignOptions& options, std::span<RankId> exec_rank);
+                           const AssignOptions& options, std::span<RankId> exec_rank,
+                           double spill_tolerance = -1.0);
 
 }  // namespace cobalt::assign

@@ -56,3 +56,29 @@ TEST(BalancedCover, WaterFillsReplicasOfOneExpert) {
 
 }  // namespace
 }  // namespace cobalt::assign
+
+namespace cobalt::assign {
+namespace {
+
+TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
+  // 2 nodes x 1 rank. Expert 0 on both ranks, expert 1 only on rank 0. 10 tokens from node 0 pick
+  // {0, 1}: without spill everything runs on rank 0 (20 tasks vs 0). With spill (cap = ceil(1.0 * 10)),
+  // expert 0's tasks move to rank 1, costing one cross-node copy per moved token.
+  Topology topo(2, 2);
+  ExpertLayout layout(topo, 2, 2, {0, 1, 0, -1});
+  std::vector<ExpertId> ids;
+  for (int t = 0; t < 10; ++t) ids.insert(ids.end(), {0, 1});
+  std::vector<RankId> src(10, 0);
+  RoutingBatch batch(ids, src, 2, 2, 2);
+  std::vector<RankId> plain(20), spilled(20);
+  assign_balanced_cover(batch, layout, {}, plain);
+  assign_balanced_cover(batch, layout, {}, spilled, 0.0);
+  EXPECT_EQ(eval::rank_loads(plain, 2), (std::vector<int64_t>{20, 0}));
+  EXPECT_EQ(eval::rank_loads(spilled, 2), (std::vector<int64_t>{10, 10}));
+  EXPECT_EQ(eval::cross_node_transfers(batch, plain, topo).dedup, 0);
+  EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 10);
+  validate_assignment(batch, layout, spilled);
+}
+
+}  // namespace
+}  // namespace cobalt::assign
