@@ -111,7 +111,7 @@ void BM_GlobalPlan_Heuristic(benchmark::State& state) {
     benchmark::DoNotOptimize(result.objective);
   }
 }
-BENCHMARK(BM_GlobalPlan_Heuristic)->Args({64, 2})->Args({256, 8})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GlobalPlan_Heuristic)->Args({64, 2})->Args({256, 8})->Args({1024, 64})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cobalt

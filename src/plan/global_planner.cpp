@@ -33,6 +33,8 @@ class PlanState {
         node_load_(num_nodes_, 0.0),
         node_used_(num_nodes_, 0),
         min_replicas_(num_experts_, 1) {
+    members_.assign(num_nodes_, {});
+    member_pos_.assign(static_cast<size_t>(num_experts_) * num_nodes_, -1);
     if (!input.source_demand.empty()) {
       for (int e = 0; e < num_experts_; ++e) {
         for (int n = 0; n < num_nodes_; ++n) {
@@ -80,6 +82,7 @@ class PlanState {
   int num_experts() const { return num_experts_; }
   int num_nodes() const { return num_nodes_; }
   double objective() const { return objective_; }
+  const std::vector<int>& members(int n) const { return members_[n]; }
 
   // Node loads after giving expert e `new_total` replicas (counts per node unchanged otherwise) and
   // adding `delta_n` replicas of e on node n. Returns the largest load excess over the cap among
@@ -125,6 +128,18 @@ class PlanState {
     }
     const bool is_present = plan_.x(e, n) > 0;
     if (was_present != is_present) {
+      auto& list = members_[n];
+      int& pos = member_pos_[static_cast<size_t>(e) * num_nodes_ + n];
+      if (is_present) {
+        pos = static_cast<int>(list.size());
+        list.push_back(e);
+      } else {
+        const int last = list.back();
+        list[pos] = last;
+        member_pos_[static_cast<size_t>(last) * num_nodes_ + n] = pos;
+        list.pop_back();
+        pos = -1;
+      }
       const double sign = is_present ? 1.0 : -1.0;
       objective_ += sign * gain(e, n);
       const double* row = in_.coactivation.data() + static_cast<size_t>(e) * num_experts_;
@@ -135,6 +150,8 @@ class PlanState {
   }
 
   const GlobalPlanInput& in_;
+  std::vector<std::vector<int>> members_;  // experts present on each node (unordered)
+  std::vector<int> member_pos_;            // [E, N] index in members_[n], -1 when absent
   int num_experts_, num_nodes_, per_node_, node_slots_;
   double rank_cap_, node_cap_;
   NodePlan plan_;
@@ -315,8 +332,9 @@ bool local_search_pass(PlanState& s) {
             best_f = -1;
           }
         }
-        for (int f = 0; f < num_experts; ++f) {
-          if (f == e || !s.present(f, b) || s.x(f, a) >= s.per_node()) continue;
+        // members(b) changes only when a move is applied, after this scan.
+        for (int f : s.members(b)) {
+          if (f == e || s.x(f, a) >= s.per_node()) continue;
           const bool lose_f_b = s.x(f, b) == 1;
           const bool gain_f_a = !s.present(f, a);
           const double c_ef = s.c(e, f);

@@ -109,6 +109,18 @@ WorkloadSpec topoep_640x8() {
   return s;
 }
 
+// Cluster-scale stress test (performance issue): 1024 experts for 64 nodes x 8 ranks.
+WorkloadSpec scale_1024() {
+  WorkloadSpec s = coactivated(0.9);
+  s.num_experts = 1024;
+  s.num_layers = 1;
+  s.num_steps = 3;
+  s.num_sources = 512;
+  s.tokens_per_step = 1 << 20;
+  s.num_domains = 64;
+  return s;
+}
+
 constexpr Preset kPresets[] = {
     {"uniform", "E=64 K=8 R=8: uniform routing, no co-activation structure or drift (control)",
      &uniform},
@@ -135,6 +147,10 @@ constexpr Preset kPresets[] = {
      "TopoEP Fig. 10 setting: E=640 K=8 R=32, heavy skew on contiguous ids (static-EP rank "
      "imbalance ~8.4 on 32 ranks)",
      &topoep_640x8},
+    {"scale-1024",
+     "Scale test: E=1024 K=8 R=512 (64 nodes x 8), co-activated, 1 layer, 2^20 tokens per step "
+     "(raise with --tokens-per-step, e.g. 10^7)",
+     &scale_1024},
 };
 
 }  // namespace
