@@ -102,6 +102,23 @@ class PlanState {
     return worst;
   }
 
+  // Whether dropping one replica of e on node a and adding one of f on a keeps every node within its
+  // load cap (even split over replicas). O(N), no mutation.
+  bool replace_feasible(int e, int a, int f) const {
+    const int total_e = total_[e], total_f = total_[f];
+    if (total_e <= 1) return false;
+    const double old_se = w(e) / total_e, new_se = w(e) / (total_e - 1);
+    const double old_sf = total_f > 0 ? w(f) / total_f : 0.0, new_sf = w(f) / (total_f + 1);
+    for (int m = 0; m < num_nodes_; ++m) {
+      const int xe = plan_.x(e, m), xf = plan_.x(f, m);
+      const int xe_new = xe - (m == a ? 1 : 0), xf_new = xf + (m == a ? 1 : 0);
+      if (xe == 0 && xf_new == 0) continue;
+      const double delta = xe_new * new_se - xe * old_se + xf_new * new_sf - xf * old_sf;
+      if (delta > 0 && node_load_[m] + delta > node_cap_ + kImprovement) return false;
+    }
+    return true;
+  }
+
   void add(int e, int n) { change(e, n, +1); }
   void remove(int e, int n) { change(e, n, -1); }
 
@@ -361,11 +378,7 @@ bool local_search_pass(PlanState& s) {
               (gain_f_a ? s.gain(f, a) - (lose_e_a ? s.c(e, f) : 0.0) : 0.0) - loss_e;
           if (delta <= best_delta) continue;
           // Feasibility: e loses a replica (its share grows elsewhere), f gains one on a.
-          s.remove(e, a);
-          const bool ok = s.excess_after_change(f, a, +1) <= kImprovement &&
-                          s.excess_after_change(e, -1, 0) <= kImprovement;
-          s.add(e, a);
-          if (!ok) continue;
+          if (!s.replace_feasible(e, a, f)) continue;
           best_delta = delta;
           best_b = a;
           best_f = f;

@@ -117,7 +117,8 @@ TEST(WorkloadPresets, ListsEveryPresetAndEachIsValid) {
   }
   EXPECT_EQ(names,
             (std::vector<std::string>{"uniform", "skewed", "coactivated-early", "coactivated-late",
-                                      "realistic", "paper-glm45air-ep32", "paper-topoep-640x8"}));
+                                      "realistic", "paper-glm45air-ep32", "paper-topoep-640x8",
+                                      "scale-1024"}));
 }
 
 TEST(WorkloadPresets, PaperPresetsHaveThePaperShapes) {
