@@ -52,8 +52,8 @@ void BM_TopoEP_Solve(benchmark::State& state) {
   const int num_ranks = static_cast<int>(state.range(1));
   const auto demand = hot_block_demand(num_experts, num_ranks);
   const int slots = (num_experts + num_ranks - 1) / num_ranks + 2;
-  plan::TopoEpInput input{Topology(num_ranks / kRanksPerNode, num_ranks), num_experts, slots,
-                          8192.0, 3.46e7, demand};
+  plan::TopoEpInput input{
+      Topology(num_ranks / kRanksPerNode, num_ranks), num_experts, slots, 8192.0, 3.46e7, demand};
   plan::TopoEpSolver solver;
   plan::TopoEpPlan plan;
   for (auto _ : state) {

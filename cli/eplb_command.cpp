@@ -51,8 +51,8 @@ Weights read_weights(const std::string& path) {
                      "weights file '{}': row {} has {} loads, row 0 has {}", path, l, row.size(),
                      w.num_experts);
     for (size_t e = 0; e < row.size(); ++e) {
-      COBALT_CHECK_ARG(row[e].is_number(), "weights file '{}': [{}][{}] is not a number", path,
-                       l, e);
+      COBALT_CHECK_ARG(row[e].is_number(), "weights file '{}': [{}][{}] is not a number", path, l,
+                       e);
       w.values.push_back(row[e].get<double>());
     }
   }
@@ -72,9 +72,8 @@ void run_eplb(const EplbArgs& args) {
         fmt::format("--replicas ({}) must be a multiple of --gpus ({})", args.replicas, args.gpus));
   }
   const Weights w = read_weights(args.weights_path);
-  const plan::EplbResult r = plan::rebalance_experts(w.values, w.num_layers, w.num_experts,
-                                                     args.replicas, args.groups, args.nodes,
-                                                     args.gpus);
+  const plan::EplbResult r = plan::rebalance_experts(
+      w.values, w.num_layers, w.num_experts, args.replicas, args.groups, args.nodes, args.gpus);
   nlohmann::json phy2log = nlohmann::json::array(), log2phy = nlohmann::json::array(),
                  logcnt = nlohmann::json::array();
   for (int l = 0; l < r.num_layers; ++l) {

@@ -129,8 +129,8 @@ std::pair<eval::ModelPreset, std::string> choose_model(const SimulateArgs& args,
   const auto& meta = workload_metadata(input);
   const auto it = meta.find("model");
   const std::string from_trace = it == meta.end() ? "" : it->second;
-  const auto guess = eval::guess_model_preset(from_trace, input.source->num_experts(),
-                                              input.source->top_k());
+  const auto guess =
+      eval::guess_model_preset(from_trace, input.source->num_experts(), input.source->top_k());
   if (guess) {
     const auto& preset = eval::model_preset(*guess);
     const bool by_name =
@@ -164,13 +164,14 @@ void run_simulate(const SimulateArgs& args) {
                                                             : args.cluster_preset);
   });
   const LinkParams links{cluster.nvlink_bytes_per_s, cluster.ib_bytes_per_s_per_node};
-  const Topology topology = args.cluster.empty()
-                                ? cluster.topology()
-                                : as_usage_error([&] { return Topology::parse(args.cluster, links); });
+  const Topology topology =
+      args.cluster.empty() ? cluster.topology()
+                           : as_usage_error([&] { return Topology::parse(args.cluster, links); });
   if (!args.cluster.empty() && topology.to_string() != cluster.topology().to_string()) {
-    scenario.notes.push_back(fmt::format("cluster {} uses the per-GPU and per-node hardware numbers "
-                                         "of {}",
-                                         topology.to_string(), cluster.name));
+    scenario.notes.push_back(
+        fmt::format("cluster {} uses the per-GPU and per-node hardware numbers "
+                    "of {}",
+                    topology.to_string(), cluster.name));
   }
   const auto [model, model_reason] = choose_model(args, input);
   if (model.num_experts != source.num_experts() || model.top_k != source.top_k()) {
@@ -218,8 +219,7 @@ void run_simulate(const SimulateArgs& args) {
                                               config.slots_per_rank, options.warmup_steps);
     options.observer = dump.get();
   }
-  Progress progress("simulate",
-                    static_cast<int64_t>(options.policies.size()) * source.num_steps());
+  Progress progress("simulate", static_cast<int64_t>(options.policies.size()) * source.num_steps());
   options.progress = [&](int64_t, int64_t) { progress.advance(); };
   const auto result = eval::simulate(source, options);
   progress.finish();
@@ -244,8 +244,8 @@ void run_simulate(const SimulateArgs& args) {
   fmt::print("{}", eval::simulation_table(scenario, result));
   if (!args.json_path.empty()) write_file(args.json_path, eval::simulation_json(scenario, result));
   if (!args.report_path.empty()) {
-    const auto extras = eval::collect_report_extras(source, 0, options.warmup_steps,
-                                                    topology.num_ranks());
+    const auto extras =
+        eval::collect_report_extras(source, 0, options.warmup_steps, topology.num_ranks());
     write_file(args.report_path, eval::simulation_html(scenario, result, extras));
   }
 }

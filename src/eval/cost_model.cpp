@@ -215,12 +215,12 @@ LinkBytes exchange_bytes(const ExchangeVolume& volume, double token_bytes) {
 LinkTime link_time(const LinkBytes& bytes, const CostParams& params) {
   LinkTime t;
   for (size_t n = 0; n < bytes.node_out.size(); ++n) {
-    t.inter_s = std::max(t.inter_s, std::max(bytes.node_out[n], bytes.node_in[n]) /
-                                        params.ib_bytes_per_s_per_node);
+    t.inter_s = std::max(
+        t.inter_s, std::max(bytes.node_out[n], bytes.node_in[n]) / params.ib_bytes_per_s_per_node);
   }
   for (size_t r = 0; r < bytes.rank_out.size(); ++r) {
-    t.intra_s = std::max(t.intra_s, std::max(bytes.rank_out[r], bytes.rank_in[r]) /
-                                        params.nvlink_bytes_per_s);
+    t.intra_s = std::max(t.intra_s,
+                         std::max(bytes.rank_out[r], bytes.rank_in[r]) / params.nvlink_bytes_per_s);
   }
   return t;
 }

@@ -44,7 +44,8 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
   std::filesystem::create_directories(dir_, ec);
   COBALT_CHECK_ARG(!ec, "--dump: cannot create directory '{}': {}", dir_, ec.message());
   step_offsets_.push_back(0);
-  for (int s = 0; s < num_steps_; ++s) step_offsets_.push_back(step_offsets_.back() + source.num_tokens(s));
+  for (int s = 0; s < num_steps_; ++s)
+    step_offsets_.push_back(step_offsets_.back() + source.num_tokens(s));
   const int64_t num_tokens = step_offsets_.back();
   std::vector<int32_t> ids(static_cast<size_t>(num_layers_) * num_tokens * top_k_);
   std::vector<int32_t> src(num_tokens);
@@ -79,9 +80,8 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
 
 void DumpWriter::begin_policy(const std::string&) {
   exec_.assign(static_cast<size_t>(num_layers_) * step_offsets_.back() * top_k_, -1);
-  layouts_.assign(static_cast<size_t>(num_steps_) * num_layers_ * topology_.num_ranks() *
-                      slots_per_rank_,
-                  -1);
+  layouts_.assign(
+      static_cast<size_t>(num_steps_) * num_layers_ * topology_.num_ranks() * slots_per_rank_, -1);
 }
 
 void DumpWriter::on_step(int step, int layer, const RoutingBatch& batch,

@@ -77,45 +77,33 @@ ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId
   v.node_in.assign(num_nodes, 0);
   v.nvlink_out.assign(num_ranks, 0);
   v.nvlink_in.assign(num_ranks, 0);
-  std::vector<RankId> dest(top_k);
+  // Last token that reached each rank / node: dedups a token's copies without sorting.
+  std::vector<TokenIdx> rank_seen(num_ranks, -1), node_seen(num_nodes, -1);
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const RankId src = batch.source_of(t);
     const NodeId src_node = src / per_node;
-    const int src_local = src % per_node;
-    // Distinct destination ranks of the token (K is small: insertion into a sorted prefix).
-    int num_dest = 0;
+    const int src_local = src - src_node * per_node;
     const RankId* row = exec_rank.data() + t * top_k;
     for (int k = 0; k < top_k; ++k) {
-      const RankId r = row[k];
-      COBALT_CHECK_ARG(r >= 0 && r < num_ranks, "metrics: execution rank {} out of range [0, {})",
-                       r, num_ranks);
-      int i = num_dest;
-      while (i > 0 && dest[i - 1] > r) --i;
-      if (i > 0 && dest[i - 1] == r) continue;
-      std::copy_backward(dest.begin() + i, dest.begin() + num_dest, dest.begin() + num_dest + 1);
-      dest[i] = r;
-      ++num_dest;
-    }
-    // Sorted ranks group by node: one IB copy per remote node, NVLink fan-out inside each node.
-    NodeId last_node = -1;
-    for (int i = 0; i < num_dest; ++i) {
-      const RankId d = dest[i];
+      const RankId d = row[k];
+      COBALT_CHECK_ARG(d >= 0 && d < num_ranks, "metrics: execution rank {} out of range [0, {})",
+                       d, num_ranks);
+      if (rank_seen[d] == t) continue;
+      rank_seen[d] = t;
       const NodeId n = d / per_node;
-      if (n == src_node) {
-        if (d != src) {
-          ++v.nvlink_out[src];
-          ++v.nvlink_in[d];
+      // Within the source node the token goes straight from its rank; elsewhere it lands on the
+      // relay rank with the source's local index (one inter-node copy per node).
+      RankId entry = src;
+      if (n != src_node) {
+        entry = n * per_node + src_local;
+        if (node_seen[n] != t) {
+          node_seen[n] = t;
+          ++v.node_out[src_node];
+          ++v.node_in[n];
         }
-        continue;
       }
-      if (n != last_node) {
-        ++v.node_out[src_node];
-        ++v.node_in[n];
-        last_node = n;
-      }
-      const RankId relay = n * per_node + src_local;
-      if (d != relay) {
-        ++v.nvlink_out[relay];
+      if (d != entry) {
+        ++v.nvlink_out[entry];
         ++v.nvlink_in[d];
       }
     }

@@ -44,8 +44,8 @@ std::string pareto(const SimulationResult& r) {
   for (size_t i = 0; i < r.policies.size(); ++i) {
     const auto& p = r.policies[i];
     if (p.skipped.empty()) {
-      pts.push_back({static_cast<double>(p.cross_node_tokens), p.imbalance_mean,
-                     static_cast<int>(i)});
+      pts.push_back(
+          {static_cast<double>(p.cross_node_tokens), p.imbalance_mean, static_cast<int>(i)});
     }
   }
   if (pts.empty()) return unavailable("pareto", "no policy ran");
@@ -89,8 +89,8 @@ std::string pareto(const SimulationResult& r) {
         pol.cross_node_tokens, pol.imbalance_mean);
     out += svg::text(f.px(p.v) + 9, f.py(p.imb) - 7, pol.name, "class=\"label\"");
   }
-  out += svg::text(f.left + f.width + 8, f.top + f.height - 4, "better: lower-left",
-                   "class=\"note\"");
+  out +=
+      svg::text(f.left + f.width + 8, f.top + f.height - 4, "better: lower-left", "class=\"note\"");
   return out + "</svg>";
 }
 
@@ -106,9 +106,12 @@ std::string per_step(const SimulationResult& r, StepMetric metric) {
   }
   auto value = [&](const PolicyResult& p, int s) {
     switch (metric) {
-      case StepMetric::kCrossNodeTokens: return static_cast<double>(p.step_cross_node_tokens[s]);
-      case StepMetric::kImbalance: return p.step_imbalance[s];
-      default: return 1e3 * p.step_time_s[s];
+      case StepMetric::kCrossNodeTokens:
+        return static_cast<double>(p.step_cross_node_tokens[s]);
+      case StepMetric::kImbalance:
+        return p.step_imbalance[s];
+      default:
+        return 1e3 * p.step_time_s[s];
     }
   };
   svg::Frame f{80, 48, 560, 180, 0, std::max(1.0, r.num_steps - 1.0), 0, 0};
@@ -129,7 +132,7 @@ std::string per_step(const SimulationResult& r, StepMetric metric) {
         "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#000\" "
         "fill-opacity=\"0.06\"/>",
         f.left, f.top, std::max(0.0, x_end - f.left), f.height);
-    out += svg::text(f.left + 4, f.top + 12, "not measured", "class=\"note\"");
+    out += svg::text(f.left + 4, f.top + f.height - 5, "not measured", "class=\"note\"");
   }
   for (size_t i = 0; i < r.policies.size(); ++i) {
     const auto& p = r.policies[i];
@@ -179,7 +182,7 @@ std::string ochiai_heatmap(const ReportExtras& x, const ExpertLayout* layout) {
       if (node_of[e] >= 0) continue;
       std::vector<double> affinity(topo.num_nodes(), 0.0);
       for (int j = 0; j < num_experts; ++j) {
-        if (node_of[j] >= 0 && layout->node_mask(j) != layout->node_mask(e)) {
+        if (node_of[j] >= 0) {
           affinity[node_of[j]] += x.coactivation[static_cast<size_t>(e) * num_experts + j];
         }
       }
@@ -201,10 +204,9 @@ std::string ochiai_heatmap(const ReportExtras& x, const ExpertLayout* layout) {
       if (a == b) continue;
       const int i = order[a], j = order[b];
       const double wi = x.expert_load[i], wj = x.expert_load[j];
-      const double o =
-          wi > 0 && wj > 0 ? x.coactivation[static_cast<size_t>(i) * num_experts + j] /
-                                 std::sqrt(wi * wj)
-                           : 0.0;
+      const double o = wi > 0 && wj > 0 ? x.coactivation[static_cast<size_t>(i) * num_experts + j] /
+                                              std::sqrt(wi * wj)
+                                        : 0.0;
       const size_t c = static_cast<size_t>(a / block) * n + b / block;
       cell[c] += o;
       weight[c] += 1;
@@ -258,7 +260,7 @@ std::string ochiai_heatmap(const ReportExtras& x, const ExpertLayout* layout) {
   out += svg::text(lx + 20, top + size - 236, fmt::format("{:.3f}", vmax));
   out += svg::text(left, top + size + 20,
                    layout ? "experts grouped by node under the best policy's layout (red lines: "
-                            "node boundaries; replicated experts join their best-matching node)"
+                            "node boundaries)"
                           : "experts in id order",
                    "class=\"note\"");
   return out + "</svg>";
@@ -300,9 +302,9 @@ std::string layout_grid(const ExpertLayout& layout, const ReportExtras& x,
               cx, y, cw, ch);
           continue;
         }
-        const double share =
-            max_load > 0 && e < static_cast<int>(x.expert_load.size()) ? x.expert_load[e] / max_load
-                                                                       : 0.0;
+        const double share = max_load > 0 && e < static_cast<int>(x.expert_load.size())
+                                 ? x.expert_load[e] / max_load
+                                 : 0.0;
         const double shade = 0.1 + 0.8 * share;
         const bool replicated = layout.num_replicas_of(e) > 1;
         out += fmt::format(
@@ -366,9 +368,9 @@ std::string time_breakdown(const SimulationResult& r) {
     }
     out += svg::text(x + 6, y + 15, fmt::format("{:.2f} ms", 1e3 * p.time.total()));
   }
-  out += svg::text(left, top + ran.size() * (bar_h + 8) + 16,
-                   "modelled seconds per measured step (cost model, not measured)",
-                   "class=\"note\"");
+  out +=
+      svg::text(left, top + ran.size() * (bar_h + 8) + 16,
+                "modelled seconds per measured step (cost model, not measured)", "class=\"note\"");
   return out + "</svg>";
 }
 

@@ -16,7 +16,8 @@ enum class StepMetric { kCrossNodeTokens, kImbalance, kStepTime };
 // One line per policy over the steps; the warm-up steps are shaded.
 std::string per_step(const SimulationResult& result, StepMetric metric);
 
-// Ochiai(i, j) of extras.layer, experts grouped by their node under `layout`, node boundaries drawn; experts are averaged in blocks when E > 128.
+// Ochiai(i, j) of extras.layer, experts grouped by their node under `layout`, node boundaries
+// drawn; experts are averaged in blocks when E > 128.
 std::string ochiai_heatmap(const ReportExtras& extras, const ExpertLayout* layout);
 
 // Nodes x ranks x slots of `layout`: expert id per slot, shaded by the expert's load, replicated

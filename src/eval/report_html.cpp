@@ -84,8 +84,10 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
 std::string cost_table(const Scenario& sc) {
   const CostParams& c = sc.cost;
   const std::pair<const char*, std::string> rows[] = {
-      {"NVLink bandwidth per GPU (one way)", fmt::format("{:.0f} GB/s", c.nvlink_bytes_per_s / 1e9)},
-      {"inter-node bandwidth per node", fmt::format("{:.0f} GB/s", c.ib_bytes_per_s_per_node / 1e9)},
+      {"NVLink bandwidth per GPU (one way)",
+       fmt::format("{:.0f} GB/s", c.nvlink_bytes_per_s / 1e9)},
+      {"inter-node bandwidth per node",
+       fmt::format("{:.0f} GB/s", c.ib_bytes_per_s_per_node / 1e9)},
       {"achievable FLOP/s per GPU", fmt::format("{:.0f} TFLOP/s", c.achievable_flops / 1e12)},
       {"token bytes (hidden x bytes/element)", fmt::format("{:.0f}", c.token_bytes())},
       {"FLOPs per task (3 matmuls x 2 x hidden x FFN x 3 fwd+bwd)",

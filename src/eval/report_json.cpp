@@ -22,8 +22,9 @@ nlohmann::json scenario_json(const Scenario& sc, const SimulationResult& result)
                 {"source", sc.model.source}};
   const CostParams& c = sc.cost;
   s["cost_model"] = {
-      {"note", "times are modelled (DESIGN.md §5 cost model), not measured; they cover the MoE "
-               "layers that were replayed"},
+      {"note",
+       "times are modelled (DESIGN.md §5 cost model), not measured; they cover the MoE "
+       "layers that were replayed"},
       {"nvlink_bytes_per_s", c.nvlink_bytes_per_s},
       {"ib_bytes_per_s_per_node", c.ib_bytes_per_s_per_node},
       {"achievable_flops_per_gpu", c.achievable_flops},
@@ -98,8 +99,8 @@ nlohmann::json policy_json(const PolicyResult& p) {
   o["num_global_plans"] = p.counters.num_global_plans;
   o["intra_node_moves"] = p.counters.intra_node_moves;
   o["cross_node_moves"] = p.counters.cross_node_moves;
-  o["step_cross_node_tokens"] = tok ? nlohmann::json(p.step_cross_node_tokens)
-                                    : nlohmann::json(nullptr);
+  o["step_cross_node_tokens"] =
+      tok ? nlohmann::json(p.step_cross_node_tokens) : nlohmann::json(nullptr);
   o["step_imbalance"] = ran ? nlohmann::json(p.step_imbalance) : nlohmann::json(nullptr);
   o["step_sim_time_s"] = tok ? nlohmann::json(p.step_time_s) : nlohmann::json(nullptr);
   return o;
@@ -130,8 +131,8 @@ std::string simulation_json(const Scenario& scenario, const SimulationResult& re
   j["policies"] = nlohmann::json::array();
   for (const auto& p : result.policies) j["policies"].push_back(policy_json(p));
   const int best = best_policy_index(result);
-  j["best_policy"] = best >= 0 ? nlohmann::json(result.policies[best].name)
-                               : nlohmann::json(nullptr);
+  j["best_policy"] =
+      best >= 0 ? nlohmann::json(result.policies[best].name) : nlohmann::json(nullptr);
   return j.dump(2);
 }
 

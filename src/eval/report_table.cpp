@@ -51,9 +51,8 @@ std::string metrics_table(const SimulationResult& r) {
     const std::string v =
         tok ? fmt::format("{:>14}{}", p.cross_node_tokens, mark(p.cross_node_tokens, best_v))
             : fmt::format("{:>15}", "n/a");
-    const std::string vs =
-        tok ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
-            : fmt::format("{:>9}", "n/a");
+    const std::string vs = tok ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
+                               : fmt::format("{:>9}", "n/a");
     const std::string gb =
         tok ? fmt::format("{:>13.2f}", p.cross_node_bytes / 1e9) : fmt::format("{:>13}", "n/a");
     out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{:<6}\n",
@@ -66,18 +65,15 @@ std::string metrics_table(const SimulationResult& r) {
 
 std::string time_table(const SimulationResult& r) {
   const bool tok = !r.load_only;
-  std::string out = fmt::format(
-      "modelled time per step, ms (cost model, not measured){}:\n",
-      tok ? "" : " — load-only trace: no exchange time, so no step time");
-  out += fmt::format("{:<14} {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n", "policy",
-                     "step", "speedup", "compute", "exchange", "grad sync", "migration",
-                     "planning");
-  const std::vector<Getter> parts = {
-      [](const PolicyResult& p) { return p.time.compute_s; },
-      [](const PolicyResult& p) { return p.time.exchange_s; },
-      [](const PolicyResult& p) { return p.time.grad_sync_s; },
-      [](const PolicyResult& p) { return p.time.migration_s; },
-      [](const PolicyResult& p) { return p.time.planning_s; }};
+  std::string out = fmt::format("modelled time per step, ms (cost model, not measured){}:\n",
+                                tok ? "" : " — load-only trace: no exchange time, so no step time");
+  out += fmt::format("{:<14} {:>10}  {:>8}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}\n", "policy", "step",
+                     "speedup", "compute", "exchange", "grad sync", "migration", "planning");
+  const std::vector<Getter> parts = {[](const PolicyResult& p) { return p.time.compute_s; },
+                                     [](const PolicyResult& p) { return p.time.exchange_s; },
+                                     [](const PolicyResult& p) { return p.time.grad_sync_s; },
+                                     [](const PolicyResult& p) { return p.time.migration_s; },
+                                     [](const PolicyResult& p) { return p.time.planning_s; }};
   std::vector<double> best;
   for (const auto& get : parts) best.push_back(best_of(r, get));
   const double best_step = best_of(r, [](const PolicyResult& p) { return p.sim_step_time_s; });
@@ -85,8 +81,8 @@ std::string time_table(const SimulationResult& r) {
     if (!p.skipped.empty()) continue;
     std::string line = fmt::format("{:<14} ", p.name);
     if (tok) {
-      line += fmt::format("{:>9.2f}{}  ", 1e3 * p.sim_step_time_s,
-                          mark(p.sim_step_time_s, best_step));
+      line +=
+          fmt::format("{:>9.2f}{}  ", 1e3 * p.sim_step_time_s, mark(p.sim_step_time_s, best_step));
       line += p.speedup_vs_static > 0 ? fmt::format("{:>7.2f}x  ", p.speedup_vs_static)
                                       : fmt::format("{:>8}  ", "n/a");
     } else {
@@ -111,14 +107,16 @@ std::string time_table(const SimulationResult& r) {
 std::string simulation_table(const Scenario& scenario, const SimulationResult& result) {
   std::string out = header(scenario, result);
   out += metrics_table(result);
-  if (!result.policies.empty()) {
-    const auto& any = result.policies.front();
+  for (const auto& p : result.policies) {
+    if (!p.skipped.empty()) continue;
     out += fmt::format("MaxVio (a property of the routing, the same for every policy): {:.3f}\n",
-                       any.maxvio_mean);
+                       p.maxvio_mean);
+    break;
   }
   out += time_table(result);
-  out += "(* best in column; cross-node tokens and imbalance are exact replay metrics; times are "
-         "modelled)\n";
+  out +=
+      "(* best in column; cross-node tokens and imbalance are exact replay metrics; times are "
+      "modelled)\n";
   return out;
 }
 

@@ -228,7 +228,20 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
   auto tick = [&] {
     if (options.progress) options.progress(++done, total_work);
   };
-  for (auto& pol : policies) result.policies.push_back(replay_policy(*pol, source, options, tick));
+  for (auto& pol : policies) {
+    try {
+      result.policies.push_back(replay_policy(*pol, source, options, tick));
+    } catch (const Error& e) {
+      // A policy that cannot replay load-only data says so with kFailedPrecondition: report it
+      // as skipped instead of failing the whole comparison.
+      if (source.has_tokens() || e.code() != ErrorCode::kFailedPrecondition) throw;
+      PolicyResult skipped;
+      skipped.name = pol->name();
+      skipped.has_token_metrics = false;
+      skipped.skipped = e.what();
+      result.policies.push_back(std::move(skipped));
+    }
+  }
 
   const auto it = std::find_if(result.policies.begin(), result.policies.end(),
                                [](const PolicyResult& p) { return p.name == "static"; });

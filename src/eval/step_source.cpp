@@ -72,8 +72,8 @@ class DataStore final : public TokenStore {
     if (has_sources && num_sources <= 0) {
       num_sources = 1 + *std::max_element(data.source_rank.begin(), data.source_rank.end());
     }
-    offsets = data.step_offsets.empty() ? std::vector<int64_t>{0, data.num_tokens}
-                                        : data.step_offsets;
+    offsets =
+        data.step_offsets.empty() ? std::vector<int64_t>{0, data.num_tokens} : data.step_offsets;
   }
   std::span<const ExpertId> ids(int layer, int64_t begin, int64_t end,
                                 std::vector<ExpertId>&) const override {
@@ -81,8 +81,7 @@ class DataStore final : public TokenStore {
     return {data_.topk_ids.data() + layer * row + begin * data_.top_k,
             static_cast<size_t>(end - begin) * data_.top_k};
   }
-  std::span<const RankId> sources(int64_t begin, int64_t end,
-                                  std::vector<RankId>&) const override {
+  std::span<const RankId> sources(int64_t begin, int64_t end, std::vector<RankId>&) const override {
     return {data_.source_rank.data() + begin, static_cast<size_t>(end - begin)};
   }
 
@@ -198,8 +197,7 @@ class TokenSource final : public StepSource {
 // Load-only traces: counts [S, L, R, E].
 class CountsSource final : public StepSource {
  public:
-  CountsSource(const io::TraceReader* reader, const io::TraceData* data,
-               const ChunkOptions& chunks)
+  CountsSource(const io::TraceReader* reader, const io::TraceData* data, const ChunkOptions& chunks)
       : reader_(reader), data_(data) {
     COBALT_CHECK_ARG(!chunks.tokens_per_step,
                      "a load-only trace (counts) has no tokens to re-chunk: --tokens-per-step "
@@ -247,17 +245,17 @@ class CountsSource final : public StepSource {
                      "step source: (step {}, layer {}) out of range ({} steps, {} layers)", step,
                      layer, num_steps_, num_layers_);
     COBALT_CHECK_ARG(out.size() == static_cast<size_t>(num_ranks) * num_experts_,
-                     "step source: loads output of {} entries, want {} x {}", out.size(),
-                     num_ranks, num_experts_);
+                     "step source: loads output of {} entries, want {} x {}", out.size(), num_ranks,
+                     num_experts_);
     const int trace_step = step % trace_steps_;
     std::span<const int32_t> counts;  // [R, E]
     if (reader_) {
       counts = reader_->counts(trace_step, layer, scratch.counts);
     } else {
       const size_t block = static_cast<size_t>(num_sources_) * num_experts_;
-      counts = {data_->counts.data() + (static_cast<size_t>(trace_step) * num_layers_ + layer) *
-                                           block,
-                block};
+      counts = {
+          data_->counts.data() + (static_cast<size_t>(trace_step) * num_layers_ + layer) * block,
+          block};
     }
     std::fill(out.begin(), out.end(), 0);
     for (int r = 0; r < num_sources_; ++r) {

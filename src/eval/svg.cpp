@@ -12,12 +12,23 @@ std::string esc(std::string_view text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -72,16 +83,22 @@ std::string heat_color(double v) {
 }
 
 std::string axes(Frame& f, const std::string& x_title, const std::string& y_title) {
-  const auto xt = ticks(f.x0, f.x1, 5, f.integer_x), yt = ticks(f.y0, f.y1);
-  f.x0 = xt.front();
-  f.x1 = xt.back();
+  auto xt = ticks(f.x0, f.x1, 5, f.integer_x);
+  const auto yt = ticks(f.y0, f.y1);
+  if (f.integer_x) {
+    // Whole-number axes (steps) keep their exact range; ticks outside it are dropped.
+    std::erase_if(xt, [&](double t) { return t < f.x0 || t > f.x1; });
+  } else {
+    f.x0 = xt.front();
+    f.x1 = xt.back();
+  }
   f.y0 = yt.front();
   f.y1 = yt.back();
   std::string out = "<g class=\"axes\">";
   for (double t : yt) {
     out += fmt::format(
-        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e3\"/>", f.left,
-        f.left + f.width, f.py(t), f.py(t));
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e3e3e3\"/>",
+        f.left, f.left + f.width, f.py(t), f.py(t));
     out += text(f.left - 6, f.py(t) + 4, si(t), "text-anchor=\"end\"");
   }
   for (double t : xt) {
@@ -105,7 +122,7 @@ std::string axes(Frame& f, const std::string& x_title, const std::string& y_titl
 
 std::string open(const std::string& name, double width, double height, const std::string& label) {
   return fmt::format(
-      "<svg data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" "
+      "<svg data-chart=\"{}\" width=\"{:.0f}\" "
       "height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" role=\"img\" aria-label=\"{}\">",
       esc(name), width, height, width, height, esc(label));
 }

@@ -28,7 +28,7 @@ struct Frame {
   double py(double y) const { return top + height - (y - y0) / (y1 - y0) * height; }
 };
 // Grid lines, tick labels and axis titles of `frame` (ticks from ticks()); widens the data range
-// to the outer ticks.
+// to the outer ticks (y always, x unless integer_x).
 std::string axes(Frame& frame, const std::string& x_title, const std::string& y_title);
 // <svg data-chart="NAME" ...> opening tag with a viewBox of width x height.
 std::string open(const std::string& name, double width, double height, const std::string& label);

@@ -48,7 +48,8 @@ Hierarchical rebalance_hierarchical(const std::vector<float>& weight, int num_la
       tokens_per_group[static_cast<size_t>(l) * num_groups + g] = sum;
     }
   }
-  const PackResult group_pack = balanced_packing(tokens_per_group, num_layers, num_groups, num_nodes);
+  const PackResult group_pack =
+      balanced_packing(tokens_per_group, num_layers, num_groups, num_nodes);
   // log2mlog [L, E]: logical expert -> "meta-logical" index (node-major order).
   std::vector<int32_t> log2mlog(static_cast<size_t>(num_layers) * num_experts);
   for (int l = 0; l < num_layers; ++l) {
@@ -98,7 +99,8 @@ Hierarchical rebalance_hierarchical(const std::vector<float>& weight, int num_la
     for (int n = 0; n < num_nodes; ++n) {
       const int row = l * num_nodes + n;
       for (int q = 0; q < phy_per_node; ++q) {
-        const size_t src = static_cast<size_t>(row) * phy_per_node + pphy2phy[static_cast<size_t>(row) * phy_per_node + q];
+        const size_t src = static_cast<size_t>(row) * phy_per_node +
+                           pphy2phy[static_cast<size_t>(row) * phy_per_node + q];
         const int mlog = rep.phy2log[src] + n * log_per_node;
         const size_t dst = static_cast<size_t>(l) * num_replicas + n * phy_per_node + q;
         out.phy2log[dst] = mlog2log[static_cast<size_t>(l) * num_experts + mlog];
@@ -112,9 +114,9 @@ Hierarchical rebalance_hierarchical(const std::vector<float>& weight, int num_la
     for (int e = 0; e < num_experts; ++e) {
       const size_t i = static_cast<size_t>(l) * num_experts + e;
       const int mlog = log2mlog[i];
-      out.logcnt[i] = rep.logcnt[static_cast<size_t>(l * num_nodes + mlog / log_per_node) *
-                                     log_per_node +
-                                 mlog % log_per_node];
+      out.logcnt[i] =
+          rep.logcnt[static_cast<size_t>(l * num_nodes + mlog / log_per_node) * log_per_node +
+                     mlog % log_per_node];
     }
   }
   return out;
@@ -147,8 +149,11 @@ PackResult balanced_packing(std::span<const float> weight, int num_rows, int n, 
   std::vector<int> pack_items(num_packs);
   for (int row = 0; row < num_rows; ++row) {
     const float* w = weight.data() + static_cast<size_t>(row) * n;
+    // torch.sort(descending=True) on the CPU: std::sort (introsort) of (value, index) pairs with
+    // "greater" — not stable. The same call on the same standard library (libstdc++) breaks ties
+    // identically.
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [w](int32_t a, int32_t b) { return w[a] > w[b]; });
+    std::sort(order.begin(), order.end(), [w](int32_t a, int32_t b) { return w[a] > w[b]; });
     std::fill(pack_weight.begin(), pack_weight.end(), 0.0f);
     std::fill(pack_items.begin(), pack_items.end(), 0);
     for (int32_t item : order) {
@@ -241,10 +246,10 @@ EplbResult rebalance_experts(std::span<const double> weight, int num_layers, int
     w[i] = static_cast<float>(weight[i]);
   }
   const Hierarchical h =
-      hierarchical ? rebalance_hierarchical(w, num_layers, num_experts, num_replicas, num_groups,
-                                            num_nodes, num_gpus)
-                   : rebalance_hierarchical(w, num_layers, num_experts, num_replicas, 1, 1,
-                                            num_gpus);
+      hierarchical
+          ? rebalance_hierarchical(w, num_layers, num_experts, num_replicas, num_groups, num_nodes,
+                                   num_gpus)
+          : rebalance_hierarchical(w, num_layers, num_experts, num_replicas, 1, 1, num_gpus);
   EplbResult out;
   out.num_layers = num_layers;
   out.num_experts = num_experts;

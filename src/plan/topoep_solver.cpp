@@ -9,9 +9,9 @@ namespace cobalt::plan {
 namespace {
 
 // Cost classes of the parameter copy a candidate target needs (stage 3 ranking).
-constexpr int kCostHosted = 0;      // the target already hosts the expert
-constexpr int kCostNvlink = 1;      // new replica, main instance on the same node
-constexpr int kCostInterNode = 2;   // new replica, main instance on another node
+constexpr int kCostHosted = 0;     // the target already hosts the expert
+constexpr int kCostNvlink = 1;     // new replica, main instance on the same node
+constexpr int kCostInterNode = 2;  // new replica, main instance on another node
 
 struct Candidate {
   int64_t delta = 0;
@@ -57,31 +57,19 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   extra_slots_ = in.slots_per_rank - mains_per_rank;
   stats_ = {};
 
-  // D [N, E] and the non-zero demands grouped by expert (two passes over Omega, row order).
+  // D [N, E] (one pass over Omega, row order, vectorisable).
   node_demand_.assign(static_cast<size_t>(num_nodes_) * num_experts, 0);
-  nnz_offsets_.assign(num_experts + 1, 0);
   for (RankId s = 0; s < num_ranks; ++s) {
     const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts;
     int64_t* node_row = node_demand_.data() + static_cast<size_t>(s / per_node_) * num_experts;
+    int64_t smallest = 0;
     for (ExpertId e = 0; e < num_experts; ++e) {
-      const int64_t w = row[e];
-      COBALT_CHECK_ARG(w >= 0, "topoep: demand[{}][{}] = {} is negative", s, e, w);
-      node_row[e] += w;
-      nnz_offsets_[e + 1] += w > 0;
+      smallest = std::min(smallest, row[e]);
+      node_row[e] += row[e];
     }
-  }
-  for (ExpertId e = 0; e < num_experts; ++e) nnz_offsets_[e + 1] += nnz_offsets_[e];
-  nnz_src_.resize(nnz_offsets_[num_experts]);
-  nnz_count_.resize(nnz_offsets_[num_experts]);
-  candidates_.assign(nnz_offsets_.begin(), nnz_offsets_.end() - 1);  // fill cursors
-  for (RankId s = 0; s < num_ranks; ++s) {
-    const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts;
-    for (ExpertId e = 0; e < num_experts; ++e) {
-      if (row[e] > 0) {
-        const int64_t i = candidates_[e]++;
-        nnz_src_[i] = s;
-        nnz_count_[i] = row[e];
-      }
+    if (smallest < 0) {
+      const ExpertId e = static_cast<ExpertId>(std::min_element(row, row + num_experts) - row);
+      fail(ErrorCode::kInvalidArgument, "topoep: demand[{}][{}] = {} is negative", s, e, row[e]);
     }
   }
 
@@ -89,8 +77,12 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   instances_.resize(num_experts);
   rank_experts_.resize(num_ranks);
   for (auto& r : rank_experts_) r.clear();
+  main_rank_.resize(num_experts);
+  main_node_.resize(num_experts);
   for (ExpertId e = 0; e < num_experts; ++e) {
     const RankId main = topoep_main_rank(e, num_experts, num_ranks);
+    main_rank_[e] = main;
+    main_node_[e] = in.topology.node_of(main);
     instances_[e].assign(1, Instance{main, 0});
     rank_experts_[main].push_back(e);
   }
@@ -110,8 +102,7 @@ void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
     const int64_t* demand = node_demand_.data() + static_cast<size_t>(d) * num_experts_;
     candidates_.clear();
     for (ExpertId e = 0; e < num_experts_; ++e) {
-      const RankId main = topoep_main_rank(e, num_experts_, num_ranks_);
-      if (in.topology.node_of(main) == d) continue;
+      if (main_node_[e] == d) continue;
       const double benefit =
           2.0 * static_cast<double>(demand[e]) * in.token_bytes - in.expert_param_bytes;
       if (benefit > 0) candidates_.push_back(e);
@@ -148,40 +139,58 @@ void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
 }
 
 void TopoEpSolver::route(const TopoEpInput& in) {
+  // [N, E]: the instance range a source on node n splits over — the instances on n if any
+  // (contiguous: instances are sorted by rank and nodes hold contiguous ranks), else all of them.
+  const size_t table = static_cast<size_t>(num_experts_) * num_nodes_;
+  route_first_.assign(table, 0);
+  route_count_.assign(table, 0);
+  inst_data_.resize(num_experts_);
+  for (ExpertId e = 0; e < num_experts_; ++e) {
+    const auto& inst = instances_[e];
+    inst_data_[e] = instances_[e].data();
+    for (int i = 0; i < static_cast<int>(inst.size()); ++i) {
+      const size_t at = static_cast<size_t>(in.topology.node_of(inst[i].rank)) * num_experts_ + e;
+      if (route_count_[at]++ == 0) route_first_[at] = i;
+    }
+    for (NodeId n = 0; n < num_nodes_; ++n) {
+      int32_t& count = route_count_[static_cast<size_t>(n) * num_experts_ + e];
+      if (count == 0) count = static_cast<int32_t>(inst.size());  // first stays 0
+    }
+  }
   rank_loads_.assign(num_ranks_, 0);
   routed_.clear();
-  expert_quota_begin_.assign(num_experts_ + 1, 0);
-  // Per node: [first, first + count) range of the expert's instances on that node.
-  std::vector<int>& node_first = scratch_first_;
-  std::vector<int>& node_count = scratch_count_;
-  node_first.assign(num_nodes_, 0);
-  node_count.assign(num_nodes_, 0);
-  for (ExpertId e = 0; e < num_experts_; ++e) {
-    auto& inst = instances_[e];
-    const int num_inst = static_cast<int>(inst.size());
-    for (int i = 0; i < num_inst; ++i) {
-      const NodeId n = in.topology.node_of(inst[i].rank);
-      if (node_count[n]++ == 0) node_first[n] = i;
-    }
-    for (int64_t z = nnz_offsets_[e]; z < nnz_offsets_[e + 1]; ++z) {
-      const RankId s = nnz_src_[z];
-      const int64_t w = nnz_count_[z];
-      const NodeId n = s / per_node_;
-      const int begin = node_count[n] > 0 ? node_first[n] : 0;
-      const int k = node_count[n] > 0 ? node_count[n] : num_inst;
+  routed_offsets_.assign(num_ranks_ + 1, 0);
+  int64_t* rank_loads = rank_loads_.data();
+  Instance* const* inst_data = inst_data_.data();
+  for (RankId s = 0; s < num_ranks_; ++s) {
+    const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts_;
+    const size_t node_base = static_cast<size_t>(s / per_node_) * num_experts_;
+    const int32_t* first = route_first_.data() + node_base;
+    const int32_t* count = route_count_.data() + node_base;
+    for (ExpertId e = 0; e < num_experts_; ++e) {
+      const int64_t w = row[e];
+      if (w == 0) continue;
+      Instance* inst = inst_data[e] + first[e];
+      const int k = count[e];
+      if (k == 1) {
+        routed_.push_back(TopoEpQuota{e, inst->rank, w});
+        inst->load += w;
+        rank_loads[inst->rank] += w;
+        continue;
+      }
       const int64_t base = w / k, leftover = w % k;
+      // Position i gets a leftover task when (i - s) mod k < leftover.
+      int rotated = (k - s % k) % k;  // (i - s) mod k at i = 0
       for (int i = 0; i < k; ++i) {
-        // Position i gets a leftover task when (i - s) mod k < leftover.
-        const int64_t c = base + (((i - s % k) + k) % k < leftover ? 1 : 0);
+        const int64_t c = base + (rotated < leftover ? 1 : 0);
+        rotated = rotated + 1 == k ? 0 : rotated + 1;
         if (c == 0) continue;
-        Instance& target = inst[begin + i];
-        routed_.push_back(TopoEpQuota{s, target.rank, c});
-        target.load += c;
-        rank_loads_[target.rank] += c;
+        routed_.push_back(TopoEpQuota{e, inst[i].rank, c});
+        inst[i].load += c;
+        rank_loads[inst[i].rank] += c;
       }
     }
-    for (int i = 0; i < num_inst; ++i) node_count[in.topology.node_of(inst[i].rank)] = 0;
-    expert_quota_begin_[e + 1] = static_cast<int64_t>(routed_.size());
+    routed_offsets_[s + 1] = static_cast<int64_t>(routed_.size());
   }
 }
 
@@ -197,8 +206,7 @@ void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
     for (ExpertId e : rank_experts_[busiest]) {
       const int64_t from_load = instance_load(e, busiest);
       if (from_load <= 0) continue;
-      const bool main_here =
-          in.topology.node_of(topoep_main_rank(e, num_experts_, num_ranks_)) == node;
+      const bool main_here = main_node_[e] == node;
       for (RankId t = first; t < last; ++t) {
         if (t == busiest) continue;
         const int64_t gap = rank_loads_[busiest] - rank_loads_[t];
@@ -232,88 +240,131 @@ void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
   }
 }
 
+void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
+  std::vector<SourcedQuota>& work = final_[e];
+  for (; next_move < moves_.size() && moves_[next_move].expert == e; ++next_move) {
+    const Move& m = moves_[next_move];
+    int64_t remaining = m.count;
+    // Existing (src, to) entries, so each take is O(1): to_entry_[src] = index or -1.
+    to_entry_.assign(num_ranks_, -1);
+    for (size_t i = 0; i < work.size(); ++i) {
+      if (work[i].dst == m.to) to_entry_[work[i].src] = static_cast<int64_t>(i);
+    }
+    auto take = [&](size_t i) {
+      const int64_t t = std::min(work[i].count, remaining);
+      if (t == 0) return;
+      work[i].count -= t;
+      remaining -= t;
+      const RankId src = work[i].src;
+      if (to_entry_[src] >= 0) {
+        work[to_entry_[src]].count += t;
+      } else {
+        to_entry_[src] = static_cast<int64_t>(work.size());
+        work.push_back(SourcedQuota{src, m.to, t});
+      }
+    };
+    // Sources: the target rank itself, then ascending ranks, the origin rank last.
+    const size_t n = work.size();
+    for (size_t i = 0; i < n && remaining > 0; ++i) {
+      if (work[i].dst == m.from && work[i].src == m.to) take(i);
+    }
+    for (size_t i = 0; i < n && remaining > 0; ++i) {
+      if (work[i].dst == m.from && work[i].src != m.to && work[i].src != m.from) take(i);
+    }
+    for (size_t i = 0; i < n && remaining > 0; ++i) {
+      if (work[i].dst == m.from && work[i].src == m.from) take(i);
+    }
+    COBALT_CHECK_INTERNAL(remaining == 0,
+                          "topoep: move of {} tasks of expert {} from rank {} found only {}",
+                          m.count, e, m.from, m.count - remaining);
+  }
+  work.erase(
+      std::remove_if(work.begin(), work.end(), [](const SourcedQuota& q) { return q.count == 0; }),
+      work.end());
+  std::sort(work.begin(), work.end(), [](const SourcedQuota& a, const SourcedQuota& b) {
+    return a.src != b.src ? a.src < b.src : a.dst < b.dst;
+  });
+  // A temporary replica that ended without tasks is not materialised.
+  const RankId main = main_rank_[e];
+  auto& inst = instances_[e];
+  for (size_t i = 0; i < inst.size();) {
+    if (inst[i].rank != main && inst[i].load == 0) {
+      replicas_used_[inst[i].rank] -= 1;
+      stats_.num_dropped_replicas += 1;
+      inst.erase(inst.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
 void TopoEpSolver::emit(const TopoEpInput& in, TopoEpPlan& plan) {
   plan.num_ranks = num_ranks_;
   plan.num_experts = num_experts_;
   plan.slots_per_rank = in.slots_per_rank;
-  plan.quotas.clear();
-  plan.quota_offsets.assign(num_experts_ + 1, 0);
-  // Moves grouped by expert, in application order.
-  std::stable_sort(moves_.begin(), moves_.end(),
-                   [](const Move& a, const Move& b) { return a.expert < b.expert; });
-  size_t next_move = 0;
-  std::vector<TopoEpQuota>& work = scratch_quotas_;
-  for (ExpertId e = 0; e < num_experts_; ++e) {
-    const auto begin = routed_.begin() + expert_quota_begin_[e];
-    const auto end = routed_.begin() + expert_quota_begin_[e + 1];
-    if (next_move == moves_.size() || moves_[next_move].expert != e) {
-      plan.quotas.insert(plan.quotas.end(), begin, end);
-      plan.quota_offsets[e + 1] = static_cast<int64_t>(plan.quotas.size());
-      continue;
+  if (moves_.empty()) {
+    plan.quotas.swap(routed_);
+    plan.source_offsets.swap(routed_offsets_);
+  } else {
+    // Gather the routed quotas of moved experts (by source), apply their moves in order.
+    moved_.assign(num_experts_, 0);
+    for (const Move& m : moves_) moved_[m.expert] = 1;
+    final_.resize(num_experts_);
+    for (ExpertId e = 0; e < num_experts_; ++e) {
+      if (moved_[e]) final_[e].clear();
     }
-    work.assign(begin, end);
-    for (; next_move < moves_.size() && moves_[next_move].expert == e; ++next_move) {
-      const Move& m = moves_[next_move];
-      int64_t remaining = m.count;
-      // Take from sources: the target itself, then ascending sources, the origin rank last.
-      auto take = [&](size_t i) {
-        const int64_t t = std::min(work[i].count, remaining);
-        if (t == 0) return;
-        work[i].count -= t;
-        remaining -= t;
-        const RankId src = work[i].src;
-        for (auto& q : work) {
-          if (q.src == src && q.dst == m.to) {
-            q.count += t;
-            return;
-          }
+    int64_t gathered = 0;
+    for (RankId s = 0; s < num_ranks_; ++s) {
+      for (int64_t i = routed_offsets_[s]; i < routed_offsets_[s + 1]; ++i) {
+        const TopoEpQuota& q = routed_[i];
+        if (moved_[q.expert]) {
+          final_[q.expert].push_back(SourcedQuota{s, q.dst, q.count});
+          ++gathered;
         }
-        work.push_back(TopoEpQuota{src, m.to, t});
-      };
-      const size_t n = work.size();
-      for (size_t i = 0; i < n && remaining > 0; ++i) {
-        if (work[i].dst == m.from && work[i].src == m.to) take(i);
-      }
-      for (size_t i = 0; i < n && remaining > 0; ++i) {
-        if (work[i].dst == m.from && work[i].src != m.to && work[i].src != m.from) take(i);
-      }
-      for (size_t i = 0; i < n && remaining > 0; ++i) {
-        if (work[i].dst == m.from && work[i].src == m.from) take(i);
-      }
-      COBALT_CHECK_INTERNAL(remaining == 0, "topoep: move of {} tasks of expert {} from rank {} "
-                            "found only {}", m.count, e, m.from, m.count - remaining);
-    }
-    work.erase(std::remove_if(work.begin(), work.end(),
-                              [](const TopoEpQuota& q) { return q.count == 0; }),
-               work.end());
-    std::sort(work.begin(), work.end(), [](const TopoEpQuota& a, const TopoEpQuota& b) {
-      return a.src != b.src ? a.src < b.src : a.dst < b.dst;
-    });
-    plan.quotas.insert(plan.quotas.end(), work.begin(), work.end());
-    plan.quota_offsets[e + 1] = static_cast<int64_t>(plan.quotas.size());
-    // A temporary replica that ended without tasks is not materialised.
-    const RankId main = topoep_main_rank(e, num_experts_, num_ranks_);
-    auto& inst = instances_[e];
-    for (size_t i = 0; i < inst.size();) {
-      if (inst[i].rank != main && inst[i].load == 0) {
-        replicas_used_[inst[i].rank] -= 1;
-        stats_.num_dropped_replicas += 1;
-        inst.erase(inst.begin() + static_cast<std::ptrdiff_t>(i));
-      } else {
-        ++i;
       }
     }
+    std::stable_sort(moves_.begin(), moves_.end(),
+                     [](const Move& a, const Move& b) { return a.expert < b.expert; });
+    for (size_t next = 0; next < moves_.size();) apply_moves(moves_[next].expert, next);
+    // Merge: routed quotas, with each moved (src, expert) replaced by its final quotas.
+    int64_t total = static_cast<int64_t>(routed_.size()) - gathered;
+    for (ExpertId e = 0; e < num_experts_; ++e) {
+      if (moved_[e]) total += static_cast<int64_t>(final_[e].size());
+    }
+    to_entry_.assign(num_experts_, 0);  // cursor into final_[e]
+    plan.quotas.resize(total);
+    plan.source_offsets.assign(num_ranks_ + 1, 0);
+    TopoEpQuota* out = plan.quotas.data();
+    const uint8_t* moved = moved_.data();
+    for (RankId s = 0; s < num_ranks_; ++s) {
+      for (int64_t i = routed_offsets_[s]; i < routed_offsets_[s + 1]; ++i) {
+        const TopoEpQuota& q = routed_[i];
+        if (!moved[q.expert]) {
+          *out++ = q;
+          continue;
+        }
+        if (i > routed_offsets_[s] && routed_[i - 1].expert == q.expert) continue;
+        const auto& fin = final_[q.expert];
+        int64_t& c = to_entry_[q.expert];
+        for (; c < static_cast<int64_t>(fin.size()) && fin[c].src == s; ++c) {
+          *out++ = TopoEpQuota{q.expert, fin[c].dst, fin[c].count};
+        }
+      }
+      plan.source_offsets[s + 1] = out - plan.quotas.data();
+    }
+    COBALT_CHECK_INTERNAL(out == plan.quotas.data() + total, "topoep: merged {} of {} quotas",
+                          out - plan.quotas.data(), total);
   }
   // Slots: mains (ascending), then temporary replicas (ascending expert id).
   plan.slots.assign(static_cast<size_t>(num_ranks_) * in.slots_per_rank, kEmptySlot);
-  std::vector<int>& fill = scratch_count_;
+  std::vector<int32_t>& fill = route_count_;  // reused as per-rank fill counters
   fill.assign(num_ranks_, 0);
   for (ExpertId e = 0; e < num_experts_; ++e) {
-    const RankId main = topoep_main_rank(e, num_experts_, num_ranks_);
+    const RankId main = main_rank_[e];
     plan.slots[static_cast<size_t>(main) * in.slots_per_rank + fill[main]++] = e;
   }
   for (ExpertId e = 0; e < num_experts_; ++e) {
-    const RankId main = topoep_main_rank(e, num_experts_, num_ranks_);
+    const RankId main = main_rank_[e];
     for (const Instance& inst : instances_[e]) {
       if (inst.rank == main) continue;
       plan.slots[static_cast<size_t>(inst.rank) * in.slots_per_rank + fill[inst.rank]++] = e;

@@ -10,7 +10,7 @@
 namespace cobalt::plan {
 namespace {
 
-constexpr int kProbeWarps = 4;      // QUOTA_SOLVER_WARPS: parallel probes per search round
+constexpr int kProbeWarps = 4;       // QUOTA_SOLVER_WARPS: parallel probes per search round
 constexpr int kFastOracleTries = 3;  // 1 + QUOTA_ORACLE_FAST_MAX_RETRY
 
 struct Export {
@@ -68,8 +68,8 @@ class DomainSolver {
     const int64_t hi = std::max(max_load, lo);
     // Fast oracle with the dynamic floor.
     const float eps = std::max(static_cast<float>(options_.oracle_eps), 0.0f);
-    int64_t fast = std::max(
-        static_cast<int64_t>(std::ceil(static_cast<float>(lo) * (1.0f + eps))), lo);
+    int64_t fast =
+        std::max(static_cast<int64_t>(std::ceil(static_cast<float>(lo) * (1.0f + eps))), lo);
     const int64_t fast_step = std::max<int64_t>(1, (hi + 99) / 100);
     for (int attempt = 0; attempt < kFastOracleTries; ++attempt) {
       if (build(fast, true)) {
@@ -223,8 +223,8 @@ class DomainSolver {
     return true;
   }
 
-  std::vector<int64_t> loads_;       // [E_d] global loads of the domain's experts
-  std::vector<int> master_begin_;    // [M + 1]: masters of local rank r are [begin[r], begin[r+1])
+  std::vector<int64_t> loads_;     // [E_d] global loads of the domain's experts
+  std::vector<int> master_begin_;  // [M + 1]: masters of local rank r are [begin[r], begin[r+1])
   int num_ranks_, num_experts_, num_redundant_;
   UltraEpOptions options_;
   std::vector<int64_t> rank_load_;   // [M]
@@ -241,8 +241,7 @@ class DomainSolver {
 
 // First expert whose master is rank r: ceil(r E / G).
 ExpertId first_master(RankId r, int num_experts, int num_ranks) {
-  return static_cast<ExpertId>((static_cast<int64_t>(r) * num_experts + num_ranks - 1) /
-                               num_ranks);
+  return static_cast<ExpertId>((static_cast<int64_t>(r) * num_experts + num_ranks - 1) / num_ranks);
 }
 
 }  // namespace
@@ -277,8 +276,8 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
   const int per_node = in.topology.ranks_per_node();
   std::vector<int64_t> expert_load(num_experts, 0);
   for (size_t i = 0; i < in.demand.size(); ++i) {
-    COBALT_CHECK_ARG(in.demand[i] >= 0, "ultraep: demand[{}][{}] = {} is negative",
-                     i / num_experts, i % num_experts, in.demand[i]);
+    COBALT_CHECK_ARG(in.demand[i] >= 0, "ultraep: demand[{}][{}] = {} is negative", i / num_experts,
+                     i % num_experts, in.demand[i]);
     expert_load[i % num_experts] += in.demand[i];
   }
   auto demand = [&](RankId s, ExpertId e) {
@@ -303,9 +302,9 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
     for (int r = 0; r <= per_node; ++r) {
       master_begin[r] = first_master(first_rank + r, num_experts, num_ranks) - first_e;
     }
-    DomainSolver domain(std::vector<int64_t>(expert_load.begin() + first_e,
-                                             expert_load.begin() + end_e),
-                        std::move(master_begin), num_redundant, in.options);
+    DomainSolver domain(
+        std::vector<int64_t>(expert_load.begin() + first_e, expert_load.begin() + end_e),
+        std::move(master_begin), num_redundant, in.options);
     domain.solve();
     plan.thresholds[d] = domain.threshold();
     plan.num_fast_oracle += domain.used_fast_oracle() ? 1 : 0;
@@ -394,8 +393,8 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
         placed += alloc[j];
         plan.rank_loads[inst[j].rank] += alloc[j];
       }
-      COBALT_CHECK_INTERNAL(placed == own, "ultraep: source {} expert {}: {} of {} tasks placed",
-                            s, e, placed, own);
+      COBALT_CHECK_INTERNAL(placed == own, "ultraep: source {} expert {}: {} of {} tasks placed", s,
+                            e, placed, own);
     }
   }
   return plan;

@@ -134,14 +134,16 @@ class EplbPolicy final : public Policy {
   void update_ema(LayerState& st) {
     const double keep = st.num_updates == 0 ? 0.0 : config_.ema_decay;
     for (size_t e = 0; e < st.ema_load.size(); ++e) {
-      st.ema_load[e] = keep * st.ema_load[e] + (1.0 - keep) * static_cast<double>(expert_counts_[e]);
+      st.ema_load[e] =
+          keep * st.ema_load[e] + (1.0 - keep) * static_cast<double>(expert_counts_[e]);
     }
     st.num_updates += 1;
   }
 
   void maybe_replan(LayerState& st, int64_t step) {
-    const bool due = st.num_updates > 0 && (st.last_plan_step < 0 ||
-                                            step - st.last_plan_step >= config_.steps_per_global_plan);
+    const bool due =
+        st.num_updates > 0 &&
+        (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
     if (!due) return;
     st.last_plan_step = step;
     WallTimer timer(counters_.planner_wall_ms);
@@ -160,8 +162,8 @@ class EplbPolicy final : public Policy {
         if (std::find(row, row + used, e) == row + used) row[used++] = e;
       }
     }
-    auto layout = std::make_shared<const ExpertLayout>(topo, num_experts, slots,
-                                                       std::move(layout_slots));
+    auto layout =
+        std::make_shared<const ExpertLayout>(topo, num_experts, slots, std::move(layout_slots));
     st.replica_offsets.assign(num_experts + 1, 0);
     st.replica_ranks.clear();
     for (ExpertId e = 0; e < num_experts; ++e) {

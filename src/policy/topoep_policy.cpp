@@ -40,8 +40,7 @@ class TopoEpPolicy final : public Policy {
     return layout;
   }
 
-  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer,
-                                                std::span<const int64_t> counts,
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer, std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads) override {
     const int num_ranks = config_.topology.num_ranks();
     check_shape(layer, config_.num_experts, num_ranks);
@@ -58,14 +57,15 @@ class TopoEpPolicy final : public Policy {
   void check_shape(int layer, int num_experts, int num_ranks) const {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy topoep: layer {} out of range [0, {})", layer, config_.num_layers);
-    COBALT_CHECK_ARG(num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
-                     "policy topoep: batch has {} experts on {} ranks, configured for {} on {}",
-                     num_experts, num_ranks, config_.num_experts, config_.topology.num_ranks());
+    COBALT_CHECK_ARG(
+        num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
+        "policy topoep: batch has {} experts on {} ranks, configured for {} on {}", num_experts,
+        num_ranks, config_.num_experts, config_.topology.num_ranks());
   }
 
   std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) {
     WallTimer timer(counters_.planner_wall_ms);
-    plan::TopoEpInput input{config_.topology,   config_.num_experts,        config_.slots_per_rank,
+    plan::TopoEpInput input{config_.topology,    config_.num_experts,        config_.slots_per_rank,
                             config_.token_bytes, config_.expert_param_bytes, demand};
     solver_.solve(input, plan_);
     counters_.max_solver_calls += 1;
@@ -80,11 +80,11 @@ class TopoEpPolicy final : public Policy {
     const int num_experts = config_.num_experts;
     cursor_.assign(demand_.size(), -1);
     remaining_.resize(plan_.quotas.size());
-    for (ExpertId e = 0; e < num_experts; ++e) {
-      for (int64_t i = plan_.quota_offsets[e]; i < plan_.quota_offsets[e + 1]; ++i) {
+    for (RankId s = 0; s < config_.topology.num_ranks(); ++s) {
+      for (int64_t i = plan_.source_offsets[s]; i < plan_.source_offsets[s + 1]; ++i) {
         const auto& q = plan_.quotas[i];
         remaining_[i] = q.count;
-        int64_t& c = cursor_[static_cast<size_t>(q.src) * num_experts + e];
+        int64_t& c = cursor_[static_cast<size_t>(s) * num_experts + q.expert];
         if (c < 0) c = i;
       }
     }
@@ -94,7 +94,7 @@ class TopoEpPolicy final : public Policy {
       auto experts = batch.experts_of(t);
       for (int k = 0; k < top_k; ++k) {
         int64_t& c = cursor_[row + experts[k]];
-        while (remaining_[c] == 0) ++c;  // quotas of (s, e) sum to its task count
+        while (remaining_[c] == 0) ++c;  // quotas of (s, e) are contiguous, sum to its tasks
         remaining_[c] -= 1;
         exec_rank[static_cast<size_t>(t) * top_k + k] = plan_.quotas[c].dst;
       }

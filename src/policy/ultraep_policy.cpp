@@ -43,8 +43,7 @@ class UltraEpPolicy final : public Policy {
     return layout;
   }
 
-  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer,
-                                                std::span<const int64_t> counts,
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer, std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads) override {
     const int num_ranks = config_.topology.num_ranks();
     check_shape(layer, config_.num_experts, num_ranks);
@@ -61,9 +60,10 @@ class UltraEpPolicy final : public Policy {
   void check_shape(int layer, int num_experts, int num_ranks) const {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy ultraep: layer {} out of range [0, {})", layer, config_.num_layers);
-    COBALT_CHECK_ARG(num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
-                     "policy ultraep: batch has {} experts on {} ranks, configured for {} on {}",
-                     num_experts, num_ranks, config_.num_experts, config_.topology.num_ranks());
+    COBALT_CHECK_ARG(
+        num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
+        "policy ultraep: batch has {} experts on {} ranks, configured for {} on {}", num_experts,
+        num_ranks, config_.num_experts, config_.topology.num_ranks());
   }
 
   std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) {

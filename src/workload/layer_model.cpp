@@ -42,7 +42,8 @@ LayerModel::LayerModel(const WorkloadSpec& spec, int layer) : spec_(spec), layer
   zipf_exponent_ = spec.zipf_exponent * (1.0 + spec.layer_skew_spread * u);
   profile_.resize(num_experts);
   for (int i = 0; i < num_experts; ++i)
-    profile_[i] = std::pow(static_cast<double>(i + 1), -zipf_exponent_);
+    profile_[i] = std::pow(static_cast<double>(i + 1), -zipf_exponent_) *
+                  (i < spec.hot_block_size ? spec.hot_block_weight : 1.0);
 
   if (spec.popularity_order == PopularityOrder::kById) {
     rank_expert_.resize(num_experts);

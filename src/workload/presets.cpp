@@ -95,14 +95,18 @@ WorkloadSpec glm45air_ep32() {
 }
 
 WorkloadSpec topoep_640x8() {
+  // TopoEP Fig. 10: load concentrated on static EP's first rank (its 20 experts 13x as popular as the
+  // rest), 4096 tokens per rank per step, hot-set churn as measured by TopoEP.
   WorkloadSpec s;
   s.num_experts = 640;
   s.top_k = 8;
   s.num_layers = 2;
-  s.num_steps = 20;
-  s.tokens_per_step = 16384;
+  s.num_steps = 10;
+  s.tokens_per_step = 32 * 4096;
   s.num_sources = 32;
-  s.zipf_exponent = 0.74;
+  s.zipf_exponent = 0.0;
+  s.hot_block_size = 20;
+  s.hot_block_weight = 13.0;
   s.popularity_order = PopularityOrder::kById;
   s.hot_churn = 0.18;
   s.group_size = 8;
@@ -144,8 +148,8 @@ constexpr Preset kPresets[] = {
      "co-activation (Cobalt paper setting)",
      &glm45air_ep32},
     {"paper-topoep-640x8",
-     "TopoEP Fig. 10 setting: E=640 K=8 R=32, heavy skew on contiguous ids (static-EP rank "
-     "imbalance ~8.4 on 32 ranks)",
+     "TopoEP Fig. 10 setting: E=640 K=8 R=32, 4096 tokens per rank, static EP's first rank's "
+     "experts 13x as popular (static-EP rank imbalance ~8.4 on 32 ranks)",
      &topoep_640x8},
     {"scale-1024",
      "Scale test: E=1024 K=8 R=512 (64 nodes x 8), co-activated, 1 layer, 2^20 tokens per step "

@@ -53,6 +53,13 @@ void validate(const WorkloadSpec& spec) {
   COBALT_CHECK_ARG(
       std::isfinite(spec.zipf_exponent) && spec.zipf_exponent >= 0.0 && spec.zipf_exponent <= 4.0,
       "workload spec: zipf_exponent = {} out of range [0, 4]", spec.zipf_exponent);
+  COBALT_CHECK_ARG(spec.hot_block_size >= 0 && spec.hot_block_size <= spec.num_experts,
+                   "workload spec: hot_block_size = {} out of range [0, {}]", spec.hot_block_size,
+                   spec.num_experts);
+  COBALT_CHECK_ARG(std::isfinite(spec.hot_block_weight) && spec.hot_block_weight >= 1.0 &&
+                       spec.hot_block_weight <= 1000.0,
+                   "workload spec: hot_block_weight = {} out of range [1, 1000]",
+                   spec.hot_block_weight);
   COBALT_CHECK_ARG(std::isfinite(spec.layer_skew_spread) && spec.layer_skew_spread >= 0.0 &&
                        spec.layer_skew_spread < 1.0,
                    "workload spec: layer_skew_spread = {} out of range [0, 1)",

@@ -4,10 +4,18 @@
 
 #include <cstdint>
 
+// COBALT_HD marks the pure functions below usable from CUDA device code (src/cuda/ draws the same
+// numbers as the CPU); it expands to nothing in plain C++.
+#if defined(__CUDACC__)
+#define COBALT_HD __host__ __device__
+#else
+#define COBALT_HD
+#endif
+
 namespace cobalt {
 
 // SplitMix64 finaliser: a bijective 64-bit mixer with full avalanche.
-constexpr uint64_t mix64(uint64_t x) {
+constexpr COBALT_HD uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -15,8 +23,8 @@ constexpr uint64_t mix64(uint64_t x) {
 }
 
 // Hash of the key (seed, step, layer, token, k): the counter-based RNG of DESIGN.md §2.
-constexpr uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t layer, uint64_t token,
-                                uint64_t k) {
+constexpr COBALT_HD uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t layer,
+                                          uint64_t token, uint64_t k) {
   uint64_t h = mix64(seed);
   h = mix64(h ^ step);
   h = mix64(h ^ (layer * 0x632be59bd9b4e019ULL));
@@ -27,24 +35,28 @@ constexpr uint64_t counter_hash(uint64_t seed, uint64_t step, uint64_t layer, ui
 // The same key, split so a batch computes the (seed, step, layer) part once and each token once:
 //   task_hash(counter_prefix(seed, step, layer), token, k)
 // Every per-task draw of the assignment uses this (CPU, reference and GPU alike).
-constexpr uint64_t counter_prefix(uint64_t seed, uint64_t step, uint64_t layer) {
+constexpr COBALT_HD uint64_t counter_prefix(uint64_t seed, uint64_t step, uint64_t layer) {
   return mix64(mix64(mix64(seed) ^ step) ^ (layer * 0x632be59bd9b4e019ULL));
 }
-constexpr uint64_t token_hash(uint64_t prefix, uint64_t token) { return mix64(prefix ^ token); }
-constexpr uint64_t task_hash_from_token(uint64_t token_h, uint64_t k) {
+constexpr COBALT_HD uint64_t token_hash(uint64_t prefix, uint64_t token) {
+  return mix64(prefix ^ token);
+}
+constexpr COBALT_HD uint64_t task_hash_from_token(uint64_t token_h, uint64_t k) {
   return mix64(token_h ^ (k * 0x8cb92ba72f3d8dd7ULL));
 }
-constexpr uint64_t task_hash(uint64_t prefix, uint64_t token, uint64_t k) {
+constexpr COBALT_HD uint64_t task_hash(uint64_t prefix, uint64_t token, uint64_t k) {
   return task_hash_from_token(token_hash(prefix, token), k);
 }
 
 // Uniform integer in [0, n) from a 64-bit hash (multiply-shift; bias < n / 2^64).
-constexpr uint32_t uniform_below(uint64_t hash, uint32_t n) {
+constexpr COBALT_HD uint32_t uniform_below(uint64_t hash, uint32_t n) {
   return static_cast<uint32_t>((static_cast<unsigned __int128>(hash) * n) >> 64);
 }
 
 // Uniform double in [0, 1) from a 64-bit hash.
-constexpr double uniform_unit(uint64_t hash) { return static_cast<double>(hash >> 11) * 0x1.0p-53; }
+constexpr COBALT_HD double uniform_unit(uint64_t hash) {
+  return static_cast<double>(hash >> 11) * 0x1.0p-53;
+}
 
 // A small sequential generator for planners and synthetic workloads (xoshiro-free, SplitMix64
 // stream).

@@ -73,13 +73,13 @@ const ClusterPreset& cluster_preset(std::string_view name);
 // Sizes of a public MoE model (its config.json; cost_model.cpp cites each one).
 struct ModelPreset {
   std::string name;
-  int hidden_size = 0;       // d_model: a token's hidden state has this many elements
-  int expert_ffn_size = 0;   // intermediate size of one routed expert (SwiGLU)
-  int num_experts = 0;       // routed experts E
-  int top_k = 0;             // experts per token K
-  int num_moe_layers = 0;    // MoE layers (all layers minus the leading dense ones)
-  int bytes_per_element = 0; // of activations and parameters (2: BF16 training)
-  std::string source;        // config.json it comes from
+  int hidden_size = 0;        // d_model: a token's hidden state has this many elements
+  int expert_ffn_size = 0;    // intermediate size of one routed expert (SwiGLU)
+  int num_experts = 0;        // routed experts E
+  int top_k = 0;              // experts per token K
+  int num_moe_layers = 0;     // MoE layers (all layers minus the leading dense ones)
+  int bytes_per_element = 0;  // of activations and parameters (2: BF16 training)
+  std::string source;         // config.json it comes from
 };
 
 // glm-4.5-air, deepseek-v3, qwen3-30b-a3b, deepseek-v2, olmoe-1b-7b, qwen1.5-moe-a2.7b.
@@ -102,10 +102,10 @@ struct CostParams {
   int expert_ffn_size = 1408;
   int bytes_per_element = 2;
   // Step structure.
-  int matmuls_per_expert = 3;          // SwiGLU expert: gate, up and down projections
-  double fwd_bwd_flops_factor = 3.0;   // forward 1x + backward 2x
-  int exchanges_per_layer = 4;         // dispatch + combine, forward + backward
-  double overlap_fraction = 0.0;       // in [0, 1]: part of min(compute, exchanges) hidden
+  int matmuls_per_expert = 3;         // SwiGLU expert: gate, up and down projections
+  double fwd_bwd_flops_factor = 3.0;  // forward 1x + backward 2x
+  int exchanges_per_layer = 4;        // dispatch + combine, forward + backward
+  double overlap_fraction = 0.0;      // in [0, 1]: part of min(compute, exchanges) hidden
   // Replicas and migration.
   double grad_bytes_per_element = 2.0;  // BF16 gradients reduced into the main instance
   bool param_refresh = true;            // updated parameters go back to every extra replica

@@ -57,9 +57,9 @@ struct PolicyResult {
   std::string name;
   std::string skipped;            // non-empty: the policy could not run on this trace, and why
   bool has_token_metrics = true;  // false on load-only traces
-  int64_t cross_node_tokens = 0;           // sum of V (node dedup) over measured steps and layers
+  int64_t cross_node_tokens = 0;  // sum of V (node dedup) over measured steps and layers
   int64_t cross_node_tokens_no_dedup = 0;  // sum over tasks of [node(exec) != node(src)]
-  double cross_node_bytes = 0;  // cross_node_tokens x token_bytes x exchanges_per_layer
+  double cross_node_bytes = 0;             // cross_node_tokens x token_bytes x exchanges_per_layer
   double cross_node_reduction_vs_static = 0;  // 1 - V / V_static (0 when static is not simulated)
   double imbalance_mean = 1, imbalance_max = 1;  // over measured (step, layer)
   double maxvio_mean = 0;
@@ -72,12 +72,12 @@ struct PolicyResult {
   double migration_bytes = 0;             // all replica copies (IB + NVLink)
   double migration_cross_node_bytes = 0;  // the part over the inter-node fabric
   int64_t migrated_replicas_cross_node = 0, migrated_replicas_intra_node = 0;
-  double grad_sync_bytes = 0;  // per measured step, mean
+  double grad_sync_bytes = 0;           // per measured step, mean
   double replicas_per_expert_mean = 1;  // over measured (step, layer) layouts
   policy::PolicyCounters counters;
-  std::vector<int64_t> step_cross_node_tokens;  // [S] summed over layers
-  std::vector<double> step_imbalance;           // [S] mean over layers
-  std::vector<double> step_time_s;              // [S] modelled step time
+  std::vector<int64_t> step_cross_node_tokens;                     // [S] summed over layers
+  std::vector<double> step_imbalance;                              // [S] mean over layers
+  std::vector<double> step_time_s;                                 // [S] modelled step time
   std::vector<std::shared_ptr<const ExpertLayout>> final_layouts;  // [L] after the last step
 };
 

@@ -47,15 +47,15 @@ namespace cobalt::plan {
 struct TopoEpInput {
   Topology topology{1, 1};
   int num_experts = 0;
-  int slots_per_rank = 0;             // S: main instances + temporary replica slots per rank
-  double token_bytes = 0;             // S_tok: bytes of one routed activation
-  double expert_param_bytes = 0;      // |W_e| (the same for every expert)
-  std::span<const int64_t> demand;    // Omega [G, E]: tasks from rank s choosing expert e (>= 0)
+  int slots_per_rank = 0;           // S: main instances + temporary replica slots per rank
+  double token_bytes = 0;           // S_tok: bytes of one routed activation
+  double expert_param_bytes = 0;    // |W_e| (the same for every expert)
+  std::span<const int64_t> demand;  // Omega [G, E]: tasks from rank s choosing expert e (>= 0)
 };
 
-// One task quota: q[src, expert, dst] = count (> 0).
+// One task quota of a source rank: q[src, expert, dst] = count (> 0).
 struct TopoEpQuota {
-  RankId src;
+  ExpertId expert;
   RankId dst;
   int64_t count;
 };
@@ -72,9 +72,9 @@ struct TopoEpPlan {
   // [G, S]: expert per slot, kEmptySlot where unused; each rank lists its mains (ascending) and
   // then its temporary replicas (ascending).
   std::vector<ExpertId> slots;
-  // Quotas grouped by expert: expert e owns quotas[quota_offsets[e] .. quota_offsets[e + 1]),
-  // sorted by (src, dst). quota_offsets: [E + 1].
-  std::vector<int64_t> quota_offsets;
+  // Quotas grouped by source rank: source s owns quotas[source_offsets[s] ..
+  // source_offsets[s + 1]), sorted by (expert, dst). source_offsets: [G + 1].
+  std::vector<int64_t> source_offsets;
   std::vector<TopoEpQuota> quotas;
   std::vector<int64_t> rank_loads;  // L [G]
   TopoEpStats stats;
@@ -86,6 +86,8 @@ inline RankId topoep_main_rank(ExpertId e, int num_experts, int num_ranks) {
 }
 
 // Reusable solver: keeps its scratch buffers between calls (one per thread; not thread-safe).
+// Cost: two passes over Omega (row order) plus work proportional to the quotas and the refinement
+// moves.
 class TopoEpSolver {
  public:
   // Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
@@ -102,27 +104,35 @@ class TopoEpSolver {
     RankId from, to;
     int64_t count;
   };
+  struct SourcedQuota {  // a quota of one expert, with its source
+    RankId src;
+    RankId dst;
+    int64_t count;
+  };
   void place_inter_node(const TopoEpInput& input);
   void route(const TopoEpInput& input);
   void refine_node(const TopoEpInput& input, NodeId node);
+  void apply_moves(ExpertId e, size_t& next_move);
   void emit(const TopoEpInput& input, TopoEpPlan& plan);
   int64_t instance_load(ExpertId e, RankId r) const;
 
   int num_ranks_ = 0, num_experts_ = 0, num_nodes_ = 0, per_node_ = 0, extra_slots_ = 0;
-  std::vector<int64_t> node_demand_;               // D [N, E]
-  std::vector<int64_t> nnz_offsets_;               // [E + 1] into nnz_src_ / nnz_count_
-  std::vector<RankId> nnz_src_;                    // sources with Omega[s, e] > 0, by expert
-  std::vector<int64_t> nnz_count_;
-  std::vector<std::vector<Instance>> instances_;   // per expert, ascending rank
+  std::vector<int64_t> node_demand_;                 // D [N, E]
+  std::vector<std::vector<Instance>> instances_;     // per expert, ascending rank
   std::vector<std::vector<ExpertId>> rank_experts_;  // per rank: experts it hosts
-  std::vector<int> replicas_used_;                 // per rank: temporary replicas
-  std::vector<int64_t> rank_loads_;                // L [G]
-  std::vector<int64_t> expert_quota_begin_;        // [E + 1] into routed_
-  std::vector<TopoEpQuota> routed_;                // stage (2) quotas, by expert, (src, dst)
-  std::vector<Move> moves_;                        // stage (3) updates in order
-  std::vector<int64_t> candidates_;                // scratch: fill cursors, candidate experts
-  std::vector<int> scratch_first_, scratch_count_;
-  std::vector<TopoEpQuota> scratch_quotas_;
+  std::vector<int> replicas_used_;                   // per rank: temporary replicas
+  std::vector<int64_t> rank_loads_;                  // L [G]
+  std::vector<RankId> main_rank_;                    // [E]
+  std::vector<NodeId> main_node_;                    // [E]
+  std::vector<int32_t> route_first_, route_count_;   // [N, E]: instances a source of node n uses
+  std::vector<Instance*> inst_data_;                 // [E]: instances_[e].data() while routing
+  std::vector<int64_t> routed_offsets_;              // [G + 1] into routed_
+  std::vector<TopoEpQuota> routed_;                  // stage (2) quotas, by (src, expert, dst)
+  std::vector<Move> moves_;                          // stage (3) updates in order
+  std::vector<uint8_t> moved_;                       // [E]: expert has stage (3) moves
+  std::vector<std::vector<SourcedQuota>> final_;     // quotas of moved experts, by (src, dst)
+  std::vector<int64_t> candidates_;                  // scratch: candidate experts
+  std::vector<int64_t> to_entry_;                    // scratch [G]
   TopoEpStats stats_;
 };
 

@@ -82,10 +82,10 @@ struct UltraEpPlan {
   // s sends nothing to e or e has a single instance (everything runs on the master).
   std::vector<int64_t> alloc_index;  // [G, E]
   std::vector<int64_t> alloc;
-  std::vector<int64_t> rank_loads;   // [G] realised task counts
-  std::vector<int64_t> thresholds;   // [N] the cap T each domain met
-  int64_t num_replicas = 0;          // exports (temporary replicas) in all domains
-  int64_t num_fast_oracle = 0;       // domains solved by the fast oracle
+  std::vector<int64_t> rank_loads;  // [G] realised task counts
+  std::vector<int64_t> thresholds;  // [N] the cap T each domain met
+  int64_t num_replicas = 0;         // exports (temporary replicas) in all domains
+  int64_t num_fast_oracle = 0;      // domains solved by the fast oracle
 };
 
 // The interleaved reroute of one (source, expert) pair with n tasks.

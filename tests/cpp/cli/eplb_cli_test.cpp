@@ -72,8 +72,8 @@ TEST_F(EplbCli, ReadmeExample) {
   EXPECT_EQ(doc["phy2log"], nlohmann::json::parse("[[5,6,5,7,8,4,3,4,10,9,10,2,0,1,11,1],"
                                                   "[7,10,6,8,6,11,8,9,2,4,5,1,5,0,3,1]]"));
   // log2phy / logcnt: as the library computes them, and consistent with phy2log.
-  const std::vector<double> w = {90, 132, 40,  61,  104, 165, 39,  4,   73,  56, 183, 86,
-                                 20, 107, 104, 64,  19,  197, 187, 157, 172, 86, 16,  27};
+  const std::vector<double> w = {90, 132, 40,  61, 104, 165, 39,  4,   73,  56, 183, 86,
+                                 20, 107, 104, 64, 19,  197, 187, 157, 172, 86, 16,  27};
   const auto lib = plan::rebalance_experts(w, 2, 12, 16, 4, 2, 8);
   ASSERT_EQ(doc["logcnt"].size(), 2u);
   ASSERT_EQ(doc["log2phy"].size(), 2u);

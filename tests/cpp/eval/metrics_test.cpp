@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <numeric>
 #include <set>
 
+#include "cobalt/core/error.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::eval {
@@ -68,6 +71,94 @@ TEST(Metrics, CrossNodeMatchesSetReferenceOnRandomInputs) {
     for (auto l : loads) sum += l;
     EXPECT_EQ(sum, batch.num_tasks());
   }
+}
+
+TEST(ExchangeVolume, HandComputedFixture) {
+  // 2 nodes x 4 ranks (node 0 = ranks 0-3, node 1 = ranks 4-7). K = 4.
+  // token 0 from rank 1: exec {1, 2, 5, 6}: local copy 1->2; one IB copy node 0->1, landing on the
+  //   relay rank 4 + (1 % 4) = 5, which forwards to 6. (Task on rank 1 itself moves nothing.)
+  // token 1 from rank 6: exec {0, 0, 3, 7}: rank 0 receives once; one IB copy 1->0 landing on
+  //   relay 0 + 2 = 2, forwarded to 0 and 3; local copy 6->7.
+  Topology topo(2, 8);
+  std::vector<ExpertId> ids = {0, 1, 2, 3, 4, 5, 6, 7};
+  std::vector<RankId> src = {1, 6};
+  RoutingBatch batch(ids, src, 4, 8, 8);
+  std::vector<RankId> exec = {1, 2, 5, 6, 0, 0, 3, 7};
+  const ExchangeVolume v = exchange_volume(batch, exec, topo);
+  EXPECT_EQ(v.node_out, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(v.node_in, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(v.nvlink_out, (std::vector<int64_t>{0, 1, 2, 0, 0, 1, 1, 0}));
+  EXPECT_EQ(v.nvlink_in, (std::vector<int64_t>{1, 0, 1, 1, 0, 0, 1, 1}));
+}
+
+// Brute force: explicit sets of destination ranks and nodes per token.
+ExchangeVolume reference_volume(const RoutingBatch& batch, std::span<const RankId> exec,
+                                const Topology& topo) {
+  const int m = topo.ranks_per_node();
+  ExchangeVolume v;
+  v.node_out.assign(topo.num_nodes(), 0);
+  v.node_in.assign(topo.num_nodes(), 0);
+  v.nvlink_out.assign(topo.num_ranks(), 0);
+  v.nvlink_in.assign(topo.num_ranks(), 0);
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const RankId s = batch.source_of(t);
+    std::map<NodeId, std::set<RankId>> dest;  // node -> destination ranks
+    for (int k = 0; k < batch.top_k(); ++k) {
+      const RankId r = exec[t * batch.top_k() + k];
+      dest[r / m].insert(r);
+    }
+    for (const auto& [node, ranks] : dest) {
+      const RankId entry = node == s / m ? s : node * m + s % m;
+      if (node != s / m) {
+        ++v.node_out[s / m];
+        ++v.node_in[node];
+      }
+      for (RankId d : ranks) {
+        if (d == entry) continue;
+        ++v.nvlink_out[entry];
+        ++v.nvlink_in[d];
+      }
+    }
+  }
+  return v;
+}
+
+TEST(ExchangeVolume, MatchesBruteForceOnRandomInputs) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SplitMix64 rng(seed * 7);
+    const int nodes = 1 + rng.below(8), per_node = 1 + rng.below(8), top_k = 1 + rng.below(8);
+    Topology topo(nodes, nodes * per_node);
+    auto owned = testing::random_batch(seed, 400, top_k, 24, topo.num_ranks(), 1.0);
+    auto batch = owned.view();
+    std::vector<RankId> exec(batch.num_tasks());
+    // Mix of uniform ranks and ranks on the source node, so both paths are exercised.
+    for (size_t i = 0; i < exec.size(); ++i) {
+      const RankId s = batch.source_of(static_cast<TokenIdx>(i / top_k));
+      exec[i] = rng.below(3) == 0 ? topo.first_rank_of(topo.node_of(s)) + rng.below(per_node)
+                                  : static_cast<RankId>(rng.below(topo.num_ranks()));
+    }
+    const ExchangeVolume got = exchange_volume(batch, exec, topo);
+    const ExchangeVolume want = reference_volume(batch, exec, topo);
+    EXPECT_EQ(got.node_out, want.node_out) << "seed " << seed;
+    EXPECT_EQ(got.node_in, want.node_in) << "seed " << seed;
+    EXPECT_EQ(got.nvlink_out, want.nvlink_out) << "seed " << seed;
+    EXPECT_EQ(got.nvlink_in, want.nvlink_in) << "seed " << seed;
+    // Inter-node copies are exactly the node-deduplicated cross-node transfers V.
+    const int64_t v = cross_node_transfers(batch, exec, topo).dedup;
+    EXPECT_EQ(std::accumulate(got.node_out.begin(), got.node_out.end(), int64_t{0}), v);
+    EXPECT_EQ(std::accumulate(got.node_in.begin(), got.node_in.end(), int64_t{0}), v);
+  }
+}
+
+TEST(ExchangeVolume, RejectsBadExecutionRanks) {
+  Topology topo(2, 4);
+  std::vector<ExpertId> ids = {0, 1};
+  std::vector<RankId> src = {0};
+  RoutingBatch batch(ids, src, 2, 4, 4);
+  std::vector<RankId> exec = {0, 4};
+  EXPECT_THROW(exchange_volume(batch, exec, topo), Error);
+  std::vector<RankId> short_exec = {0};
+  EXPECT_THROW(exchange_volume(batch, short_exec, topo), Error);
 }
 
 }  // namespace

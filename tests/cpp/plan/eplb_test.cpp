@@ -47,8 +47,8 @@ void expect_consistent(const EplbResult& r) {
 }
 
 TEST(Eplb, ReproducesReadmeExample) {
-  const std::vector<double> weight = {90,  132, 40,  61,  104, 165, 39,  4,   73, 56, 183, 86,
-                                      20,  107, 104, 64,  19,  197, 187, 157, 172, 86, 16, 27};
+  const std::vector<double> weight = {90, 132, 40,  61, 104, 165, 39,  4,   73,  56, 183, 86,
+                                      20, 107, 104, 64, 19,  197, 187, 157, 172, 86, 16,  27};
   const EplbResult r = rebalance_experts(weight, 2, 12, 16, 4, 2, 8);
   EXPECT_EQ(row(r.phy2log, 0, 16),
             (std::vector<int32_t>{5, 6, 5, 7, 8, 4, 3, 4, 10, 9, 10, 2, 0, 1, 11, 1}));
@@ -78,6 +78,31 @@ TEST(Eplb, GlobalPolicyHandWorkedCase) {
   EXPECT_EQ(r.logcnt, (std::vector<int32_t>{3, 1, 1, 1}));
   ASSERT_EQ(r.max_replicas, 3);
   EXPECT_EQ(r.log2phy, (std::vector<int32_t>{0, 3, 1, 4, -1, -1, 5, -1, -1, 2, -1, -1}));
+}
+
+// Expected values printed by eplb.py itself (torch 1.13, CPU) on inputs full of exact ties: all
+// replicas of one expert have equal loads, so the packing order is torch.sort's tie order
+// (libstdc++ introsort), which the port reproduces.
+TEST(Eplb, MatchesEplbPyOnExactTies) {
+  {
+    const std::vector<double> weight = {91743};
+    const EplbResult r = rebalance_experts(weight, 1, 1, 20, 1, 1, 4);
+    EXPECT_EQ(r.phy2log, std::vector<int32_t>(20, 0));
+    EXPECT_EQ(r.log2phy, (std::vector<int32_t>{12, 19, 14, 9,  4,  18, 13, 8,  3,  17,
+                                               0,  7,  2,  16, 11, 6,  1,  15, 10, 5}));
+    EXPECT_EQ(r.logcnt, (std::vector<int32_t>{20}));
+  }
+  {
+    const std::vector<double> weight = {3, 3, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2,
+                                        5, 5, 5, 5, 0, 0, 0, 0, 4, 4, 4, 4};
+    const EplbResult r = rebalance_experts(weight, 1, 24, 36, 2, 3, 6);  // 2 % 3: global
+    EXPECT_EQ(r.phy2log, (std::vector<int32_t>{12, 14, 21, 2,  2, 17, 12, 13, 11, 1, 0, 16,
+                                               13, 9,  20, 10, 7, 5,  14, 23, 20, 8, 6, 4,
+                                               15, 22, 23, 0,  3, 19, 15, 21, 22, 1, 3, 18}));
+    EXPECT_EQ(r.logcnt, (std::vector<int32_t>{2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
+                                              2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2}));
+    expect_consistent(r);
+  }
 }
 
 // eplb.py's replicate_experts, literally: a linear scan for the first maximum of w / count.

@@ -18,12 +18,12 @@ namespace cobalt::plan {
 namespace {
 
 bool plans_equal(const TopoEpPlan& a, const TopoEpPlan& b) {
-  if (a.slots != b.slots || a.quota_offsets != b.quota_offsets || a.rank_loads != b.rank_loads ||
+  if (a.slots != b.slots || a.source_offsets != b.source_offsets || a.rank_loads != b.rank_loads ||
       a.quotas.size() != b.quotas.size()) {
     return false;
   }
   for (size_t i = 0; i < a.quotas.size(); ++i) {
-    if (a.quotas[i].src != b.quotas[i].src || a.quotas[i].dst != b.quotas[i].dst ||
+    if (a.quotas[i].expert != b.quotas[i].expert || a.quotas[i].dst != b.quotas[i].dst ||
         a.quotas[i].count != b.quotas[i].count) {
       return false;
     }
@@ -66,18 +66,20 @@ void expect_constraints(const TopoEpInput& in, const TopoEpPlan& plan) {
     }
   }
   // (C1) conservation and (C2) reachability; quotas sorted and positive; loads add up.
-  ASSERT_EQ(plan.quota_offsets.size(), static_cast<size_t>(E) + 1);
+  ASSERT_EQ(plan.source_offsets.size(), static_cast<size_t>(G) + 1);
+  ASSERT_EQ(plan.source_offsets[G], static_cast<int64_t>(plan.quotas.size()));
   std::vector<int64_t> assigned(static_cast<size_t>(G) * E, 0), loads(G, 0);
-  for (ExpertId e = 0; e < E; ++e) {
-    for (int64_t i = plan.quota_offsets[e]; i < plan.quota_offsets[e + 1]; ++i) {
+  for (RankId s = 0; s < G; ++s) {
+    for (int64_t i = plan.source_offsets[s]; i < plan.source_offsets[s + 1]; ++i) {
       const auto& q = plan.quotas[i];
       EXPECT_GT(q.count, 0);
-      EXPECT_TRUE(layout.holds(q.dst, e)) << "C2: expert " << e << " on rank " << q.dst;
-      if (i > plan.quota_offsets[e]) {
+      EXPECT_TRUE(layout.holds(q.dst, q.expert))
+          << "C2: expert " << q.expert << " on rank " << q.dst;
+      if (i > plan.source_offsets[s]) {
         const auto& p = plan.quotas[i - 1];
-        EXPECT_TRUE(std::tie(p.src, p.dst) < std::tie(q.src, q.dst)) << "order, expert " << e;
+        EXPECT_TRUE(std::tie(p.expert, p.dst) < std::tie(q.expert, q.dst)) << "order, src " << s;
       }
-      assigned[static_cast<size_t>(q.src) * E + e] += q.count;
+      assigned[static_cast<size_t>(s) * E + q.expert] += q.count;
       loads[q.dst] += q.count;
     }
   }
@@ -125,8 +127,10 @@ TEST(TopoEpSolver, PaperFigure9) {
             (std::vector<RankId>{0, 1, 2}));
   // E4's 8 tasks from GPU 0: 4 stay on GPU 0, 4 run on GPU 1; none crosses nodes.
   std::vector<std::tuple<RankId, RankId, int64_t>> e4;
-  for (int64_t i = plan.quota_offsets[4]; i < plan.quota_offsets[5]; ++i) {
-    e4.emplace_back(plan.quotas[i].src, plan.quotas[i].dst, plan.quotas[i].count);
+  for (RankId s = 0; s < 4; ++s) {
+    for (int64_t i = plan.source_offsets[s]; i < plan.source_offsets[s + 1]; ++i) {
+      if (plan.quotas[i].expert == 4) e4.emplace_back(s, plan.quotas[i].dst, plan.quotas[i].count);
+    }
   }
   EXPECT_EQ(e4, (std::vector<std::tuple<RankId, RankId, int64_t>>{{0, 0, 4}, {0, 1, 4}}));
 }
@@ -149,7 +153,7 @@ TEST(TopoEpSolver, ConstraintsHoldOnRandomSkewedInstances) {
     int nodes, ranks, experts, extra;
     double token_bytes, param_bytes;
   };
-  const Case cases[] = {{2, 8, 32, 2, 100, 4000},    {4, 32, 128, 2, 14336, 4.2e7},
+  const Case cases[] = {{2, 8, 32, 2, 100, 4000},     {4, 32, 128, 2, 14336, 4.2e7},
                         {4, 32, 100, 1, 1000, 2e5},   {1, 8, 64, 3, 1, 1e9},
                         {8, 64, 640, 2, 4096, 9.4e6}, {3, 12, 40, 0, 1, 1}};
   uint64_t seed = 1;
@@ -157,8 +161,8 @@ TEST(TopoEpSolver, ConstraintsHoldOnRandomSkewedInstances) {
     const int slots = (c.experts + c.ranks - 1) / c.ranks + c.extra;
     for (int64_t tasks : {64, 2048}) {
       const auto demand = skewed_demand(seed++, c.ranks, c.experts, tasks);
-      TopoEpInput in{Topology(c.nodes, c.ranks), c.experts, slots, c.token_bytes, c.param_bytes,
-                     demand};
+      TopoEpInput in{
+          Topology(c.nodes, c.ranks), c.experts, slots, c.token_bytes, c.param_bytes, demand};
       const TopoEpPlan plan = solve_topoep(in);
       SCOPED_TRACE(testing::Message() << c.nodes << "x" << c.ranks / c.nodes << " E=" << c.experts
                                       << " tasks/rank=" << tasks);

@@ -112,8 +112,7 @@ TEST(UltraEpSolver, InvariantsOnRandomInstances) {
       for (RankId s = 0; s < c.ranks; ++s) {
         for (int64_t t = 0; t < tasks; ++t) {
           double u = rng.unit();
-          demand[static_cast<size_t>(s) * c.experts + static_cast<int>(u * u * u * c.experts)] +=
-              1;
+          demand[static_cast<size_t>(s) * c.experts + static_cast<int>(u * u * u * c.experts)] += 1;
         }
       }
       const int slots = (c.experts + c.ranks - 1) / c.ranks + c.extra;

@@ -1,0 +1,187 @@
+// Simulator: aggregates agree with the per-step values, static EP's modelled time recomputed from
+// scratch, the observer sees every (step, layer), load-only traces skip token-level policies.
+#include "cobalt/eval/simulator.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "cobalt/core/assignment.hpp"
+#include "cobalt/core/error.hpp"
+#include "cobalt/eval/metrics.hpp"
+#include "testing/random_inputs.hpp"
+
+namespace cobalt::eval {
+namespace {
+
+io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts,
+                           int top_k, int sources) {
+  io::TraceData data;
+  data.num_experts = experts;
+  data.top_k = top_k;
+  data.num_layers = layers;
+  data.num_tokens = steps * tokens;
+  for (int l = 0; l < layers; ++l) {
+    auto b = testing::random_batch(seed * 31 + l, data.num_tokens, top_k, experts, sources, 1.5);
+    data.topk_ids.insert(data.topk_ids.end(), b.topk_ids.begin(), b.topk_ids.end());
+    if (l == 0) data.source_rank = b.source_rank;
+  }
+  data.num_sources = sources;
+  for (int s = 0; s <= steps; ++s) data.step_offsets.push_back(s * tokens);
+  return data;
+}
+
+SimulationOptions options_for(const StepSource& source, const Topology& topo,
+                              std::vector<std::string> policies) {
+  SimulationOptions o;
+  auto& c = o.policy_config;
+  c.topology = topo;
+  c.num_experts = source.num_experts();
+  c.top_k = source.top_k();
+  c.num_layers = source.num_layers();
+  c.slots_per_rank = slots_for_rho(c.num_experts, topo.num_ranks(), 0.5);
+  c.steps_per_global_plan = 3;
+  c.planner_restarts = 2;
+  o.policies = std::move(policies);
+  o.warmup_steps = 2;
+  o.cost = make_cost_params(cluster_preset("4x8-b200"), model_preset("olmoe-1b-7b"));
+  return o;
+}
+
+TEST(Simulator, StaticModelledTimeRecomputedFromScratch) {
+  const auto data = random_trace(5, 6, 1500, 2, 32, 4, 16);
+  auto source = make_step_source(data);
+  const Topology topo(2, 16);
+  const auto options = options_for(*source, topo, {"static"});
+  const auto result = simulate(*source, options);
+  ASSERT_EQ(result.policies.size(), 1u);
+  const auto& p = result.policies[0];
+  // Static EP: expert e on rank floor(e G / E); nothing moves, nothing to synchronise or plan.
+  const CostParams& c = options.cost;
+  double total = 0;
+  StepScratch scratch;
+  for (int s = options.warmup_steps; s < source->num_steps(); ++s) {
+    double step = 0;
+    for (int l = 0; l < source->num_layers(); ++l) {
+      auto batch = source->batch(s, l, topo.num_ranks(), scratch);
+      std::vector<RankId> exec;
+      for (ExpertId e : batch.topk_ids()) exec.push_back(e * topo.num_ranks() / 32);
+      std::vector<int64_t> loads(topo.num_ranks(), 0);
+      for (RankId r : exec) ++loads[r];
+      const double compute = static_cast<double>(*std::max_element(loads.begin(), loads.end())) *
+                             c.flops_per_task() / c.achievable_flops;
+      const ExchangeVolume v = exchange_volume(batch, exec, topo);
+      double inter = 0, intra = 0;
+      for (int n = 0; n < topo.num_nodes(); ++n) {
+        inter = std::max(inter, std::max(v.node_out[n], v.node_in[n]) * c.token_bytes() /
+                                    c.ib_bytes_per_s_per_node);
+      }
+      for (int r = 0; r < topo.num_ranks(); ++r) {
+        intra = std::max(intra, std::max(v.nvlink_out[r], v.nvlink_in[r]) * c.token_bytes() /
+                                    c.nvlink_bytes_per_s);
+      }
+      step += compute + 4 * std::max(inter, intra);
+    }
+    EXPECT_NEAR(p.step_time_s[s], step, 1e-12 * step) << "step " << s;
+    total += step;
+  }
+  EXPECT_NEAR(p.sim_step_time_s, total / (source->num_steps() - options.warmup_steps),
+              1e-12 * total);
+  EXPECT_EQ(p.time.migration_s, 0);
+  EXPECT_EQ(p.time.grad_sync_s, 0);
+  EXPECT_DOUBLE_EQ(p.speedup_vs_static, 1.0);
+  EXPECT_DOUBLE_EQ(p.replicas_per_expert_mean, 1.0);
+}
+
+// Counts every (step, layer) it is shown.
+class CountingObserver final : public ReplayObserver {
+ public:
+  void begin_policy(const std::string& name) override { names.push_back(name); }
+  void on_step(int step, int layer, const RoutingBatch& batch, std::span<const RankId> exec,
+               const ExpertLayout& layout) override {
+    ++calls;
+    tasks += static_cast<int64_t>(exec.size());
+    EXPECT_NO_THROW(validate_assignment(batch, layout, exec));
+  }
+  std::vector<std::string> names;
+  int calls = 0;
+  int64_t tasks = 0;
+};
+
+TEST(Simulator, AggregatesMatchPerStepValuesAndTheObserverSeesEverything) {
+  const auto data = random_trace(7, 8, 1200, 2, 32, 4, 16);
+  auto source = make_step_source(data);
+  auto options = options_for(*source, Topology(2, 16), {"static", "cobalt"});
+  CountingObserver observer;
+  options.observer = &observer;
+  const auto result = simulate(*source, options);
+  EXPECT_EQ(observer.names, (std::vector<std::string>{"static", "cobalt"}));
+  EXPECT_EQ(observer.calls, 2 * 8 * 2);
+  EXPECT_EQ(observer.tasks, 2 * 2 * data.num_tokens * 4);
+  for (const auto& p : result.policies) {
+    int64_t v = 0;
+    double time = 0;
+    for (int s = options.warmup_steps; s < 8; ++s) {
+      v += p.step_cross_node_tokens[s];
+      time += p.step_time_s[s];
+    }
+    EXPECT_EQ(p.cross_node_tokens, v) << p.name;
+    EXPECT_NEAR(p.sim_step_time_s, time / 6, 1e-12 * time) << p.name;
+    EXPECT_NEAR(p.time.total(), p.sim_step_time_s, 1e-15) << p.name;
+    EXPECT_DOUBLE_EQ(p.cross_node_bytes, static_cast<double>(v) * options.cost.token_bytes() * 4);
+    EXPECT_EQ(p.final_layouts.size(), 2u);
+    EXPECT_GE(p.cross_node_tokens_no_dedup, p.cross_node_tokens);
+  }
+  const auto& cobalt = result.policies[1];
+  EXPECT_GT(cobalt.counters.num_global_plans, 0);
+  EXPECT_GT(cobalt.replicas_per_expert_mean, 1.0);
+  EXPECT_GT(cobalt.time.grad_sync_s, 0);  // replicas must synchronise gradients
+  EXPECT_LT(cobalt.cross_node_tokens, result.policies[0].cross_node_tokens);
+  EXPECT_NEAR(cobalt.cross_node_reduction_vs_static,
+              1.0 - static_cast<double>(cobalt.cross_node_tokens) /
+                        static_cast<double>(result.policies[0].cross_node_tokens),
+              1e-12);
+  EXPECT_NEAR(cobalt.speedup_vs_static, result.policies[0].sim_step_time_s / cobalt.sim_step_time_s,
+              1e-12);
+}
+
+TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
+  io::TraceData d;
+  d.num_experts = 16;
+  d.top_k = 2;
+  d.num_layers = 2;
+  d.num_sources = 8;
+  d.num_count_steps = 4;
+  SplitMix64 rng(3);
+  for (int i = 0; i < 4 * 2 * 8 * 16; ++i) d.counts.push_back(static_cast<int32_t>(rng.below(50)));
+  auto source = make_step_source(d);
+  auto options = options_for(*source, Topology(2, 8), {"static", "cobalt"});
+  options.warmup_steps = 1;
+  const auto result = simulate(*source, options);
+  EXPECT_TRUE(result.load_only);
+  const auto& st = result.policies[0];
+  EXPECT_TRUE(st.skipped.empty());
+  EXPECT_FALSE(st.has_token_metrics);
+  EXPECT_GT(st.imbalance_mean, 1.0);
+  EXPECT_GT(st.time.compute_s, 0);
+  EXPECT_EQ(st.time.exchange_s, 0);
+  const auto& co = result.policies[1];
+  EXPECT_NE(co.skipped.find("load-only"), std::string::npos) << co.skipped;
+}
+
+TEST(Simulator, RejectsBadOptions) {
+  const auto data = random_trace(1, 3, 100, 1, 16, 2, 4);
+  auto source = make_step_source(data);
+  auto options = options_for(*source, Topology(2, 4), {"static"});
+  options.warmup_steps = 3;
+  EXPECT_THROW(simulate(*source, options), Error);
+  options.warmup_steps = 0;
+  options.cost.overlap_fraction = 2;
+  EXPECT_THROW(simulate(*source, options), Error);
+  options.cost.overlap_fraction = 0;
+  options.policies = {"no-such-policy"};
+  EXPECT_THROW(simulate(*source, options), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::eval
