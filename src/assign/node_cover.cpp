@@ -192,13 +192,15 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const RankId* replica_ranks = layout.replica_ranks().data();
   const uint64_t prefix = counter_prefix(key.seed, static_cast<uint64_t>(key.step),
                                          static_cast<uint64_t>(key.layer));
+  std::vector<NodeId> node_of_rank(layout.num_ranks());
+  for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank[r] = r / per_node;
 
   auto run = [&](int /*chunk*/, int64_t begin, int64_t end) {
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> uncovered_masks;
     std::array<int, kMaxTopK> uncovered_k;
     for (int64_t t = begin; t < end; ++t) {
-      const NodeId src_node = src[t] / per_node;
+      const NodeId src_node = node_of_rank[src[t]];
       const uint64_t src_bit = uint64_t{1} << src_node;
       const ExpertId* row = ids + t * top_k;
       RankId* out = exec_rank.data() + t * top_k;
