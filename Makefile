@@ -1,11 +1,16 @@
 # One-command entry points (each installs its own Debian dependencies first).
 #   make demo   - install, build, and run the main job on the embedded default workload
-#   make test   - install, build (release + ASan/UBSan debug), and run every test
+#   make test   - install, build (release + ASan/UBSan debug + Python bindings), and run every
+#                 test (ctest twice, then pytest python/tests with Debian's /usr/bin/python3)
 #   make bench  - install, build, and run the Google Benchmark suite
 JOBS ?= $(shell nproc)
 BUILD ?= build/release
+# Debian's interpreter: python3-torch / python3-numpy / python3-pytest belong to it (not a pyenv
+# python3 that may come first on PATH).
+PYTHON ?= /usr/bin/python3
 
-.PHONY: deps build build-debug demo test test-release test-debug bench format clean
+.PHONY: deps build build-debug build-python demo test test-release test-debug test-python bench \
+	format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -27,7 +32,17 @@ test-release: build
 test-debug: build-debug
 	ctest --preset debug -j $(JOBS)
 
-test: test-release test-debug
+# The release build with the pybind11 extension python/cobalt/_core*.so (not the ASan build: an
+# instrumented extension cannot be imported by an uninstrumented interpreter).
+build-python: deps
+	cmake --preset release -DCOBALT_BUILD_PYTHON=ON -DPython3_EXECUTABLE=$(PYTHON) >/dev/null
+	cmake --build --preset release -j $(JOBS)
+
+# pytest's exit status is make's (5 = no tests collected fails too).
+test-python: build-python
+	$(PYTHON) -m pytest python/tests -q
+
+test: test-release test-debug test-python
 
 bench: build
 	$(BUILD)/bench/cobalt_bench --benchmark_counters_tabular=true

@@ -1,0 +1,54 @@
+"""PyTorch integration of Cobalt.
+
+* :class:`RoutingRecorder` records a model's routing (top-k expert ids per token) into
+  cobalt-trace v1 files.
+* :class:`ExpertParallelMoE` / :class:`ExpertParallelRuntime`: an MoE layer whose experts are
+  distributed over a torch.distributed group of G ranks in N (real or simulated) nodes, executing
+  layouts and task assignments from the C++ core, with node-deduplicated dispatch/combine, replica
+  gradient reduction into main instances, and versioned all-or-nothing layout changes.
+* :class:`ReferenceMoE`: the same layer in one process (ground truth for tests).
+"""
+
+from cobalt.torch.ep_group import EPGroup
+from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
+from cobalt.torch.expert_store import ExpertStore, MigrationCounters
+from cobalt.torch.experts import ReferenceMoE, TopKRouter, expert_init, router_init, swiglu
+from cobalt.torch.launch import free_port, init_gloo, launch
+from cobalt.torch.layout_source import (
+    FixedLayoutSource,
+    LayoutSource,
+    PolicyLayoutSource,
+    ScheduledLayoutSource,
+)
+from cobalt.torch.moe import ExpertParallelMoE, allreduce_gradients
+from cobalt.torch.recorder import RoutingRecorder
+from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
+from cobalt.torch.traffic import Traffic, TrafficStats
+
+__all__ = [
+    "EPGroup",
+    "ExchangePlan",
+    "ExpertParallelMoE",
+    "ExpertParallelRuntime",
+    "ExpertStore",
+    "FixedLayoutSource",
+    "LayoutSource",
+    "MigrationCounters",
+    "PolicyLayoutSource",
+    "ReferenceMoE",
+    "RoutingGlobal",
+    "RoutingRecorder",
+    "ScheduledLayoutSource",
+    "StepRecord",
+    "TopKRouter",
+    "Traffic",
+    "TrafficStats",
+    "allreduce_gradients",
+    "build_exchange_plan",
+    "expert_init",
+    "free_port",
+    "init_gloo",
+    "launch",
+    "router_init",
+    "swiglu",
+]

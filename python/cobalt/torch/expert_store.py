@@ -1,0 +1,353 @@
+"""Expert parameters of one MoE layer under expert parallelism.
+
+* **Main instances.** Each expert's trainable parameters live on exactly one rank (its main rank),
+  in a bank of `capacity` slots: w1, w3 [C, hidden, ffn] and w2 [C, ffn, hidden] are ordinary
+  nn.Parameters, so any torch optimizer keeps its state for them where they live. Unused bank
+  slots are zero (and, having zero gradients, stay zero under the usual optimizers).
+* **Replicas.** Every step, each rank that the layout gives a replica of e without holding e's
+  main receives a copy of e's main parameters (forward); after the backward pass the replica's
+  gradient goes back to the main instance and is added to its gradient (TopoEP style: the
+  optimizer state exists only at the main instance).
+* **Layout changes.** When the layout in force changes, main instances whose rank no longer holds
+  their expert move to a rank that does, together with their optimizer state
+  (:meth:`ExpertStore.apply_layout`). A change is versioned and all-or-nothing: parameters and
+  optimizer state of every expert are checksummed before; arriving rows are verified against
+  those checksums before anything is written; after the commit every expert's checksum must be
+  unchanged, otherwise the bank, the optimizer state and the placement are restored on every rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from cobalt.torch.all_to_all import exchange_rows
+from cobalt.torch.checksum import digest
+from cobalt.torch.ep_group import EPGroup
+from cobalt.torch.experts import expert_init
+from cobalt.torch.main_placement import follow_layout, initial_main_placement
+from cobalt.torch.traffic import TrafficStats
+
+__all__ = ["ExpertStore", "MigrationCounters", "ReplicaFetch"]
+
+# fault_hook(stage, tensor): called with the received migration rows ("migration.recv") before
+# they are verified, so tests can corrupt them and check the rollback.
+FaultHook = Callable[[str, torch.Tensor], None]
+
+
+@dataclass
+class MigrationCounters:
+    """What layout changes did to this layer's main instances (identical on every rank)."""
+
+    versions_applied: int = 0  # successful layout changes (including ones that moved nothing)
+    main_moves_cross_node: int = 0
+    main_moves_intra_node: int = 0
+    rollbacks: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class ReplicaFetch:
+    """One forward's replica copies, kept until their gradients go back (ordered as sent)."""
+
+    leaf: torch.Tensor  # [n_recv, 3 * hidden * ffn] received copies (requires grad when training)
+    send_experts: np.ndarray  # experts whose main rows this rank sent, in send order
+    send_splits: list[int]
+    recv_splits: list[int]
+    main_slot: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+
+
+class ExpertStore(nn.Module):
+    """Main instances of one layer's experts on this rank and the (global) main placement."""
+
+    def __init__(self, ep: EPGroup, num_experts: int, hidden: int, ffn: int, capacity: int, *,
+                 seed: int = 0, layer: int = 0, traffic: Optional[TrafficStats] = None) -> None:
+        super().__init__()
+        self.ep = ep
+        self.num_experts = num_experts
+        self.hidden = hidden
+        self.ffn = ffn
+        self.capacity = capacity
+        self.traffic = traffic
+        self.main_rank, self.main_slot = initial_main_placement(num_experts, ep.world_size,
+                                                                capacity)
+        self.w1 = nn.Parameter(torch.zeros(capacity, hidden, ffn))
+        self.w3 = nn.Parameter(torch.zeros(capacity, hidden, ffn))
+        self.w2 = nn.Parameter(torch.zeros(capacity, ffn, hidden))
+        with torch.no_grad():
+            for e in self.local_experts():
+                s = int(self.main_slot[e])
+                w1, w3, w2 = expert_init(seed, layer, int(e), hidden, ffn)
+                self.w1[s].copy_(w1)
+                self.w3[s].copy_(w3)
+                self.w2[s].copy_(w2)
+        self.version = 0
+        self.layout_slots: Optional[np.ndarray] = None  # [G, S] of the version in force
+        self.counters = MigrationCounters()
+        self.fault_hook: Optional[FaultHook] = None
+
+    # ----------------------------------------------------------------------------- basics
+    @property
+    def bank(self) -> list[nn.Parameter]:
+        return [self.w1, self.w3, self.w2]
+
+    @property
+    def param_row_size(self) -> int:
+        return 3 * self.hidden * self.ffn
+
+    def local_experts(self) -> np.ndarray:
+        """Experts whose main instance is on this rank, ascending."""
+        return np.flatnonzero(self.main_rank == self.ep.rank)
+
+    def main_weights(self, expert: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Views (autograd-connected) of a local main instance: w1, w3 [H, F], w2 [F, H]."""
+        if int(self.main_rank[expert]) != self.ep.rank:
+            raise ValueError(f"expert {expert}'s main instance is on rank "
+                             f"{int(self.main_rank[expert])}, not {self.ep.rank}")
+        s = int(self.main_slot[expert])
+        return self.w1[s], self.w3[s], self.w2[s]
+
+    def _param_rows(self, slots: np.ndarray) -> torch.Tensor:
+        """[n, 3 H F] flattened parameter rows of bank slots (detached copies)."""
+        idx = torch.as_tensor(slots, dtype=torch.long)
+        return torch.cat([p.detach().index_select(0, idx).reshape(len(slots), p[0].numel())
+                          for p in self.bank], dim=1)
+
+    def _split_row(self, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        hf = self.hidden * self.ffn
+        return (row[:hf].view(self.hidden, self.ffn), row[hf:2 * hf].view(self.hidden, self.ffn),
+                row[2 * hf:].view(self.ffn, self.hidden))
+
+    # ----------------------------------------------------------------------------- replicas
+    def fetch_replicas(self, slots: np.ndarray, requires_grad: bool
+                       ) -> tuple[list[Optional[tuple[torch.Tensor, ...]]], Optional[ReplicaFetch]]:
+        """Weights for each of this rank's layout slots (slots [G, S]): the main instance's views
+        where the main is here, else a fresh copy received from the main rank (one
+        all_to_all_single; every rank must call this). Empty slots give None.
+
+        Returns (weights per local slot, the fetch record for :meth:`return_replica_grads`).
+        """
+        g, me = self.ep.world_size, self.ep.rank
+        need_r, need_e = np.nonzero(slots >= 0)
+        need_e = slots[need_r, need_e].astype(np.int64)
+        remote = self.main_rank[need_e] != need_r
+        msg_dst, msg_e = need_r[remote].astype(np.int64), need_e[remote]
+        msg_src = self.main_rank[msg_e]
+        send_sel = np.flatnonzero(msg_src == me)
+        send_sel = send_sel[np.lexsort((msg_e[send_sel], msg_dst[send_sel]))]
+        send_experts = msg_e[send_sel]
+        send_splits = np.bincount(msg_dst[send_sel], minlength=g).tolist()
+        recv_sel = np.flatnonzero(msg_dst == me)
+        recv_sel = recv_sel[np.lexsort((msg_e[recv_sel], msg_src[recv_sel]))]
+        recv_experts = msg_e[recv_sel]
+        recv_splits = np.bincount(msg_src[recv_sel], minlength=g).tolist()
+
+        send = self._param_rows(self.main_slot[send_experts])
+        if self.traffic is not None:
+            self.traffic.record("replica_params.fwd", send_splits,
+                                self.param_row_size * send.element_size())
+        leaf = exchange_rows(send, send_splits, recv_splits, self.ep.group).detach()
+        leaf.requires_grad_(requires_grad)
+        row_of = {int(e): i for i, e in enumerate(recv_experts)}
+        weights: list[Optional[tuple[torch.Tensor, ...]]] = []
+        for e in slots[me]:
+            if e < 0:
+                weights.append(None)
+            elif int(self.main_rank[e]) == me:
+                weights.append(self.main_weights(int(e)))
+            else:
+                weights.append(self._split_row(leaf[row_of[int(e)]]))
+        fetch = ReplicaFetch(leaf, send_experts, send_splits, recv_splits,
+                             self.main_slot[send_experts].copy())
+        return weights, (fetch if requires_grad else None)
+
+    def ensure_grads(self) -> None:
+        """Gives every bank parameter a gradient tensor (zeros where autograd left None), so
+        optimizers treat all ranks' banks alike."""
+        for p in self.bank:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+
+    def return_replica_grads(self, fetch: ReplicaFetch) -> None:
+        """Sends each replica's gradient to its main instance and adds it there (a collective:
+        every rank calls it once per fetch, in the same order)."""
+        grad = fetch.leaf.grad if fetch.leaf.grad is not None else torch.zeros_like(fetch.leaf)
+        if self.traffic is not None:
+            self.traffic.record("replica_grads.bwd", fetch.recv_splits,
+                                self.param_row_size * grad.element_size())
+        back = exchange_rows(grad, fetch.recv_splits, fetch.send_splits, self.ep.group)
+        self.ensure_grads()
+        if back.shape[0] == 0:
+            return
+        idx = torch.as_tensor(fetch.main_slot, dtype=torch.long)
+        hf = self.hidden * self.ffn
+        n = back.shape[0]
+        with torch.no_grad():
+            self.w1.grad.index_add_(0, idx, back[:, :hf].reshape(n, self.hidden, self.ffn))
+            self.w3.grad.index_add_(0, idx, back[:, hf:2 * hf].reshape(n, self.hidden, self.ffn))
+            self.w2.grad.index_add_(0, idx, back[:, 2 * hf:].reshape(n, self.ffn, self.hidden))
+
+    # ----------------------------------------------------------------------------- migration
+    def _state_keys(self, optimizer: Optional[torch.optim.Optimizer]) -> list[tuple[int, str]]:
+        """(bank param index, state key) of optimizer state shaped like the parameter: those
+        rows belong to one expert and move with it. Other state (e.g. Adam's step count) is per
+        bank tensor and identical on every rank that steps every iteration."""
+        if optimizer is None:
+            return []
+        keys: list[tuple[int, str]] = []
+        for i, p in enumerate(self.bank):
+            state = optimizer.state.get(p, {})
+            for k in sorted(state):
+                v = state[k]
+                if torch.is_tensor(v) and v.shape == p.shape:
+                    keys.append((i, k))
+        return keys
+
+    def _row_parts(self, slot: int, optimizer: Optional[torch.optim.Optimizer],
+                   keys: list[tuple[int, str]]) -> list[torch.Tensor]:
+        parts = [p.detach()[slot] for p in self.bank]
+        for i, k in keys:
+            parts.append(optimizer.state[self.bank[i]][k][slot])  # type: ignore[union-attr]
+        return parts
+
+    def _checksum_table(self, optimizer: Optional[torch.optim.Optimizer],
+                        keys: list[tuple[int, str]]) -> np.ndarray:
+        """[E] int64 digest of every expert's main rows (parameters + moving optimizer state),
+        gathered from the main ranks (a collective)."""
+        table = torch.zeros(self.num_experts, dtype=torch.int64)
+        for e in self.local_experts():
+            table[int(e)] = digest(self._row_parts(int(self.main_slot[e]), optimizer, keys))
+        dist.all_reduce(table, op=dist.ReduceOp.SUM, group=self.ep.group)
+        return table.numpy()
+
+    def _agree(self, ok: bool) -> bool:
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.ep.group)
+        return bool(flag.item())
+
+    def _check_state_keys(self, keys: list[tuple[int, str]], sizes: list[int]) -> None:
+        """Every rank must move rows of the same width (else the exchange would mismatch)."""
+        mine = torch.tensor([len(keys), sum(sizes)], dtype=torch.int64)
+        lo, hi = mine.clone(), mine.clone()
+        dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=self.ep.group)
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=self.ep.group)
+        if not torch.equal(lo, hi):
+            raise RuntimeError(
+                "layout change: ranks hold different optimizer state for the expert bank "
+                f"(this rank: {len(keys)} state tensors {keys}); attach the same optimizer "
+                "on every rank and step it on every rank"
+            )
+
+    def apply_layout(self, slots: np.ndarray, optimizer: Optional[torch.optim.Optimizer]
+                     ) -> bool:
+        """Makes `slots` [G, S] the layout in force (a new version). Main instances whose rank
+        does not hold their expert move, with their optimizer state rows, as described in the
+        module docstring. A collective: every rank calls it with the same layout.
+
+        Returns True when the new version is in force, False after a rollback (the previous
+        placement, parameters and optimizer state are intact; replicas are fetched from wherever
+        the mains are, so execution stays correct either way).
+        """
+        g, me = self.ep.world_size, self.ep.rank
+        new_rank, new_slot = follow_layout(slots, self.ep.ranks_per_node, self.main_rank,
+                                           self.main_slot, self.capacity)
+        movers = np.flatnonzero(new_rank != self.main_rank)
+        if movers.shape[0] == 0:
+            self.main_slot = new_slot
+            self._commit_version(slots)
+            return True
+        keys = self._state_keys(optimizer)
+        row_sizes = [p[0].numel() for p in self.bank] + [self.bank[i][0].numel() for i, _ in keys]
+        self._check_state_keys(keys, row_sizes)
+        before = self._checksum_table(optimizer, keys)
+
+        send_e = movers[self.main_rank[movers] == me]
+        send_e = send_e[np.lexsort((send_e, new_rank[send_e]))]
+        recv_e = movers[new_rank[movers] == me]
+        recv_e = recv_e[np.lexsort((recv_e, self.main_rank[recv_e]))]
+        send_splits = np.bincount(new_rank[send_e], minlength=g).tolist()
+        recv_splits = np.bincount(self.main_rank[recv_e], minlength=g).tolist()
+        width = sum(row_sizes)
+        send = torch.zeros(len(send_e), width)
+        for i, e in enumerate(send_e):
+            parts = self._row_parts(int(self.main_slot[e]), optimizer, keys)
+            send[i] = torch.cat([t.reshape(-1) for t in parts])
+        if self.traffic is not None:
+            self.traffic.record("migration", send_splits, width * send.element_size())
+        recv = exchange_rows(send, send_splits, recv_splits, self.ep.group)
+        if self.fault_hook is not None:
+            self.fault_hook("migration.recv", recv)
+
+        # Verify every arriving row against the checksum taken at its old main rank.
+        bounds = np.cumsum([0] + row_sizes)
+        rows_ok = all(
+            digest([recv[i, bounds[j]:bounds[j + 1]] for j in range(len(row_sizes))])
+            == int(before[e])
+            for i, e in enumerate(recv_e)
+        )
+        if not self._agree(rows_ok):
+            self.counters.rollbacks += 1
+            self.counters.last_error = "layout change: a migrated row failed its checksum"
+            return False
+
+        backup_bank = [p.detach().clone() for p in self.bank]
+        backup_state = [optimizer.state[self.bank[i]][k].clone() for i, k in keys] \
+            if optimizer is not None else []
+        old_rank, old_slot = self.main_rank.copy(), self.main_slot.copy()
+        with torch.no_grad():
+            for e in send_e:  # vacate first: an arriving main may reuse the slot
+                self._write_row(int(old_slot[e]), None, optimizer, keys, bounds)
+            for i, e in enumerate(recv_e):
+                self._write_row(int(new_slot[e]), recv[i], optimizer, keys, bounds)
+        self.main_rank, self.main_slot = new_rank, new_slot
+        after = self._checksum_table(optimizer, keys)
+        if not np.array_equal(after, before):
+            with torch.no_grad():
+                for p, b in zip(self.bank, backup_bank):
+                    p.copy_(b)
+                for (i, k), b in zip(keys, backup_state):
+                    optimizer.state[self.bank[i]][k].copy_(b)  # type: ignore[union-attr]
+            self.main_rank, self.main_slot = old_rank, old_slot
+            self.counters.rollbacks += 1
+            self.counters.last_error = "layout change: checksums differ after the commit"
+            return False
+        node = self.ep.ranks_per_node
+        cross = int(np.sum(old_rank[movers] // node != new_rank[movers] // node))
+        self.counters.main_moves_cross_node += cross
+        self.counters.main_moves_intra_node += int(movers.shape[0]) - cross
+        self._commit_version(slots)
+        return True
+
+    def _write_row(self, slot: int, row: Optional[torch.Tensor],
+                   optimizer: Optional[torch.optim.Optimizer], keys: list[tuple[int, str]],
+                   bounds: np.ndarray) -> None:
+        """Writes a migrated row (parameters then state rows) into bank slot `slot`, or zeros."""
+        targets = [p.data[slot] for p in self.bank]
+        targets += [optimizer.state[self.bank[i]][k][slot] for i, k in keys]  # type: ignore
+        for j, t in enumerate(targets):
+            if row is None:
+                t.zero_()
+            else:
+                t.copy_(row[bounds[j]:bounds[j + 1]].view(t.shape))
+
+    def _commit_version(self, slots: np.ndarray) -> None:
+        self.layout_slots = np.array(slots, copy=True)
+        self.version += 1
+        self.counters.versions_applied += 1
+
+    def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]
+        (a collective; exact: each value is summed with zeros only)."""
+        out = [torch.zeros((self.num_experts,) + tuple(p.shape[1:])) for p in self.bank]
+        with torch.no_grad():
+            for e in self.local_experts():
+                for o, p in zip(out, self.bank):
+                    o[int(e)] = p[int(self.main_slot[e])]
+        for o in out:
+            dist.all_reduce(o, op=dist.ReduceOp.SUM, group=self.ep.group)
+        return out[0], out[1], out[2]

@@ -1,0 +1,100 @@
+"""Where the expert-parallel runtime gets each step's layout and task assignment from: the C++
+policies (static, cobalt, cobalt+ and the reproduced peers: whatever ``cobalt.policy_names()``
+lists), a fixed layout with Cobalt's Algorithm 1, or a schedule of layouts.
+
+Every rank holds its own source and calls :meth:`decide` with the same global routing, so the
+sources must be deterministic (the C++ policies are: same inputs and seed, same outputs, also
+with planning on a background thread, whose result applies one step later on every rank).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Protocol, Sequence
+
+import numpy as np
+
+import cobalt
+
+__all__ = ["LayoutSource", "PolicyLayoutSource", "FixedLayoutSource", "ScheduledLayoutSource"]
+
+
+class LayoutSource(Protocol):
+    """decide(step, layer, batch) -> (layout in force, exec_rank [T, K] int32)."""
+
+    name: str
+    slots_per_rank: int
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]: ...
+
+
+class PolicyLayoutSource:
+    """A C++ policy made with ``cobalt.make_policy(name, PolicyConfig(...))``.
+
+    `slots_per_rank` defaults to Cobalt's budget floor((1 + rho) E / G). `hidden` and `ffn` set
+    the policy's byte sizes (token_bytes = 4 hidden, expert_param_bytes = 12 hidden ffn for fp32
+    SwiGLU experts) for policies whose decisions weigh bytes. Other keyword arguments go to
+    :class:`cobalt.PolicyConfig` (eps, steps_per_global_plan, ema_decay, seed, async_planning,
+    planner_restarts, ...).
+    """
+
+    def __init__(self, name: str, topology: cobalt.Topology, num_experts: int, top_k: int, *,
+                 num_layers: int = 1, slots_per_rank: Optional[int] = None, rho: float = 0.5,
+                 hidden: Optional[int] = None, ffn: Optional[int] = None, **config: object) -> None:
+        if slots_per_rank is None:
+            slots_per_rank = cobalt.slots_for_rho(num_experts, topology.num_ranks, rho)
+        extra: dict[str, object] = dict(config)
+        if hidden is not None:
+            extra.setdefault("token_bytes", 4.0 * hidden)
+            if ffn is not None:
+                extra.setdefault("expert_param_bytes", 12.0 * hidden * ffn)
+        self.config = cobalt.PolicyConfig(topology, num_experts, top_k, num_layers=num_layers,
+                                          slots_per_rank=slots_per_rank, **extra)
+        self.policy = cobalt.make_policy(name, self.config)
+        self.name = name
+        self.slots_per_rank = slots_per_rank
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        return self.policy.run(step, layer, batch)
+
+
+class FixedLayoutSource:
+    """One layout for every step; tasks assigned by Cobalt's Algorithm 1 (node cover)."""
+
+    def __init__(self, layout: cobalt.ExpertLayout, *, seed: int = 0, name: str = "fixed") -> None:
+        self.layout = layout
+        self.seed = seed
+        self.name = name
+        self.slots_per_rank = layout.slots_per_rank
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        return self.layout, cobalt.assign_node_cover(batch, self.layout, seed=self.seed,
+                                                     step=step, layer=layer)
+
+
+class ScheduledLayoutSource:
+    """Switches layouts on a schedule: step s uses layouts[(s // period) % len(layouts)], tasks by
+    Algorithm 1. For exercising layout changes (migration, versioning) deterministically."""
+
+    def __init__(self, layouts: Sequence[cobalt.ExpertLayout], period: int, *, seed: int = 0,
+                 name: str = "scheduled") -> None:
+        if not layouts:
+            raise ValueError("ScheduledLayoutSource: need at least one layout")
+        if period < 1:
+            raise ValueError(f"ScheduledLayoutSource: period {period} must be >= 1")
+        sizes = {layout.slots_per_rank for layout in layouts}
+        if len(sizes) != 1:
+            raise ValueError(f"ScheduledLayoutSource: layouts differ in slots per rank {sizes}")
+        self.layouts = list(layouts)
+        self.period = period
+        self.seed = seed
+        self.name = name
+        self.slots_per_rank = sizes.pop()
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        layout = self.layouts[(step // self.period) % len(self.layouts)]
+        return layout, cobalt.assign_node_cover(batch, layout, seed=self.seed, step=step,
+                                                layer=layer)

@@ -1,0 +1,322 @@
+"""ExpertParallelMoE: a MoE layer (router, top-k, SwiGLU experts) whose experts are distributed
+over an expert-parallel process group and executed where the C++ core's layout and assignment say.
+
+Forward, on every rank (collectives in the same order everywhere):
+
+1. Router on the local tokens x [T_r, H] -> topk ids and gate weights [T_r, K].
+2. Check every rank's router output (errors raise on all ranks), all-gather the ids.
+3. The layout source decides (layout, exec_rank [T, K]) from the global routing; optionally
+   verified identical on every rank.
+4. If the layout differs from the version in force: apply it (main instances migrate with their
+   optimizer state, checksummed, all-or-nothing; :mod:`cobalt.torch.expert_store`).
+5. Replica copies fetched from main instances.
+6. Dispatch with node-level dedup, experts, combine with in-node reduction
+   (:mod:`cobalt.torch.exchange_plan`), each exchange differentiable.
+
+Backward runs the exchanges in reverse; at the end of the backward pass a queued callback sends
+replica gradients to their main instances and (optionally) all-reduces the router gradient.
+
+Collective order. gloo (like NCCL) needs every rank to issue the same collectives in the same
+order. Forward order is program order. In backward, a layer's four exchanges form a chain of data
+dependencies, and layers stacked in sequence are ordered by the residual stream; whether an
+exchange takes part in backward is decided globally (the requires-grad state is agreed during the
+routing gather), and a rank whose experts receive no tasks still keeps every exchange in its
+graph. MoE layers applied in parallel to the same input rely on autograd running identical
+graphs in the same order on every rank (it does: it prefers the most recently created node).
+Every rank must backpropagate through every MoE output it computed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import hashlib
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.autograd import Variable
+
+import cobalt
+from cobalt.torch.all_to_all import all_to_all_rows
+from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
+from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
+from cobalt.torch.experts import TopKRouter, swiglu
+from cobalt.torch.routing_gather import GatheredRouting, check_input, gather_routing
+from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
+
+__all__ = ["ExpertParallelMoE", "allreduce_gradients"]
+
+Router = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.ProcessGroup] = None
+                        ) -> None:
+    """Sums the gradients of data-parallel (replicated) parameters over `group`, in one flat
+    all_reduce; parameters without a gradient contribute zeros (a collective)."""
+    if not params:
+        return
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                      for p in params])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        chunk = flat[offset:offset + n].view_as(p)
+        if p.grad is None:
+            p.grad = chunk.clone()
+        else:
+            p.grad.copy_(chunk)
+        offset += n
+
+
+class _AfterBackward(torch.autograd.Function):
+    """Identity whose backward queues `callback` to run when the whole backward pass is done."""
+
+    @staticmethod
+    def forward(ctx: Any, y: torch.Tensor, callback: Callable[[], None]) -> torch.Tensor:
+        ctx.callback = callback
+        return y.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        Variable._execution_engine.queue_callback(ctx.callback)
+        return grad, None
+
+
+class _Tie(torch.autograd.Function):
+    """Returns `out` unchanged while making it depend on `anchor` (with a zero gradient), so the
+    exchanges that produced `anchor` stay in the backward graph even when this rank's experts do
+    not use it (collectives must run on every rank)."""
+
+    @staticmethod
+    def forward(ctx: Any, out: torch.Tensor, anchor: torch.Tensor) -> torch.Tensor:
+        ctx.anchor_shape = anchor.shape
+        return out.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return grad, grad.new_zeros(ctx.anchor_shape)
+
+
+def _as_grad_input(t: torch.Tensor, needed: bool) -> torch.Tensor:
+    """`t`, or a detached leaf copy that requires grad when every rank's exchange needs a
+    backward but this rank's input does not have one."""
+    if needed and not t.requires_grad:
+        return t.detach().requires_grad_(True)
+    return t
+
+
+def _decision_digest(layout: cobalt.ExpertLayout, exec_rank: np.ndarray) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(np.ascontiguousarray(layout.slots).tobytes())
+    h.update(np.ascontiguousarray(exec_rank).tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+class ExpertParallelMoE(nn.Module):
+    """MoE layer with experts distributed over ``runtime.ep`` (G ranks, N nodes).
+
+    Args:
+        runtime: shared :class:`ExpertParallelRuntime` (process group, layout source, step).
+        layer: index of this MoE layer in the model (the policy's layer).
+        hidden_size, ffn_size: H and F of the SwiGLU experts (w1, w3 [H, F], w2 [F, H]).
+        num_experts, top_k: E and K.
+        router: module/callable x [T, H] -> (topk_ids [T, K] int, weights [T, K]); default a
+            :class:`TopKRouter` initialised from (seed, layer), identical on every rank.
+        seed: initial weights are ``expert_init(seed, layer, e, ...)``, the same as
+            :class:`~cobalt.torch.ReferenceMoE` with that seed.
+        sync_dense_grads: all-reduce (sum) the router's gradients at the end of each backward
+            pass. Turn off for gradient accumulation over several backward passes and call
+            :func:`allreduce_gradients` on :meth:`dense_parameters` yourself.
+
+    forward(x [T_r, H]) -> [T_r, H] (this rank's tokens; T_r may differ between ranks). Every
+    rank must call forward (and backward through its output) the same number of times. Gradients
+    are those of the sum of all ranks' losses.
+    """
+
+    def __init__(self, runtime: ExpertParallelRuntime, layer: int, hidden_size: int,
+                 ffn_size: int, num_experts: int, top_k: int, *,
+                 router: Optional[Router] = None, seed: int = 0,
+                 sync_dense_grads: bool = True) -> None:
+        super().__init__()
+        if not 1 <= top_k <= num_experts:
+            raise ValueError(f"ExpertParallelMoE: top_k {top_k} out of range [1, {num_experts}]")
+        self.runtime = runtime
+        self.layer = layer
+        self.hidden_size = hidden_size
+        self.ffn_size = ffn_size
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.sync_dense_grads = sync_dense_grads
+        self.router: Router = router if router is not None else TopKRouter(
+            hidden_size, num_experts, top_k, seed=seed, layer=layer)
+        self.experts = ExpertStore(runtime.ep, num_experts, hidden_size, ffn_size,
+                                   runtime.slots_per_rank, seed=seed, layer=layer,
+                                   traffic=runtime.traffic)
+        self.last_plan: Optional[ExchangePlan] = None
+        self.last_exec_rank: Optional[np.ndarray] = None
+        self.last_topk_ids: Optional[np.ndarray] = None
+        self.last_layout: Optional[cobalt.ExpertLayout] = None
+
+    # ------------------------------------------------------------------ parameters
+    def expert_parameters(self) -> list[nn.Parameter]:
+        """The expert bank (main instances on this rank): not data-parallel."""
+        return list(self.experts.bank)
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Replicated (data-parallel) trainable parameters: the router's."""
+        bank = {id(p) for p in self.experts.bank}
+        return [p for p in self.parameters() if id(p) not in bank and p.requires_grad]
+
+    def gather_expert_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """w1, w3 [E, H, F], w2 [E, F, H] of every expert's main instance (a collective)."""
+        return self.experts.gather_main_weights()
+
+    # ------------------------------------------------------------------ forward
+    def _context(self) -> str:
+        return f"ExpertParallelMoE layer {self.layer}, step {self.runtime.step}"
+
+    def _decide(self, gathered: GatheredRouting) -> tuple[cobalt.ExpertLayout, np.ndarray,
+                                                          cobalt.RoutingBatch]:
+        ep = self.runtime.ep
+        batch = cobalt.RoutingBatch(gathered.topk_ids, gathered.source_rank, self.num_experts,
+                                    ep.world_size)
+        layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
+        if layout.num_ranks != ep.world_size or layout.num_experts != self.num_experts:
+            raise ValueError(f"{self._context()}: layout source returned a layout for "
+                             f"G={layout.num_ranks}, E={layout.num_experts}")
+        if layout.slots_per_rank > self.experts.capacity:
+            raise ValueError(f"{self._context()}: layout has {layout.slots_per_rank} slots per "
+                             f"rank, the expert bank {self.experts.capacity}")
+        if layout.topology.ranks_per_node != ep.ranks_per_node:
+            raise ValueError(f"{self._context()}: layout topology {layout.topology} does not "
+                             f"match the group's {ep.num_nodes}x{ep.ranks_per_node}")
+        exec_rank = np.ascontiguousarray(exec_rank, dtype=np.int32)
+        cobalt.validate_assignment(batch, layout, exec_rank)
+        if self.runtime.verify_decisions:
+            mine = torch.tensor([_decision_digest(layout, exec_rank)], dtype=torch.int64)
+            lo, hi = mine.clone(), mine.clone()
+            dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=ep.group)
+            dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=ep.group)
+            if lo.item() != hi.item():
+                raise RuntimeError(f"{self._context()}: ranks decided different layouts or "
+                                   f"assignments (layout source '{self.runtime.source.name}' "
+                                   "is not deterministic across ranks)")
+        return layout, exec_rank, batch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rt = self.runtime
+        ep = rt.ep
+        ids: Optional[torch.Tensor] = None
+        gates: Optional[torch.Tensor] = None
+        error = check_input(x, self.hidden_size)
+        if error is None:
+            try:
+                ids, gates = self.router(x)
+            except Exception as exc:  # noqa: BLE001 - reported on every rank below
+                error = f"router raised {type(exc).__name__}: {exc}"
+        gathered = gather_routing(ep, x, ids, gates, hidden=self.hidden_size,
+                                  num_experts=self.num_experts, top_k=self.top_k,
+                                  context=self._context(), local_error=error,
+                                  traffic=rt.traffic)
+        assert gates is not None
+        layout, exec_rank, batch = self._decide(gathered)
+        slots = np.asarray(layout.slots)
+
+        changed = self.experts.layout_slots is None or not np.array_equal(
+            self.experts.layout_slots, slots)
+        migration_ok = True
+        if changed:
+            migration_ok = self.experts.apply_layout(slots, rt.optimizer)
+
+        grad_on = torch.is_grad_enabled()
+        experts_grad = grad_on and any(p.requires_grad for p in self.experts.bank)
+        dispatch_grad = grad_on and gathered.any_requires_grad
+        combine_grad = dispatch_grad or experts_grad
+        weights, fetch = self.experts.fetch_replicas(slots, requires_grad=experts_grad)
+        plan = build_exchange_plan(
+            RoutingGlobal(gathered.topk_ids, exec_rank, gathered.source_rank,
+                          gathered.token_offsets, slots, ep.ranks_per_node), ep.rank)
+        y = self._exchange_and_compute(x, gates, plan, weights, dispatch_grad, combine_grad)
+        if combine_grad:
+            y = _AfterBackward.apply(y, self._make_after_backward(fetch))
+
+        self.last_plan, self.last_exec_rank = plan, exec_rank
+        self.last_topk_ids, self.last_layout = gathered.topk_ids, layout
+        if rt.keep_records:
+            m = cobalt.step_metrics(batch, exec_rank, ep.topology)
+            rt.records.append(StepRecord(
+                step=rt.step, layer=self.layer, version=self.experts.version,
+                layout_changed=changed and migration_ok, migration_ok=migration_ok,
+                num_tokens=int(batch.num_tokens), num_tasks=int(batch.num_tasks),
+                cross_node_tokens=int(m.transfers.dedup),
+                cross_node_tasks_no_dedup=int(m.transfers.no_dedup),
+                rank_loads=np.array(m.rank_loads), imbalance=float(m.imbalance),
+                num_replicas=int(layout.num_replicas)))
+        return y
+
+    def _exchange_and_compute(self, x: torch.Tensor, gates: torch.Tensor, plan: ExchangePlan,
+                              weights: list[Optional[tuple[torch.Tensor, ...]]],
+                              dispatch_grad: bool, combine_grad: bool) -> torch.Tensor:
+        """Dispatch, experts, combine. `dispatch_grad` / `combine_grad` (the same on every rank)
+        say whether those exchanges take part in the backward pass; every rank then keeps them
+        in its graph, whether or not its own tokens or experts need them."""
+        ep, traffic = self.runtime.ep, self.runtime.traffic
+        h, k = self.hidden_size, self.top_k
+
+        def idx(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
+
+        # Dispatch: payload rows = [hidden state | K gate weights].
+        payload = _as_grad_input(torch.cat([x, gates.to(x.dtype)], dim=1), dispatch_grad)
+        parts = (("dispatch", h), ("dispatch_gates", k))
+        recv1 = all_to_all_rows(payload.index_select(0, idx(plan.s1_send_idx)),
+                                plan.s1_send_splits, plan.s1_recv_splits, ep.group, traffic, parts)
+        recv2 = all_to_all_rows(recv1.index_select(0, idx(plan.s2_send_idx)),
+                                plan.s2_send_splits, plan.s2_recv_splits, ep.group, traffic, parts)
+        table = torch.cat([payload, recv1, recv2], dim=0).index_select(0, idx(plan.table_idx))
+
+        # Experts: each local slot on its tasks, gated, summed per token-table row.
+        rows_all, outs = [], []
+        for j, w in enumerate(weights):
+            rows = plan.slot_rows[j]
+            if w is None or rows.shape[0] == 0:
+                continue
+            r = idx(rows)
+            g = table[r, h + idx(plan.slot_k[j])]
+            outs.append(swiglu(table[r, :h], *w) * g[:, None])
+            rows_all.append(r)
+        partial = x.new_zeros((plan.num_table_rows, h))
+        if outs:
+            partial = partial.index_add(0, torch.cat(rows_all), torch.cat(outs))
+        if table.requires_grad:
+            partial = _Tie.apply(partial, table)
+        partial = _as_grad_input(partial, combine_grad)
+
+        # Combine: same-node partials to the source / rail peer, one cross-node row per node.
+        cparts = (("combine", h),)
+        recv_a = all_to_all_rows(partial.index_select(0, idx(plan.ca_send_idx)),
+                                 plan.ca_send_splits, plan.ca_recv_splits, ep.group, traffic,
+                                 cparts)
+        rail = x.new_zeros((int(sum(plan.cb_send_splits)), h))
+        rail = rail.index_add(0, idx(plan.q_own_dst), partial.index_select(0, idx(plan.q_own_src)))
+        rail = rail.index_add(0, idx(plan.q_recv_dst), recv_a.index_select(0, idx(plan.q_recv_src)))
+        recv_b = all_to_all_rows(rail, plan.cb_send_splits, plan.cb_recv_splits, ep.group,
+                                 traffic, cparts)
+        y = x.new_zeros((plan.num_local_tokens, h))
+        y = y.index_add(0, idx(plan.y_own_dst), partial.index_select(0, idx(plan.y_own_src)))
+        y = y.index_add(0, idx(plan.y_recv_a_dst), recv_a.index_select(0, idx(plan.y_recv_a_src)))
+        y = y.index_add(0, idx(plan.y_recv_b_dst), recv_b)
+        return y
+
+    def _make_after_backward(self, fetch: Optional[ReplicaFetch]) -> Callable[[], None]:
+        def after_backward() -> None:
+            if fetch is not None:
+                self.experts.return_replica_grads(fetch)
+            else:
+                self.experts.ensure_grads()
+            if self.sync_dense_grads:
+                allreduce_gradients(self.dense_parameters(), self.runtime.ep.group)
+        return after_backward

@@ -1,0 +1,116 @@
+"""Gathering one layer's routing from every rank, with input checks that fail on every rank
+together (so a bad router on one rank raises a clear error everywhere instead of hanging)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from cobalt.torch.ep_group import EPGroup
+from cobalt.torch.traffic import TrafficStats
+
+__all__ = ["GatheredRouting", "agree_on_errors", "check_input", "gather_routing"]
+
+
+class GatheredRouting:
+    """Routing of all ranks: topk_ids [T, K] int32, source_rank [T] int32, token_offsets [G+1];
+    any_requires_grad: whether any rank's layer input or gate weights require grad (so every
+    rank can keep the same exchanges in its backward graph)."""
+
+    def __init__(self, topk_ids: np.ndarray, source_rank: np.ndarray,
+                 token_offsets: np.ndarray, any_requires_grad: bool) -> None:
+        self.topk_ids = topk_ids
+        self.source_rank = source_rank
+        self.token_offsets = token_offsets
+        self.any_requires_grad = any_requires_grad
+
+
+def agree_on_errors(ep: EPGroup, local_error: Optional[str], context: str) -> None:
+    """A collective: raises ValueError on every rank when any rank reports an error, listing
+    each failing rank's message."""
+    flag = torch.tensor([0 if local_error is None else 1], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ep.group)
+    if flag.item() == 0:
+        return
+    messages: list[Optional[str]] = [None] * ep.world_size
+    dist.all_gather_object(messages, local_error, group=ep.group)
+    lines = [f"rank {r}: {m}" for r, m in enumerate(messages) if m is not None]
+    raise ValueError(f"{context}: " + "; ".join(lines))
+
+
+def _check_local(ids: torch.Tensor, gates: torch.Tensor, x: torch.Tensor, hidden: int,
+                 num_experts: int, top_k: int) -> Optional[str]:
+    if x.dim() != 2 or x.shape[1] != hidden:
+        return f"input has shape {tuple(x.shape)}, expected [tokens, {hidden}]"
+    if ids.dim() != 2 or ids.shape != (x.shape[0], top_k):
+        return f"router returned topk_ids of shape {tuple(ids.shape)}, expected [{x.shape[0]}, {top_k}]"
+    if gates.shape != ids.shape:
+        return f"router returned weights of shape {tuple(gates.shape)}, expected {tuple(ids.shape)}"
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        return f"router returned topk_ids of dtype {ids.dtype}, expected an integer dtype"
+    a = ids.detach().to(torch.int64).numpy()
+    bad = np.argwhere((a < 0) | (a >= num_experts))
+    if bad.shape[0]:
+        t, k = (int(v) for v in bad[0])
+        return (f"router returned expert id {int(a[t, k])} for token {t} (position {k}), "
+                f"valid range [0, {num_experts})")
+    if top_k > 1 and a.shape[0]:
+        srt = np.sort(a, axis=1)
+        dup = np.flatnonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))
+        if dup.shape[0]:
+            t = int(dup[0])
+            return f"router returned duplicate expert ids {a[t].tolist()} for token {t}"
+    if not torch.isfinite(gates.detach()).all():
+        return "router returned non-finite weights"
+    return None
+
+
+def check_input(x: torch.Tensor, hidden: int) -> Optional[str]:
+    """The layer input's problem, if any (before the router sees it)."""
+    if x.dim() != 2 or x.shape[1] != hidden:
+        return f"input has shape {tuple(x.shape)}, expected [tokens, {hidden}]"
+    return None
+
+
+def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
+                   gates: Optional[torch.Tensor], *, hidden: int, num_experts: int, top_k: int,
+                   context: str, local_error: Optional[str] = None,
+                   traffic: Optional[TrafficStats] = None) -> GatheredRouting:
+    """Checks every rank's router output (agreeing on errors), then all-gathers the expert ids.
+
+    x [T_r, hidden], ids [T_r, K] integer, gates [T_r, K]; `local_error` reports a problem found
+    earlier on this rank (e.g. the router raised; ids and gates may then be None). Raises
+    ValueError on every rank, naming the offending rank(s), token and value, when any rank's
+    input is malformed.
+    """
+    if local_error is None:
+        if ids is None or gates is None:
+            local_error = "router returned no ids/weights"
+        else:
+            local_error = _check_local(ids, gates, x, hidden, num_experts, top_k)
+    agree_on_errors(ep, local_error, context)
+    assert ids is not None
+    g = ep.world_size
+    assert gates is not None
+    wants_grad = torch.is_grad_enabled() and (x.requires_grad or gates.requires_grad)
+    count = torch.tensor([x.shape[0], int(wants_grad)], dtype=torch.int64)
+    counts = [torch.zeros(2, dtype=torch.int64) for _ in range(g)]
+    dist.all_gather(counts, count, group=ep.group)
+    sizes = np.array([int(c[0].item()) for c in counts], dtype=np.int64)
+    any_requires_grad = any(int(c[1].item()) for c in counts)
+    longest = int(sizes.max(initial=0))
+    padded = torch.full((longest, top_k), -1, dtype=torch.int32)
+    padded[: x.shape[0]] = ids.detach().to(torch.int32)
+    parts = [torch.empty_like(padded) for _ in range(g)]
+    dist.all_gather(parts, padded, group=ep.group)
+    if traffic is not None:
+        traffic.record("routing.fwd", [0 if r == ep.rank else longest for r in range(g)],
+                       top_k * 4)
+    topk_ids = np.concatenate([p[: sizes[r]].numpy() for r, p in enumerate(parts)], axis=0)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    source = np.repeat(np.arange(g, dtype=np.int32), sizes)
+    return GatheredRouting(np.ascontiguousarray(topk_ids, dtype=np.int32), source, offsets,
+                           any_requires_grad)

@@ -1,0 +1,79 @@
+"""State shared by the expert-parallel MoE layers of one model: the process group, the layout
+source (one C++ policy for all layers), the step counter, the optimizer whose state moves with
+main instances, byte counters and per-(step, layer) records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from cobalt.torch.ep_group import EPGroup
+from cobalt.torch.layout_source import LayoutSource
+from cobalt.torch.traffic import TrafficStats
+
+__all__ = ["ExpertParallelRuntime", "StepRecord"]
+
+
+@dataclass
+class StepRecord:
+    """One layer's forward at one step, from the global routing (identical on every rank).
+
+    cross_node_tokens is Cobalt's V (``cross_node_transfers(...).dedup``): token copies that
+    cross node boundaries in one exchange; the layer's forward moves 2 V such rows (dispatch +
+    combine) and its backward another 2 V.
+    """
+
+    step: int
+    layer: int
+    version: int  # layout version in force for this forward
+    layout_changed: bool  # a new version was applied by this forward
+    migration_ok: bool  # False when a layout change was rolled back
+    num_tokens: int
+    num_tasks: int
+    cross_node_tokens: int
+    cross_node_tasks_no_dedup: int
+    rank_loads: np.ndarray  # [G] tasks executed per rank
+    imbalance: float
+    num_replicas: int
+
+
+class ExpertParallelRuntime:
+    """Shared by all :class:`~cobalt.torch.ExpertParallelMoE` layers of a model.
+
+    Usage per training step::
+
+        out = model(x); loss.backward()      # layers exchange tokens and replica gradients
+        optimizer.step(); optimizer.zero_grad()
+        runtime.end_step()                   # the next forward may apply a new layout
+
+    Layout changes are applied by a layer's first forward of a step, before any expert runs,
+    i.e. after the previous step's optimizer update and before this step's: main instances move
+    with their optimizer state (attach the optimizer with :meth:`attach_optimizer`).
+    """
+
+    def __init__(self, ep: EPGroup, source: LayoutSource, *, verify_decisions: bool = True,
+                 keep_records: bool = True) -> None:
+        self.ep = ep
+        self.source = source
+        self.step = 0
+        self.verify_decisions = verify_decisions
+        self.keep_records = keep_records
+        self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.traffic = TrafficStats(ep.rank, ep.ranks_per_node)
+        self.records: list[StepRecord] = []
+
+    @property
+    def slots_per_rank(self) -> int:
+        return self.source.slots_per_rank
+
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer of the expert banks: its per-parameter state rows migrate with main
+        instances (call on every rank, with the same optimizer type)."""
+        self.optimizer = optimizer
+
+    def end_step(self) -> None:
+        """Marks the end of a training step (after optimizer.step())."""
+        self.step += 1

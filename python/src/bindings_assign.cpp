@@ -1,0 +1,61 @@
+// assign/: Cobalt Algorithm 1 (minimum remote-node set cover per token).
+#include <pybind11/stl.h>
+
+#include <optional>
+
+#include "bindings_common.hpp"
+#include "cobalt/assign/node_cover.hpp"
+#include "py_routing_batch.hpp"
+
+namespace cobalt::py_bindings {
+
+void bind_assign(py::module_& m) {
+  py::enum_<assign::CoverSearch>(m, "CoverSearch")
+      .value("MASK_ENUMERATION", assign::CoverSearch::kMaskEnumeration)
+      .value("SUBSET_DP", assign::CoverSearch::kSubsetDp)
+      .value("AUTO", assign::CoverSearch::kAuto);
+
+  m.def(
+      "assign_node_cover",
+      [](const PyRoutingBatch& b, const ExpertLayout& layout, uint64_t seed, int64_t step,
+         int layer, int64_t token_offset, assign::CoverSearch search, int num_threads,
+         std::optional<py::array_t<int32_t, py::array::c_style>> out) {
+        const auto num_tasks = static_cast<py::ssize_t>(b.batch.num_tasks());
+        py::array_t<int32_t, py::array::c_style> exec =
+            out.has_value() ? *out
+                            : py::array_t<int32_t, py::array::c_style>(
+                                  {static_cast<py::ssize_t>(b.batch.num_tokens()),
+                                   static_cast<py::ssize_t>(b.batch.top_k())});
+        COBALT_CHECK_ARG(exec.size() == num_tasks && exec.writeable(),
+                         "assign_node_cover: out must be a writeable int32 array of {} tasks, got "
+                         "{} elements",
+                         num_tasks, exec.size());
+        std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(num_tasks));
+        {
+          py::gil_scoped_release release;
+          assign::assign_node_cover(b.batch, layout, {seed, step, layer, token_offset},
+                                    {search, num_threads}, dst);
+        }
+        return exec;
+      },
+      py::arg("batch"), py::arg("layout"), py::arg("seed") = 0, py::arg("step") = 0,
+      py::arg("layer") = 0, py::arg("token_offset") = 0,
+      py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
+      py::arg("out") = py::none(),
+      "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
+      "given). Draws are keyed by (seed, step, layer, token_offset + t, k).");
+  m.def(
+      "min_remote_cover_size",
+      [](InArray<int32_t> experts, NodeId src_node, const ExpertLayout& layout) {
+        for (auto e : span_of(experts)) {
+          COBALT_CHECK_ARG(e >= 0 && e < layout.num_experts(), "expert {} out of range [0, {})", e,
+                           layout.num_experts());
+        }
+        COBALT_CHECK_ARG(src_node >= 0 && src_node < layout.num_nodes(),
+                         "node {} out of range [0, {})", src_node, layout.num_nodes());
+        return assign::min_remote_cover_size(span_of(experts), src_node, layout);
+      },
+      py::arg("experts"), py::arg("src_node"), py::arg("layout"));
+}
+
+}  // namespace cobalt::py_bindings

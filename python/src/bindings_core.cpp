@@ -1,0 +1,263 @@
+// core/: Topology, LinkParams, ExpertLayout (+ diff, slot budgets), RoutingBatch, assignment check.
+#include <pybind11/stl.h>
+
+#include "bindings_common.hpp"
+#include "cobalt/core/assignment.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/topology.hpp"
+#include "py_routing_batch.hpp"
+
+namespace cobalt::py_bindings {
+
+PyRoutingBatch PyRoutingBatch::make(InArray<int32_t> topk_ids,
+                                    std::optional<InArray<int32_t>> source_rank, int num_experts,
+                                    int num_ranks, bool validate) {
+  require_ndim(topk_ids, 2, "RoutingBatch topk_ids [T, K]");
+  const auto num_tokens = static_cast<int64_t>(topk_ids.shape(0));
+  const int top_k = static_cast<int>(topk_ids.shape(1));
+  COBALT_CHECK_ARG(num_ranks >= 1, "RoutingBatch: number of ranks {} must be >= 1", num_ranks);
+  InArray<int32_t> src;
+  if (source_rank.has_value()) {
+    src = std::move(*source_rank);
+    require_ndim(src, 1, "RoutingBatch source_rank [T]");
+    COBALT_CHECK_ARG(src.shape(0) == num_tokens,
+                     "RoutingBatch: source_rank has {} entries for {} tokens", src.shape(0),
+                     num_tokens);
+  } else {
+    src = InArray<int32_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_tokens)});
+    contiguous_source_ranks(num_tokens, num_ranks,
+                            std::span<RankId>(src.mutable_data(), static_cast<size_t>(num_tokens)));
+  }
+  auto ids = span_of(topk_ids);
+  auto sources = span_of(src);
+  RoutingBatch view = validate
+                          ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)
+                          : RoutingBatch::trusted(ids, sources, top_k, num_experts, num_ranks);
+  return PyRoutingBatch{std::move(topk_ids), std::move(src), view};
+}
+
+namespace {
+
+using LayoutPtr = std::shared_ptr<ExpertLayout>;
+
+void bind_topology(py::module_& m) {
+  py::class_<LinkParams>(m, "LinkParams", "Link bandwidths of the cost model (bytes/s, one way).")
+      .def(py::init([](double nvlink, double ib) { return LinkParams{nvlink, ib}; }),
+           py::arg("nvlink_bytes_per_s") = 900e9, py::arg("ib_bytes_per_s_per_node") = 400e9)
+      .def_readwrite("nvlink_bytes_per_s", &LinkParams::nvlink_bytes_per_s)
+      .def_readwrite("ib_bytes_per_s_per_node", &LinkParams::ib_bytes_per_s_per_node);
+
+  py::class_<Topology>(m, "Topology",
+                       "N nodes of M ranks each (G = N*M); rank r lives on node r // M.")
+      .def(py::init<int, int, LinkParams>(), py::arg("num_nodes"), py::arg("num_ranks"),
+           py::arg("links") = LinkParams{})
+      .def_static("parse", &Topology::parse, py::arg("spec"), py::arg("links") = LinkParams{},
+                  "Parses 'NxM' (N nodes, M ranks per node).")
+      .def_property_readonly("num_nodes", &Topology::num_nodes)
+      .def_property_readonly("num_ranks", &Topology::num_ranks)
+      .def_property_readonly("ranks_per_node", &Topology::ranks_per_node)
+      .def_property_readonly("links", &Topology::links)
+      .def("node_of", &Topology::node_of, py::arg("rank"))
+      .def("first_rank_of", &Topology::first_rank_of, py::arg("node"))
+      .def("__eq__", &Topology::operator==)
+      .def("__str__", &Topology::to_string)
+      .def("__repr__", [](const Topology& t) { return "Topology('" + t.to_string() + "')"; })
+      .def(py::pickle(
+          [](const Topology& t) {
+            return py::make_tuple(t.num_nodes(), t.num_ranks(), t.links().nvlink_bytes_per_s,
+                                  t.links().ib_bytes_per_s_per_node);
+          },
+          [](py::tuple s) {
+            return Topology(s[0].cast<int>(), s[1].cast<int>(),
+                            LinkParams{s[2].cast<double>(), s[3].cast<double>()});
+          }));
+
+  m.def("slots_for_rho", &slots_for_rho, py::arg("num_experts"), py::arg("num_ranks"),
+        py::arg("rho"), "Cobalt's budget: slots per rank S = floor((1 + rho) E / G).");
+  m.def("slots_for_extra", &slots_for_extra, py::arg("num_experts"), py::arg("num_ranks"),
+        py::arg("extra_slots"), "TopoEP's budget: S = ceil(E / G) + extra_slots.");
+}
+
+void bind_layout(py::module_& m) {
+  py::class_<ReplicaMove>(m, "ReplicaMove")
+      .def_readonly("expert", &ReplicaMove::expert)
+      .def_readonly("src_rank", &ReplicaMove::src_rank)
+      .def_readonly("dst_rank", &ReplicaMove::dst_rank)
+      .def_readonly("cross_node", &ReplicaMove::cross_node)
+      .def("__repr__", [](const ReplicaMove& r) {
+        return fmt::format("ReplicaMove(expert={}, src_rank={}, dst_rank={}, cross_node={})",
+                           r.expert, r.src_rank, r.dst_rank, r.cross_node);
+      });
+  py::class_<LayoutDiff>(m, "LayoutDiff")
+      .def_readonly("moves", &LayoutDiff::moves)
+      .def_readonly("num_intra_node", &LayoutDiff::num_intra_node)
+      .def_readonly("num_cross_node", &LayoutDiff::num_cross_node)
+      .def_readonly("num_removed", &LayoutDiff::num_removed);
+
+  py::class_<ExpertLayout, LayoutPtr>(
+      m, "ExpertLayout",
+      "Replica placement: the expert id in each slot of each rank ([G, S], -1 = empty). Immutable "
+      "and validated (every expert has a replica, no rank holds an expert twice).")
+      .def(py::init([](const Topology& topology, int num_experts, InArray<int32_t> slots) {
+             require_ndim(slots, 2, "ExpertLayout slots [G, S]");
+             COBALT_CHECK_ARG(slots.shape(0) == topology.num_ranks(),
+                              "ExpertLayout: slots has {} rows for {} ranks", slots.shape(0),
+                              topology.num_ranks());
+             return std::make_shared<ExpertLayout>(topology, num_experts,
+                                                   static_cast<int>(slots.shape(1)),
+                                                   vector_of(slots));
+           }),
+           py::arg("topology"), py::arg("num_experts"), py::arg("slots"))
+      .def_static(
+          "from_rank_lists",
+          [](const Topology& topology, int num_experts, int slots_per_rank,
+             const std::vector<std::vector<ExpertId>>& lists) {
+            return std::make_shared<ExpertLayout>(
+                ExpertLayout::from_rank_lists(topology, num_experts, slots_per_rank, lists));
+          },
+          py::arg("topology"), py::arg("num_experts"), py::arg("slots_per_rank"),
+          py::arg("experts_of_rank"))
+      .def_static(
+          "static_ep",
+          [](const Topology& topology, int num_experts, int slots_per_rank) {
+            return std::make_shared<ExpertLayout>(
+                ExpertLayout::static_ep(topology, num_experts, slots_per_rank));
+          },
+          py::arg("topology"), py::arg("num_experts"), py::arg("slots_per_rank"),
+          "Static EP: expert e on rank floor(e G / E), one replica each.")
+      .def_property_readonly("topology", &ExpertLayout::topology)
+      .def_property_readonly("num_experts", &ExpertLayout::num_experts)
+      .def_property_readonly("num_ranks", &ExpertLayout::num_ranks)
+      .def_property_readonly("num_nodes", &ExpertLayout::num_nodes)
+      .def_property_readonly("slots_per_rank", &ExpertLayout::slots_per_rank)
+      .def_property_readonly("num_replicas", &ExpertLayout::num_replicas)
+      .def_property_readonly(
+          "slots",
+          [](py::object self) {
+            const auto& l = self.cast<const ExpertLayout&>();
+            return view_of(l.slots(), {l.num_ranks(), l.slots_per_rank()}, self);
+          },
+          "[G, S] int32 read-only view: expert id per rank slot, -1 empty.")
+      .def(
+          "slots_of",
+          [](py::object self, RankId rank) {
+            const auto& l = self.cast<const ExpertLayout&>();
+            COBALT_CHECK_ARG(rank >= 0 && rank < l.num_ranks(), "rank {} out of range [0, {})",
+                             rank, l.num_ranks());
+            return view_of(l.slots_of(rank), {l.slots_per_rank()}, self);
+          },
+          py::arg("rank"))
+      .def(
+          "ranks_of",
+          [](py::object self, ExpertId e, std::optional<NodeId> node) {
+            const auto& l = self.cast<const ExpertLayout&>();
+            COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
+                             l.num_experts());
+            if (!node.has_value()) {
+              auto r = l.ranks_of(e);
+              return view_of(r, {static_cast<py::ssize_t>(r.size())}, self);
+            }
+            COBALT_CHECK_ARG(*node >= 0 && *node < l.num_nodes(), "node {} out of range [0, {})",
+                             *node, l.num_nodes());
+            auto r = l.ranks_of(e, *node);
+            return view_of(r, {static_cast<py::ssize_t>(r.size())}, self);
+          },
+          py::arg("expert"), py::arg("node") = py::none(),
+          "Ranks holding the expert (on `node` when given), ascending.")
+      .def("num_replicas_of", [](const ExpertLayout& l, ExpertId e) {
+             COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
+                              l.num_experts());
+             return l.num_replicas_of(e);
+           }, py::arg("expert"))
+      .def_property_readonly(
+          "node_masks",
+          [](py::object self) {
+            const auto& l = self.cast<const ExpertLayout&>();
+            return view_of(l.node_masks(), {l.num_experts()}, self);
+          },
+          "[E] uint64: bit n set when node n holds the expert.")
+      .def("holds", [](const ExpertLayout& l, RankId r, ExpertId e) {
+             COBALT_CHECK_ARG(r >= 0 && r < l.num_ranks(), "rank {} out of range [0, {})", r,
+                              l.num_ranks());
+             COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
+                              l.num_experts());
+             return l.holds(r, e);
+           }, py::arg("rank"), py::arg("expert"))
+      .def("num_used_slots", &ExpertLayout::num_used_slots, py::arg("rank"))
+      .def("to_json", &ExpertLayout::to_json)
+      .def("__eq__", [](const ExpertLayout& a, const ExpertLayout& b) { return a == b; })
+      .def("__repr__",
+           [](const ExpertLayout& l) {
+             return fmt::format("ExpertLayout(E={}, topology={}, slots_per_rank={}, replicas={})",
+                                l.num_experts(), l.topology().to_string(), l.slots_per_rank(),
+                                l.num_replicas());
+           })
+      .def(py::pickle(
+          [](py::object self) {
+            const auto& l = self.cast<const ExpertLayout&>();
+            return py::make_tuple(l.topology().num_nodes(), l.num_ranks(), l.num_experts(),
+                                  py::array(view_of(l.slots(), {l.num_ranks(), l.slots_per_rank()},
+                                                    self))
+                                      .attr("copy")());
+          },
+          [](py::tuple s) {
+            InArray<int32_t> slots = s[3].cast<InArray<int32_t>>();
+            return std::make_shared<ExpertLayout>(Topology(s[0].cast<int>(), s[1].cast<int>()),
+                                                  s[2].cast<int>(),
+                                                  static_cast<int>(slots.shape(1)),
+                                                  vector_of(slots));
+          }));
+
+  m.def("diff", &diff, py::arg("from_layout"), py::arg("to_layout"),
+        "Replica moves that turn one layout into another (same topology and E).");
+}
+
+void bind_routing_batch(py::module_& m) {
+  py::class_<PyRoutingBatch>(
+      m, "RoutingBatch",
+      "One step of one layer's routing: topk_ids [T, K] int32 and source_rank [T] int32. "
+      "Shares the arrays when they are already C-contiguous int32 (numpy or torch CPU), else "
+      "copies once. Validated unless validate=False.")
+      .def(py::init(&PyRoutingBatch::make), py::arg("topk_ids"),
+           py::arg("source_rank") = py::none(), py::arg("num_experts"), py::arg("num_ranks"),
+           py::arg("validate") = true)
+      .def_property_readonly("num_tokens", [](const PyRoutingBatch& b) { return b.batch.num_tokens(); })
+      .def_property_readonly("top_k", [](const PyRoutingBatch& b) { return b.batch.top_k(); })
+      .def_property_readonly("num_experts", [](const PyRoutingBatch& b) { return b.batch.num_experts(); })
+      .def_property_readonly("num_ranks", [](const PyRoutingBatch& b) { return b.batch.num_ranks(); })
+      .def_property_readonly("num_tasks", [](const PyRoutingBatch& b) { return b.batch.num_tasks(); })
+      .def_readonly("topk_ids", &PyRoutingBatch::topk_ids)
+      .def_readonly("source_rank", &PyRoutingBatch::source_rank)
+      .def("__len__", [](const PyRoutingBatch& b) { return b.batch.num_tokens(); });
+
+  m.def(
+      "validate_assignment",
+      [](const PyRoutingBatch& b, const ExpertLayout& layout, InArray<int32_t> exec_rank) {
+        validate_assignment(b.batch, layout, span_of(exec_rank));
+      },
+      py::arg("batch"), py::arg("layout"), py::arg("exec_rank"),
+      "Raises InternalError naming the first task whose rank does not hold its expert.");
+  m.def(
+      "contiguous_source_ranks",
+      [](int64_t num_tokens, int num_ranks) {
+        COBALT_CHECK_ARG(num_tokens >= 0, "number of tokens {} must be >= 0", num_tokens);
+        COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);
+        std::vector<RankId> out(static_cast<size_t>(num_tokens));
+        contiguous_source_ranks(num_tokens, num_ranks, out);
+        return owned_array(std::move(out), {static_cast<py::ssize_t>(num_tokens)});
+      },
+      py::arg("num_tokens"), py::arg("num_ranks"),
+      "[T] int32: token i of T comes from rank floor(i G / T).");
+}
+
+}  // namespace
+
+void bind_core(py::module_& m) {
+  m.attr("EMPTY_SLOT") = kEmptySlot;
+  m.attr("MAX_NODES") = kMaxNodes;
+  bind_topology(m);
+  bind_layout(m);
+  bind_routing_batch(m);
+}
+
+}  // namespace cobalt::py_bindings

@@ -1,0 +1,124 @@
+// eval/: the metrics of DESIGN.md 3.3 (contracts) and trace statistics.
+#include <pybind11/stl.h>
+
+#include "bindings_common.hpp"
+#include "cobalt/eval/metrics.hpp"
+#include "cobalt/eval/trace_stats.hpp"
+#include "py_routing_batch.hpp"
+
+namespace cobalt::py_bindings {
+namespace {
+
+std::span<const RankId> checked_exec(const InArray<int32_t>& exec_rank, int64_t num_tasks,
+                                     int num_ranks, const char* what) {
+  COBALT_CHECK_ARG(exec_rank.size() == num_tasks, "{}: {} execution ranks for {} tasks", what,
+                   exec_rank.size(), num_tasks);
+  auto span = span_of(exec_rank);
+  for (size_t i = 0; i < span.size(); ++i) {
+    COBALT_CHECK_ARG(span[i] >= 0 && span[i] < num_ranks,
+                     "{}: task {} has execution rank {} out of range [0, {})", what, i, span[i],
+                     num_ranks);
+  }
+  return span;
+}
+
+}  // namespace
+
+void bind_eval(py::module_& m) {
+  py::class_<eval::CrossNodeTransfers>(m, "CrossNodeTransfers")
+      .def_readonly("dedup", &eval::CrossNodeTransfers::dedup,
+                    "V = sum_t |{node(exec(t,e))} minus node(src_t)| (token copies, node dedup)")
+      .def_readonly("no_dedup", &eval::CrossNodeTransfers::no_dedup,
+                    "tasks whose execution node differs from the source node")
+      .def("__repr__", [](const eval::CrossNodeTransfers& c) {
+        return fmt::format("CrossNodeTransfers(dedup={}, no_dedup={})", c.dedup, c.no_dedup);
+      });
+
+  m.def(
+      "cross_node_transfers",
+      [](const PyRoutingBatch& b, InArray<int32_t> exec_rank, const Topology& topology) {
+        COBALT_CHECK_ARG(topology.num_ranks() == b.batch.num_ranks(),
+                         "cross_node_transfers: topology has {} ranks, batch {}",
+                         topology.num_ranks(), b.batch.num_ranks());
+        auto exec = checked_exec(exec_rank, b.batch.num_tasks(), topology.num_ranks(),
+                                 "cross_node_transfers");
+        return eval::cross_node_transfers(b.batch, exec, topology);
+      },
+      py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));
+  m.def(
+      "rank_loads",
+      [](InArray<int32_t> exec_rank, int num_ranks) {
+        COBALT_CHECK_ARG(num_ranks >= 1, "rank_loads: number of ranks {} must be >= 1", num_ranks);
+        auto exec = checked_exec(exec_rank, exec_rank.size(), num_ranks, "rank_loads");
+        auto loads = eval::rank_loads(exec, num_ranks);
+        return owned_array(std::move(loads), {num_ranks});
+      },
+      py::arg("exec_rank"), py::arg("num_ranks"), "L_r = tasks executed on rank r: [G] int64.");
+  m.def(
+      "imbalance", [](InArray<int64_t> loads) { return eval::imbalance(span_of(loads)); },
+      py::arg("loads"), "max_r L_r / mean_r L_r (1.0 without tasks).");
+  m.def(
+      "max_violation",
+      [](InArray<int64_t> counts) { return eval::max_violation(span_of(counts)); },
+      py::arg("expert_counts"), "max_e c_e / mean(c) - 1.");
+  m.def("token_bytes", &eval::token_bytes, py::arg("token_copies"), py::arg("hidden"),
+        py::arg("bytes_per_element"));
+
+  py::class_<eval::StepMetrics>(m, "StepMetrics")
+      .def_readonly("transfers", &eval::StepMetrics::transfers)
+      .def_property_readonly("rank_loads",
+                             [](py::object self) {
+                               const auto& s = self.cast<const eval::StepMetrics&>();
+                               return view_of(std::span<const int64_t>(s.rank_loads),
+                                              {static_cast<py::ssize_t>(s.rank_loads.size())},
+                                              self);
+                             })
+      .def_readonly("imbalance", &eval::StepMetrics::imbalance)
+      .def_readonly("max_violation", &eval::StepMetrics::max_violation);
+  m.def(
+      "step_metrics",
+      [](const PyRoutingBatch& b, InArray<int32_t> exec_rank, const Topology& topology) {
+        COBALT_CHECK_ARG(topology.num_ranks() == b.batch.num_ranks(),
+                         "step_metrics: topology has {} ranks, batch {}", topology.num_ranks(),
+                         b.batch.num_ranks());
+        auto exec = checked_exec(exec_rank, b.batch.num_tasks(), topology.num_ranks(),
+                                 "step_metrics");
+        return eval::step_metrics(b.batch, exec, topology);
+      },
+      py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));
+
+  py::class_<eval::TraceStatsOptions>(m, "TraceStatsOptions")
+      .def(py::init([](int hot_count, int num_ranks, int num_threads) {
+             return eval::TraceStatsOptions{hot_count, num_ranks, num_threads};
+           }),
+           py::arg("hot_count") = 8, py::arg("num_ranks") = 0, py::arg("num_threads") = 1)
+      .def_readwrite("hot_count", &eval::TraceStatsOptions::hot_count)
+      .def_readwrite("num_ranks", &eval::TraceStatsOptions::num_ranks)
+      .def_readwrite("num_threads", &eval::TraceStatsOptions::num_threads);
+  py::class_<eval::LayerTraceStats>(m, "LayerTraceStats")
+      .def_readonly("load_max_mean", &eval::LayerTraceStats::load_max_mean)
+      .def_readonly("load_max_mean_step", &eval::LayerTraceStats::load_max_mean_step)
+      .def_readonly("ochiai_count_weighted", &eval::LayerTraceStats::ochiai_count_weighted)
+      .def_readonly("ochiai_top_partner", &eval::LayerTraceStats::ochiai_top_partner)
+      .def_readonly("hot_set_churn", &eval::LayerTraceStats::hot_set_churn)
+      .def_readonly("static_ep_imbalance", &eval::LayerTraceStats::static_ep_imbalance)
+      .def_readonly("source_locality", &eval::LayerTraceStats::source_locality);
+  py::class_<eval::TraceStats>(m, "TraceStats")
+      .def_readonly("num_experts", &eval::TraceStats::num_experts)
+      .def_readonly("top_k", &eval::TraceStats::top_k)
+      .def_readonly("num_layers", &eval::TraceStats::num_layers)
+      .def_readonly("num_tokens", &eval::TraceStats::num_tokens)
+      .def_readonly("num_steps", &eval::TraceStats::num_steps)
+      .def_readonly("num_sources", &eval::TraceStats::num_sources)
+      .def_readonly("load_only", &eval::TraceStats::load_only)
+      .def_readonly("load_max_mean", &eval::TraceStats::load_max_mean)
+      .def_readonly("load_max_mean_step", &eval::TraceStats::load_max_mean_step)
+      .def_readonly("ochiai_count_weighted", &eval::TraceStats::ochiai_count_weighted)
+      .def_readonly("ochiai_top_partner", &eval::TraceStats::ochiai_top_partner)
+      .def_readonly("hot_set_churn", &eval::TraceStats::hot_set_churn)
+      .def_readonly("static_ep_imbalance", &eval::TraceStats::static_ep_imbalance)
+      .def_readonly("source_locality", &eval::TraceStats::source_locality)
+      .def_readonly("layers", &eval::TraceStats::layers);
+}
+
+}  // namespace cobalt::py_bindings

@@ -1,0 +1,23 @@
+// The Python-side RoutingBatch: owns (or shares, zero-copy) the int32 arrays the C++ view points
+// at, so the view can never outlive its data.
+#pragma once
+
+#include <optional>
+
+#include "bindings_common.hpp"
+#include "cobalt/core/routing_batch.hpp"
+
+namespace cobalt::py_bindings {
+
+struct PyRoutingBatch {
+  InArray<int32_t> topk_ids;     // [T, K]
+  InArray<int32_t> source_rank;  // [T]
+  RoutingBatch batch;
+
+  // topk_ids: [T, K]; source_rank: [T] or None (contiguous blocks per rank). validate = false skips
+  // the per-token checks (for data validated elsewhere).
+  static PyRoutingBatch make(InArray<int32_t> topk_ids, std::optional<InArray<int32_t>> source_rank,
+                             int num_experts, int num_ranks, bool validate);
+};
+
+}  // namespace cobalt::py_bindings

@@ -1,0 +1,159 @@
+"""cobalt._core: error translation, zero-copy views, and agreement with the C++ semantics."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+import cobalt
+
+
+def _batch(num_tokens: int = 64, experts: int = 16, k: int = 2, ranks: int = 8,
+           seed: int = 0) -> cobalt.RoutingBatch:
+    rng = np.random.default_rng(seed)
+    ids = np.stack([rng.choice(experts, k, replace=False) for _ in range(num_tokens)])
+    return cobalt.RoutingBatch(ids.astype(np.int32), None, experts, ranks)
+
+
+def test_errors_map_to_value_and_runtime_errors() -> None:
+    with pytest.raises(ValueError, match="not divisible by the number of nodes 3"):
+        cobalt.Topology(3, 4)
+    assert issubclass(cobalt.InvalidArgumentError, ValueError)
+    assert issubclass(cobalt.FailedPreconditionError, RuntimeError)
+    assert issubclass(cobalt.InternalError, RuntimeError)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"expert id 17 out of range \[0, 16\)"):
+        cobalt.RoutingBatch(np.array([[0, 17]], dtype=np.int32), None, 16, 8)
+    with pytest.raises(cobalt.FailedPreconditionError, match="replica budget too small"):
+        cobalt.make_policy("static", cobalt.PolicyConfig(cobalt.Topology(2, 8), 64, 2,
+                                                         slots_per_rank=2))
+    with pytest.raises(ValueError, match="unknown policy 'nope'"):
+        cobalt.make_policy("nope", cobalt.PolicyConfig(cobalt.Topology(2, 8), 16, 2,
+                                                       slots_per_rank=3))
+    layout = cobalt.ExpertLayout.static_ep(cobalt.Topology(2, 8), 16, 2)
+    batch = _batch()
+    with pytest.raises(cobalt.InternalError, match="does not hold|lacks|not hold"):
+        cobalt.validate_assignment(batch, layout, np.zeros((64, 2), dtype=np.int32))
+
+
+def test_topology_and_layout_views() -> None:
+    topo = cobalt.Topology.parse("2x4")
+    assert (topo.num_nodes, topo.num_ranks, topo.ranks_per_node) == (2, 8, 4)
+    assert topo.node_of(5) == 1 and str(topo) == "2x4"
+    assert pickle.loads(pickle.dumps(topo)) == topo
+    layout = cobalt.ExpertLayout.static_ep(topo, 16, 3)
+    slots = layout.slots
+    assert slots.shape == (8, 3) and slots.dtype == np.int32 and not slots.flags.writeable
+    np.testing.assert_array_equal(slots[:, :2].ravel(), np.arange(16))
+    assert (slots[:, 2] == cobalt.EMPTY_SLOT).all()
+    assert list(layout.ranks_of(5)) == [2] and list(layout.ranks_of(9, 1)) == [4]
+    assert list(layout.ranks_of(9, 0)) == []
+    assert layout.node_masks.dtype == np.uint64 and int(layout.node_masks[9]) == 2
+    again = cobalt.ExpertLayout(topo, 16, slots)
+    assert again == layout and pickle.loads(pickle.dumps(layout)) == layout
+    lists = [list(map(int, slots[r][slots[r] >= 0])) for r in range(8)]
+    lists[0].append(15)
+    moved = cobalt.ExpertLayout.from_rank_lists(topo, 16, 3, lists)
+    d = cobalt.diff(layout, moved)
+    assert d.num_cross_node == 1 and d.moves[0].expert == 15 and d.moves[0].dst_rank == 0
+    with pytest.raises(ValueError, match="out of range"):
+        layout.ranks_of(16)
+
+
+def test_routing_batch_shares_torch_and_numpy_memory() -> None:
+    ids = torch.tensor([[0, 1], [2, 3], [4, 5]], dtype=torch.int32)
+    src = torch.tensor([0, 1, 7], dtype=torch.int32)
+    batch = cobalt.RoutingBatch(ids, src, 8, 8)
+    assert batch.topk_ids.__array_interface__["data"][0] == ids.data_ptr()
+    assert batch.source_rank.__array_interface__["data"][0] == src.data_ptr()
+    converted = cobalt.RoutingBatch(ids.to(torch.int64), None, 8, 8)  # copied once to int32
+    np.testing.assert_array_equal(converted.topk_ids, ids.numpy())
+    np.testing.assert_array_equal(converted.source_rank, [0, 2, 5])  # floor(i * G / T)
+    with pytest.raises(ValueError, match="token 1"):
+        cobalt.RoutingBatch(np.array([[0, 1], [3, 3]], dtype=np.int32), None, 8, 8)
+
+
+def test_assignment_metrics_and_policies_agree() -> None:
+    topo = cobalt.Topology(2, 8)
+    batch = _batch()
+    layout = cobalt.ExpertLayout.static_ep(topo, 16, 3)
+    out = np.empty((64, 2), dtype=np.int32)
+    exe = cobalt.assign_node_cover(batch, layout, seed=3, out=out)
+    assert exe is out or np.shares_memory(exe, out)
+    np.testing.assert_array_equal(out, (batch.topk_ids * 8) // 16)  # one replica: its rank
+    v = cobalt.cross_node_transfers(batch, out, topo)
+    src_node = batch.source_rank // 4
+    expect = sum(len({int(r) // 4 for r in out[t]} - {int(src_node[t])}) for t in range(64))
+    assert v.dedup == expect and v.no_dedup >= v.dedup
+    loads = cobalt.rank_loads(out, 8)
+    assert loads.sum() == 128 and cobalt.imbalance(loads) == pytest.approx(loads.max() / 16)
+    with pytest.raises(ValueError, match="out of range"):
+        cobalt.cross_node_transfers(batch, np.full((64, 2), 9, dtype=np.int32), topo)
+    cfg = cobalt.PolicyConfig(topo, 16, 2, slots_per_rank=3, steps_per_global_plan=2)
+    for name in cobalt.policy_names():
+        policy = cobalt.make_policy(name, cfg)
+        assert policy.name == name
+        for step in range(3):
+            layout_s, exe_s = policy.run(step, 0, batch)
+            assert exe_s.shape == (64, 2)
+            cobalt.validate_assignment(batch, layout_s, exe_s)
+    with pytest.raises(ValueError, match="made for E=16"):
+        cobalt.make_policy("static", cfg).run(0, 0, _batch(experts=32))
+
+
+def test_stats_planner_and_rebalance() -> None:
+    topo = cobalt.Topology(2, 8)
+    batch = _batch(num_tokens=256)
+    stats = cobalt.RoutingStats.exact_counts(16)
+    stats.update(batch)
+    counts, coact = cobalt.count_routing(batch)
+    np.testing.assert_array_equal(stats.expert_load, counts)
+    np.testing.assert_array_equal(stats.coactivation, coact)
+    view = stats.expert_load
+    stats.update(batch)  # live view
+    np.testing.assert_array_equal(view, 2 * counts)
+    summary = stats.ochiai_summary()
+    direct = cobalt.summarize_ochiai(stats.expert_load, stats.coactivation)
+    assert summary.top_partner == direct.top_partner > 0
+    plan_in = cobalt.GlobalPlanInput(topo, 16, 3, stats.expert_load, stats.coactivation, eps=0.2)
+    result = cobalt.plan_global_heuristic(plan_in, num_restarts=2, seed=1)
+    assert cobalt.check_node_plan(plan_in, result.plan) == ""
+    assert result.plan.replicas.shape == (16, 2)
+    layout, loads = cobalt.pack_ranks(plan_in, result.plan)
+    assert layout.num_experts == 16 and loads.shape == (8, 3)
+    rebalanced = cobalt.rebalance_intra_node(layout, loads)
+    assert rebalanced.layout.num_replicas == layout.num_replicas
+    with pytest.raises(ValueError, match="slot loads"):
+        cobalt.rebalance_intra_node(layout, np.zeros(3))
+
+
+def test_trace_round_trip(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    ids = np.stack([np.stack([rng.choice(8, 2, replace=False) for _ in range(10)])
+                    for _ in range(3)]).astype(np.int32)
+    data = cobalt.TraceData(8, topk_ids=ids, step_offsets=np.array([0, 4, 10]),
+                            source_rank=np.arange(10, dtype=np.int32) % 4, num_sources=4,
+                            metadata={"model": "toy"})
+    path = str(tmp_path / "t.safetensors")
+    cobalt.write_trace(path, data)
+    reader = cobalt.TraceReader(path)
+    assert (reader.num_experts, reader.top_k, reader.num_layers, reader.num_tokens,
+            reader.num_steps, reader.num_sources) == (8, 2, 3, 10, 2, 4)
+    np.testing.assert_array_equal(reader.topk_ids(1), ids[1])
+    np.testing.assert_array_equal(reader.topk_ids(2, 4, 10), ids[2, 4:])
+    np.testing.assert_array_equal(reader.source_rank(), np.arange(10) % 4)
+    assert not reader.topk_ids(0).flags.writeable
+    assert reader.metadata["model"] == "toy" and reader.metadata["format"] == "cobalt-trace"
+    loaded = reader.load()
+    np.testing.assert_array_equal(loaded.topk_ids, ids)
+    stats = cobalt.compute_trace_stats(reader)
+    assert stats.num_layers == 3 and stats.ochiai_top_partner is not None
+    bad = ids.copy()
+    bad[0, 0, 0] = 8
+    with pytest.raises(ValueError, match="topk_ids"):
+        cobalt.write_trace(str(tmp_path / "bad.safetensors"), cobalt.TraceData(8, topk_ids=bad))
+    (tmp_path / "junk.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
+    with pytest.raises(ValueError, match="junk.safetensors"):
+        cobalt.TraceReader(str(tmp_path / "junk.safetensors"))
