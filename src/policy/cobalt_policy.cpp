@@ -79,7 +79,7 @@ class CobaltPolicy final : public Policy {
 
   std::string name() const override { return variant_.name; }
 
-  std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+  std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank) override {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);

@@ -55,7 +55,7 @@ class EplbPolicy final : public Policy {
   std::string name() const override { return "eplb"; }
   bool needs_token_ids() const override { return false; }
 
-  std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+  std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank) override {
     LayerState& st = state(layer);
     COBALT_CHECK_ARG(batch.num_experts() == config_.num_experts &&
@@ -84,7 +84,7 @@ class EplbPolicy final : public Policy {
     return st.layout;
   }
 
-  std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
+  std::shared_ptr<const ExpertLayout> do_run_loads(int64_t step, int layer,
                                                 std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads) override {
     LayerState& st = state(layer);

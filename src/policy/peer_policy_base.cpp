@@ -20,7 +20,7 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::step(int64_t step, int 
   return decide(step, layer, counts);
 }
 
-std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::run(int64_t step, int layer,
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run(int64_t step, int layer,
                                                              const RoutingBatch& batch,
                                                              std::span<RankId> exec_rank) {
   const auto counts = plan::count_demand(batch);
@@ -30,7 +30,7 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::run(int64_t step, int l
   return in_force;
 }
 
-std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::run_loads(int64_t step, int layer,
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run_loads(int64_t step, int layer,
                                                                    std::span<const int64_t> counts,
                                                                    std::span<int64_t> rank_loads) {
   const size_t expected = static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts;

@@ -25,8 +25,35 @@ void PolicyConfig::validate() const {
                    planner_restarts);
 }
 
-std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t, int, std::span<const int64_t>,
-                                                     std::span<int64_t>) {
+std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const RoutingBatch& batch,
+                                                std::span<RankId> exec_rank) {
+  COBALT_CHECK_ARG(batch.num_experts() == num_experts_ && batch.top_k() == top_k_ &&
+                       batch.num_ranks() == num_ranks_,
+                   "policy {}: batch has E={} K={} G={}, the policy was configured for E={} K={} G={}",
+                   name(), batch.num_experts(), batch.top_k(), batch.num_ranks(), num_experts_, top_k_,
+                   num_ranks_);
+  COBALT_CHECK_ARG(layer >= 0 && layer < num_layers_, "policy {}: layer {} out of range [0, {})",
+                   name(), layer, num_layers_);
+  COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
+                   "policy {}: output holds {} ranks for {} tasks", name(), exec_rank.size(),
+                   batch.num_tasks());
+  return do_run(step, layer, batch, exec_rank);
+}
+
+std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
+                                                      std::span<const int64_t> counts,
+                                                      std::span<int64_t> rank_loads) {
+  COBALT_CHECK_ARG(layer >= 0 && layer < num_layers_, "policy {}: layer {} out of range [0, {})",
+                   name(), layer, num_layers_);
+  COBALT_CHECK_ARG(counts.size() == static_cast<size_t>(num_ranks_) * num_experts_ &&
+                       rank_loads.size() == static_cast<size_t>(num_ranks_),
+                   "policy {}: counts has {} entries (need G x E = {} x {}), rank loads {} (need {})",
+                   name(), counts.size(), num_ranks_, num_experts_, rank_loads.size(), num_ranks_);
+  return do_run_loads(step, layer, counts, rank_loads);
+}
+
+std::shared_ptr<const ExpertLayout> Policy::do_run_loads(int64_t, int, std::span<const int64_t>,
+                                                         std::span<int64_t>) {
   fail(ErrorCode::kFailedPrecondition,
        "policy '{}' needs per-token expert ids (topk_ids); this trace is load-only (counts)", name());
 }
@@ -40,7 +67,14 @@ std::vector<std::string> policy_names() {
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config) {
   config.validate();
   for (const auto& entry : registry()) {
-    if (entry.name == name) return entry.make(config);
+    if (entry.name == name) {
+      auto policy = entry.make(config);
+      policy->num_experts_ = config.num_experts;
+      policy->top_k_ = config.top_k;
+      policy->num_ranks_ = config.topology.num_ranks();
+      policy->num_layers_ = config.num_layers;
+      return policy;
+    }
   }
   fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", name,
        fmt::join(policy_names(), ", "));

@@ -18,7 +18,7 @@ class StaticPolicy final : public Policy {
   std::string name() const override { return "static"; }
   bool needs_token_ids() const override { return false; }
 
-  std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+  std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank) override {
     // One replica per expert: every task runs on the expert's only rank.
     auto ids = batch.topk_ids();
@@ -26,7 +26,7 @@ class StaticPolicy final : public Policy {
     return layout_;
   }
 
-  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int, std::span<const int64_t> counts,
+  std::shared_ptr<const ExpertLayout> do_run_loads(int64_t, int, std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads) override {
     const int num_experts = config_.num_experts, num_ranks = config_.topology.num_ranks();
     std::fill(rank_loads.begin(), rank_loads.end(), 0);

@@ -28,7 +28,7 @@ class TopoEpPolicy final : public Policy {
   std::string name() const override { return "topoep"; }
   bool needs_token_ids() const override { return false; }
 
-  std::shared_ptr<const ExpertLayout> run(int64_t, int layer, const RoutingBatch& batch,
+  std::shared_ptr<const ExpertLayout> do_run(int64_t, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank) override {
     check_shape(layer, batch.num_experts(), batch.num_ranks());
     COBALT_CHECK_ARG(exec_rank.size() == static_cast<size_t>(batch.num_tasks()),
@@ -40,7 +40,7 @@ class TopoEpPolicy final : public Policy {
     return layout;
   }
 
-  std::shared_ptr<const ExpertLayout> run_loads(int64_t, int layer, std::span<const int64_t> counts,
+  std::shared_ptr<const ExpertLayout> do_run_loads(int64_t, int layer, std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads) override {
     const int num_ranks = config_.topology.num_ranks();
     check_shape(layer, config_.num_experts, num_ranks);

@@ -52,23 +52,35 @@ class Policy {
   virtual bool needs_token_ids() const { return true; }
 
   // Decides (step, layer): returns the layout in force and writes exec_rank [T, K]. Steps must
-  // arrive in non-decreasing order per layer.
-  virtual std::shared_ptr<const ExpertLayout> run(int64_t step, int layer,
-                                                  const RoutingBatch& batch,
-                                                  std::span<RankId> exec_rank) = 0;
+  // arrive in non-decreasing order per layer. Throws kInvalidArgument when the batch's E, K or ranks,
+  // the layer or the output size disagree with the policy's configuration.
+  std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
+                                          std::span<RankId> exec_rank);
 
-  // Load-only replay (traces with a `counts` tensor, no per-token ids). counts: [G, E] tasks from rank r
-  // choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes the tasks
-  // each rank executes, rank_loads [G], and returns the layout in force. Token-level policies cannot
-  // run here: the default throws kFailedPrecondition naming the policy.
-  virtual std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
-                                                        std::span<const int64_t> counts,
-                                                        std::span<int64_t> rank_loads);
+  // Load-only replay (traces with a `counts` tensor, no per-token ids). counts: [G, E] tasks from
+  // rank r choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes the
+  // tasks each rank executes, rank_loads [G], and returns the layout in force. Token-level policies
+  // cannot run here: they throw kFailedPrecondition naming the policy.
+  std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
+                                                std::span<const int64_t> counts,
+                                                std::span<int64_t> rank_loads);
 
   const PolicyCounters& counters() const { return counters_; }
 
  protected:
+  // What run() / run_loads() call after validating their arguments.
+  virtual std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer,
+                                                     const RoutingBatch& batch,
+                                                     std::span<RankId> exec_rank) = 0;
+  virtual std::shared_ptr<const ExpertLayout> do_run_loads(int64_t step, int layer,
+                                                           std::span<const int64_t> counts,
+                                                           std::span<int64_t> rank_loads);
+
   PolicyCounters counters_;
+
+ private:
+  friend std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
+  int num_experts_ = 0, top_k_ = 0, num_ranks_ = 0, num_layers_ = 0;  // set by make_policy
 };
 
 // Known policy names, in display order.

@@ -158,3 +158,27 @@ TEST(PolicyRegistry, UnknownNameListsValidOnes) {
 
 }  // namespace
 }  // namespace cobalt::policy
+
+namespace cobalt::policy {
+namespace {
+
+TEST(PolicyRun, RejectsBatchesThatDoNotMatchTheConfiguration) {
+  PolicyConfig config;
+  config.topology = Topology(2, 4);
+  config.num_experts = 8;
+  config.top_k = 2;
+  config.slots_per_rank = 3;
+  for (const auto& name : policy_names()) {
+    auto policy = make_policy(name, config);
+    auto wrong_experts = testing::random_batch(1, 10, 2, 16, 4);  // E = 16, configured 8
+    std::vector<RankId> exec(20);
+    EXPECT_THROW(policy->run(0, 0, wrong_experts.view(), exec), Error) << name;
+    auto ok = testing::random_batch(1, 10, 2, 8, 4);
+    EXPECT_THROW(policy->run(0, 1, ok.view(), exec), Error) << name << ": layer out of range";
+    std::vector<RankId> short_exec(5);
+    EXPECT_THROW(policy->run(0, 0, ok.view(), short_exec), Error) << name;
+  }
+}
+
+}  // namespace
+}  // namespace cobalt::policy
