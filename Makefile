@@ -42,7 +42,22 @@ build-python: deps
 test-python: build-python
 	$(PYTHON) -m pytest python/tests -q
 
-test: test-release test-debug test-python
+test: test-release test-debug test-python test-cuda-compile
+
+# CUDA kernels (docs/gpu.md), when nvcc is present: configure the `cuda` preset and build only the
+# CUDA targets (a compile and link check; nothing runs on a GPU), then run the host emulation of the
+# kernel bodies against the CPU references (no GPU needed). Skipped without nvcc.
+NVCC ?= /usr/local/cuda/bin/nvcc
+.PHONY: test-cuda-compile
+test-cuda-compile: deps
+	@if [ -x $(NVCC) ]; then \
+	  cmake --preset cuda -DCMAKE_CUDA_COMPILER=$(NVCC) -DCOBALT_BUILD_TESTS=OFF \
+	    -DCOBALT_BUILD_BENCHMARKS=OFF >/dev/null && \
+	  cmake --build --preset cuda --target cobalt_cuda_all -j $(JOBS) && \
+	  build/cuda/bin/cobalt_cuda_emulation_test --gtest_brief=1; \
+	else \
+	  echo "test-cuda-compile: $(NVCC) not found: CUDA kernels not compiled"; \
+	fi
 
 bench: build
 	$(BUILD)/bench/cobalt_bench --benchmark_counters_tabular=true

@@ -14,8 +14,8 @@ DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
   COBALT_CHECK_ARG(top_k >= 1, "dispatch layout: top-k {} must be >= 1", top_k);
   const int64_t num_tokens = static_cast<int64_t>(source_rank.size());
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == num_tokens * top_k,
-                   "dispatch layout: {} execution ranks for {} tokens x top-k {}",
-                   exec_rank.size(), num_tokens, top_k);
+                   "dispatch layout: {} execution ranks for {} tokens x top-k {}", exec_rank.size(),
+                   num_tokens, top_k);
   DispatchLayout out;
   out.rank_counts.assign(num_ranks, 0);
   out.node_counts.assign(num_nodes, 0);
@@ -28,8 +28,10 @@ DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
   std::vector<uint8_t> node_seen(num_nodes, 0);
   for (int64_t t = 0; t < num_tokens; ++t) {
     const RankId src = source_rank[t];
-    COBALT_CHECK_ARG(src >= 0 && src < num_ranks, "dispatch layout: token {} source rank {} out of "
-                     "range [0, {})", t, src, num_ranks);
+    COBALT_CHECK_ARG(src >= 0 && src < num_ranks,
+                     "dispatch layout: token {} source rank {} out of "
+                     "range [0, {})",
+                     t, src, num_ranks);
     uint8_t* flags = out.token_in_rank.data() + static_cast<size_t>(t) * num_ranks;
     const RankId* row = exec_rank.data() + t * top_k;
     for (int k = 0; k < top_k; ++k) {
@@ -64,11 +66,13 @@ DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
       }
     }
   }
-  for (int d = 0; d < num_ranks; ++d) out.rank_offsets[d + 1] = out.rank_offsets[d] + out.rank_counts[d];
+  for (int d = 0; d < num_ranks; ++d)
+    out.rank_offsets[d + 1] = out.rank_offsets[d] + out.rank_counts[d];
   COBALT_CHECK_ARG(out.rank_offsets[num_ranks] <= std::numeric_limits<int32_t>::max(),
                    "dispatch layout: {} copies overflow the int32 slots",
                    out.rank_offsets[num_ranks]);
-  for (size_t i = 0; i < out.slot.size(); ++i) out.slot[i] += static_cast<int32_t>(out.rank_offsets[exec_rank[i]]);
+  for (size_t i = 0; i < out.slot.size(); ++i)
+    out.slot[i] += static_cast<int32_t>(out.rank_offsets[exec_rank[i]]);
   return out;
 }
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# GPU check and benchmark of Cobalt's CUDA kernels (docs/gpu.md): every kernel against its CPU
+# reference (bitwise, poisoned outputs) on random, synthetic-preset and real traces, then timed
+# (CUDA events, 3 warm-ups, median of 20) against the memory-bandwidth floor; one table.
+#
+#   bash bench/gpu/run.sh --bundle [JOBS=n]   on a machine with nvcc (no GPU needed): build
+#                                            cobalt_gpu_check and pack it, the shared libraries it
+#                                            needs beyond libc/libstdc++, and the real traces into
+#                                            build/gpu-bundle (about 12 MB)
+#   bash bench/gpu/run.sh [check options]    on the GPU machine: run the bundle when it is there
+#                                            (carry build/gpu-bundle), else build with the `cuda`
+#                                            preset first (needs the project's build dependencies)
+#
+# Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
+# With $OUT set (the device tool), the log and a CSV of the table are also written there.
+# Designed to finish in well under 3 minutes of device time with the bundle (no build there).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bundle=build/gpu-bundle
+
+build() {
+  cmake --preset cuda -DCOBALT_BUILD_TESTS=OFF -DCOBALT_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build --preset cuda --target cobalt_gpu_check -j "${JOBS:-$(nproc)}"
+}
+
+if [[ ${1:-} == --bundle ]]; then
+  shift
+  build
+  rm -rf "$bundle"
+  mkdir -p "$bundle/lib" "$bundle/traces"
+  cp build/cuda/bin/cobalt_gpu_check "$bundle/"
+  # Shared libraries other than the C/C++ runtime (libfmt today); the CUDA runtime is static and
+  # the driver (libcuda.so) comes from the GPU machine.
+  ldd build/cuda/bin/cobalt_gpu_check | awk '/=> \// {print $3}' |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
+    xargs -r cp -L -t "$bundle/lib/"
+  if compgen -G "../shared/data/traces/*.safetensors" >/dev/null; then
+    cp ../shared/data/traces/*.safetensors "$bundle/traces/"
+  else
+    echo "run.sh: no real traces at ../shared/data/traces (the check will skip them)"
+  fi
+  {
+    echo "commit $(git rev-parse HEAD)"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+    echo "nvcc: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
+    git status --short -- src/cuda include/cobalt/cuda | sed 's/^/uncommitted: /'
+  } >"$bundle/BUILD_INFO"
+  du -sh "$bundle"
+  echo "run.sh: bundle ready; on the GPU machine: bash bench/gpu/run.sh (carry $bundle)"
+  exit 0
+fi
+
+if [[ -x $bundle/cobalt_gpu_check ]]; then
+  bin=$bundle/cobalt_gpu_check
+  traces=$bundle/traces
+  export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "run.sh: using the bundle:"
+  sed 's/^/  /' "$bundle/BUILD_INFO"
+else
+  echo "run.sh: no bundle at $bundle; building with the cuda preset"
+  build
+  bin=build/cuda/bin/cobalt_gpu_check
+  traces=../shared/data/traces
+fi
+
+log=/dev/null
+csv=()
+if [[ -n ${OUT:-} ]]; then
+  log=$OUT/gpu_check.txt
+  csv=(--csv "$OUT/gpu_check.csv")
+fi
+{
+  echo "date: $(date -u +%Y-%m-%d) ($(date -u +%H:%M) UTC)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
+    --format=csv,noheader 2>/dev/null | sed 's/^/nvidia-smi: /' || true
+} | tee "$log"
+set +e
+timeout 240 "$bin" --traces "$traces" "${csv[@]}" "$@" 2>&1 | tee -a "$log"
+status=${PIPESTATUS[0]}
+set -e
+echo "run.sh: cobalt_gpu_check exit status $status" \
+  "(0 all checks passed, 1 a check failed, 2 no GPU, 124 timeout)" | tee -a "$log"
+exit "$status"

@@ -1,0 +1,213 @@
+// Per-token body of the GPU task assignment (Cobalt Algorithm 1), shared by the kernel
+// (src/cuda/assign.cu) and its host emulation. It mirrors assign_node_cover's fast path in
+// src/assign/node_cover.cpp step by step (same draws, same tie-breaks), so both variants are
+// bitwise identical to the CPU:
+//   * local experts: a rank of the source node, replica uniform_below(mix64(h_k), count) (no draw
+//     when the node holds one replica), h_k = task_hash_from_token(token_hash(prefix, token), k);
+//   * uncovered experts: the cover is the lowest node holding all of them when there is one, else
+//     - kMasks (the paper's enumeration): the first feasible remote mask in (popcount, value)
+//       order, enumerated per popcount with Gosper's hack over the N-1 remote nodes (bit-deposit
+//       around the source bit keeps numeric order), or
+//     - kSubsetDp (the scalable exact variant): min_cover_dp of node_cover.cpp (non-dominated
+//       distinct node covers in ascending node order, lexicographic combinations when there are
+//       <= 12, else the DP over subsets of the uncovered experts with the same tie-break);
+//     then node uniform_below(h_k, |cover & mask_e|)-th set bit, rank uniform_below(mix64(h_k), .).
+#pragma once
+
+#include <cstdint>
+
+#include "cobalt/core/rng.hpp"
+#include "detail/simt.hpp"
+
+namespace cobalt::cuda::detail {
+
+inline constexpr int kAssignMaxTopK = 16;     // as node_cover.cpp (16-bit uncovered-expert sets)
+inline constexpr int kAssignLocalDpBits = 8;  // the DP table of <= 8 uncovered experts is local
+inline constexpr uint64_t kCoverDeferred = ~uint64_t{0};
+
+struct AssignTables {
+  const uint64_t* node_mask;     // [E]
+  const int32_t* node_offsets;   // [E * N + 1]
+  const int32_t* replica_ranks;  // grouped by (expert, node)
+  int num_nodes;
+  int ranks_per_node;
+};
+
+enum class CoverMode : int { kMasks = 0, kSubsetDp = 1 };
+
+// Replica of expert e on node n: the first when the node holds one (no draw), else
+// uniform_below(mix64(h), count) with h = task_hash_from_token(token_h, k).
+COBALT_HD inline int32_t pick_replica(const AssignTables& tab, int32_t e, int n, uint64_t token_h,
+                                      int k) {
+  const int64_t idx = static_cast<int64_t>(e) * tab.num_nodes + n;
+  const int32_t first = tab.node_offsets[idx];
+  const uint32_t count = static_cast<uint32_t>(tab.node_offsets[idx + 1] - first);
+  if (count == 1) return tab.replica_ranks[first];
+  return tab.replica_ranks[first + uniform_below(mix64(task_hash_from_token(token_h, k)), count)];
+}
+
+// kMasks: the first remote node mask (source bit clear, >= 2 nodes) in (popcount, value) order that
+// meets every uncovered expert's mask. `uncovered` has bit k set for uncovered task k.
+template <int kMaxK>
+COBALT_HD inline uint64_t first_feasible_mask(int num_nodes, int src_node, const uint64_t* mask,
+                                              uint32_t uncovered, int top_k) {
+  const int remote = num_nodes - 1;
+  const uint64_t low = (uint64_t{1} << src_node) - 1;
+  const uint64_t limit = uint64_t{1} << remote;
+  for (int p = 2; p <= remote; ++p) {
+    uint64_t c = (uint64_t{1} << p) - 1;  // p-subsets of the remote nodes, ascending
+    while (c < limit) {
+      const uint64_t b = (c & low) | ((c & ~low) << 1);  // re-insert the source node's bit (0)
+      bool feasible = true;
+      COBALT_UNROLL
+      for (int k = 0; k < kMaxK; ++k) {
+        if (k < top_k && ((uncovered >> k) & 1u) && (b & mask[k]) == 0) feasible = false;
+      }
+      if (feasible) return b;
+      const uint64_t t = c | (c - 1);  // Gosper's hack: next larger value with p bits
+      c = (t + 1) | (((~t & (t + 1)) - 1) >> (ctz64(c) + 1));
+    }
+  }
+  return 0;  // unreachable: every expert has a replica, so all remote nodes cover U_t
+}
+
+// kSubsetDp: node_cover.cpp's min_cover_dp over the compacted uncovered masks. best_table holds
+// 2^dp_bits bytes; returns kCoverDeferred when the DP is needed for more uncovered experts than
+// that (the caller retries with a bigger table).
+COBALT_HD inline uint64_t min_cover_subset_dp(const uint64_t* masks, int num_uncovered,
+                                              uint8_t* best_table, int dp_bits) {
+  const uint32_t full = (uint32_t{1} << num_uncovered) - 1;
+  uint64_t candidates = 0;
+  for (int i = 0; i < num_uncovered; ++i) candidates |= masks[i];
+  // Distinct, non-dominated covers, keeping the lowest node for each (ascending node order).
+  uint32_t sets[64];
+  int set_node[64];
+  int num_sets = 0;
+  for (uint64_t m = candidates; m; m &= m - 1) {
+    const int n = ctz64(m);
+    uint32_t c = 0;
+    for (int i = 0; i < num_uncovered; ++i) c |= static_cast<uint32_t>((masks[i] >> n) & 1u) << i;
+    if (c == 0) continue;
+    bool dominated = false;
+    for (int i = 0; i < num_sets && !dominated; ++i) dominated = (c | sets[i]) == sets[i];
+    if (dominated) continue;
+    int kept = 0;
+    for (int i = 0; i < num_sets; ++i) {
+      if ((sets[i] | c) != c) {
+        sets[kept] = sets[i];
+        set_node[kept++] = set_node[i];
+      }
+    }
+    num_sets = kept;
+    sets[num_sets] = c;
+    set_node[num_sets++] = n;
+  }
+  for (int i = 0; i < num_sets; ++i) {
+    if (sets[i] == full) return uint64_t{1} << set_node[i];
+  }
+  if (num_sets <= 12) {
+    int pick[12];
+    for (int size = 2; size <= num_sets; ++size) {
+      for (int i = 0; i < size; ++i) pick[i] = i;
+      for (;;) {
+        uint32_t covered = 0;
+        for (int i = 0; i < size; ++i) covered |= sets[pick[i]];
+        if (covered == full) {
+          uint64_t nodes = 0;
+          for (int i = 0; i < size; ++i) nodes |= uint64_t{1} << set_node[pick[i]];
+          return nodes;
+        }
+        int pos = size - 1;
+        while (pos >= 0 && pick[pos] == num_sets - size + pos) --pos;
+        if (pos < 0) break;
+        ++pick[pos];
+        for (int i = pos + 1; i < size; ++i) pick[i] = pick[i - 1] + 1;
+      }
+    }
+  }
+  if (num_uncovered > dp_bits) return kCoverDeferred;
+  // best[s] = fewest sets covering s; the CPU keeps, for each s, the first set index reaching the
+  // minimum (strict improvement), so the reconstruction below re-derives that choice.
+  const uint32_t num_states = uint32_t{1} << num_uncovered;
+  best_table[0] = 0;
+  for (uint32_t s = 1; s < num_states; ++s) {
+    int b = 0xff;
+    for (int i = 0; i < num_sets; ++i) {
+      if ((sets[i] & s) == 0) continue;
+      const int via = best_table[s & ~sets[i]] + 1;
+      if (via < b) b = via;
+    }
+    best_table[s] = static_cast<uint8_t>(b);
+  }
+  uint64_t nodes = 0;
+  for (uint32_t s = num_states - 1; s != 0;) {
+    for (int i = 0; i < num_sets; ++i) {
+      if ((sets[i] & s) != 0 && best_table[s & ~sets[i]] + 1 == best_table[s]) {
+        nodes |= uint64_t{1} << set_node[i];
+        s &= ~sets[i];
+        break;
+      }
+    }
+  }
+  return nodes;
+}
+
+// One token: writes out[0 .. top_k) and returns true, or returns false (out partially written)
+// when the subset DP needs a table larger than 2^dp_bits (kSubsetDp with > dp_bits uncovered
+// experts and > 12 candidate covers only).
+template <int kMaxK>
+COBALT_HD inline bool assign_token(const AssignTables& tab, const int32_t* ids, int top_k,
+                                   int32_t src_rank, uint64_t token_h, CoverMode mode,
+                                   uint8_t* dp_table, int dp_bits, int32_t* out) {
+  const int src_node = src_rank / tab.ranks_per_node;
+  const uint64_t src_bit = uint64_t{1} << src_node;
+  uint64_t mask[kMaxK];
+  uint32_t uncovered = 0;
+  uint64_t common = ~uint64_t{0};
+  COBALT_UNROLL
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k < top_k) {
+      const int32_t e = ids[k];
+      const uint64_t m = tab.node_mask[e];
+      mask[k] = m;
+      if (m & src_bit) {
+        out[k] = pick_replica(tab, e, src_node, token_h, k);
+      } else {
+        uncovered |= uint32_t{1} << k;
+        common &= m;
+      }
+    } else {
+      mask[k] = 0;
+    }
+  }
+  if (uncovered == 0) return true;
+  uint64_t cover;
+  if (common != 0) {
+    cover = common & (~common + 1);  // lowest node holding every uncovered expert
+  } else if (mode == CoverMode::kMasks) {
+    cover = first_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k);
+  } else {
+    uint64_t compact[kMaxK];
+    int num_uncovered = 0;
+    for (int k = 0; k < top_k; ++k) {
+      if ((uncovered >> k) & 1u) compact[num_uncovered++] = mask[k];
+    }
+    cover = min_cover_subset_dp(compact, num_uncovered, dp_table, dp_bits);
+    if (cover == kCoverDeferred) return false;
+  }
+  COBALT_UNROLL
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k < top_k && ((uncovered >> k) & 1u)) {
+      const uint64_t options = cover & mask[k];
+      const int count = popc64(options);
+      const int n = count == 1
+                        ? ctz64(options)
+                        : nth_set_bit(options, uniform_below(task_hash_from_token(token_h, k),
+                                                             static_cast<uint32_t>(count)));
+      out[k] = pick_replica(tab, ids[k], n, token_h, k);
+    }
+  }
+  return true;
+}
+
+}  // namespace cobalt::cuda::detail

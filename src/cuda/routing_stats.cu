@@ -1,0 +1,268 @@
+// GPU routing statistics: private per-block histograms (shared memory) or global counters, then a
+// finalize kernel that sums partials and writes the symmetric int64 co-activation matrix.
+#include <type_traits>
+
+#include "cobalt/cuda/routing_stats.hpp"
+#include "detail/runtime.hpp"
+#include "detail/simt.hpp"
+
+namespace cobalt::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kFinalizeThreads = 256;
+
+// Counters: loads [E], then the upper triangle (diagonal included) of the pair counts, row-major.
+__host__ __device__ constexpr int64_t num_pair_keys(int num_experts) {
+  return static_cast<int64_t>(num_experts) * (num_experts + 1) / 2;
+}
+__host__ __device__ constexpr int64_t num_counters(int num_experts) {
+  return num_experts + num_pair_keys(num_experts);
+}
+// Key of the unordered pair {i, j}, i <= j.
+__device__ __forceinline__ int64_t pair_key(int i, int j, int num_experts) {
+  return static_cast<int64_t>(i) * num_experts - static_cast<int64_t>(i) * (i - 1) / 2 + (j - i);
+}
+
+template <bool kAggregate, typename Counter>
+__device__ __forceinline__ void bump(Counter* counters, int64_t key) {
+  if constexpr (kAggregate) {
+    // All 32 lanes call this together (uniform loops); lanes without a task pass key -1.
+    const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(key));
+    if (key >= 0 && static_cast<int>(threadIdx.x & 31u) == __ffs(peers) - 1) {
+      atomicAdd(&counters[key], static_cast<Counter>(__popc(peers)));
+    }
+  } else {
+    if (key >= 0) atomicAdd(&counters[key], static_cast<Counter>(1));
+  }
+}
+
+// kMaxK > 0: the row lives in registers (K <= kMaxK); kMaxK == 0: any K, read from memory.
+template <int kMaxK, bool kAggregate, bool kShared>
+__global__ void __launch_bounds__(kThreads)
+    count_kernel(const int32_t* __restrict__ ids, int64_t num_tokens, int top_k, int num_experts,
+                 uint32_t* __restrict__ partials,
+                 unsigned long long* __restrict__ global_counters) {
+  using Counter = std::conditional_t<kShared, unsigned int, unsigned long long>;
+  extern __shared__ unsigned int shared_counters[];
+  const int64_t entries = num_counters(num_experts);
+  Counter* counters;
+  if constexpr (kShared) {
+    for (int64_t i = threadIdx.x; i < entries; i += kThreads) shared_counters[i] = 0;
+    __syncthreads();
+    counters = shared_counters;
+  } else {
+    counters = global_counters;
+  }
+  Counter* loads = counters;
+  Counter* pairs = counters + num_experts;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads; base < num_tokens;
+       base += stride) {
+    const int64_t t = base + threadIdx.x;
+    const bool valid = t < num_tokens;
+    const int32_t* p = ids + (valid ? t : 0) * top_k;
+    if constexpr (kMaxK > 0) {
+      int32_t row[kMaxK];
+      COBALT_UNROLL
+      for (int k = 0; k < kMaxK; ++k) row[k] = k < top_k ? __ldg(p + k) : 0;
+      COBALT_UNROLL
+      for (int a = 0; a < kMaxK; ++a) {
+        if (a >= top_k) break;
+        bump<kAggregate>(loads, valid ? row[a] : -1);
+        COBALT_UNROLL
+        for (int b = a + 1; b < kMaxK; ++b) {
+          if (b >= top_k) break;
+          const int lo = row[a] < row[b] ? row[a] : row[b];
+          const int hi = row[a] < row[b] ? row[b] : row[a];
+          bump<kAggregate>(pairs, valid ? pair_key(lo, hi, num_experts) : -1);
+        }
+      }
+    } else {
+      for (int a = 0; a < top_k; ++a) {
+        const int x = __ldg(p + a);
+        bump<kAggregate>(loads, valid ? x : -1);
+        for (int b = a + 1; b < top_k; ++b) {
+          const int y = __ldg(p + b);
+          const int lo = x < y ? x : y;
+          const int hi = x < y ? y : x;
+          bump<kAggregate>(pairs, valid ? pair_key(lo, hi, num_experts) : -1);
+        }
+      }
+    }
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    uint32_t* out = partials + static_cast<int64_t>(blockIdx.x) * entries;
+    for (int64_t i = threadIdx.x; i < entries; i += kThreads) out[i] = shared_counters[i];
+  }
+}
+
+// Block row y < E of the output: columns c >= y from key (y, c), mirrored to (c, y); y == E: loads.
+template <bool kShared>
+__global__ void __launch_bounds__(kFinalizeThreads)
+    finalize_kernel(int num_experts, int num_partials, const uint32_t* __restrict__ partials,
+                    const unsigned long long* __restrict__ global_counters,
+                    int64_t* __restrict__ expert_counts, int64_t* __restrict__ coactivation) {
+  const int64_t entries = num_counters(num_experts);
+  const int y = blockIdx.x;  // E + 1 rows (gridDim.y would cap E at 65534)
+  const int c = blockIdx.y * kFinalizeThreads + threadIdx.x;
+  if (c >= num_experts) return;
+  int64_t key;
+  if (y == num_experts) {
+    key = c;
+  } else {
+    if (c < y) return;
+    key = num_experts + pair_key(y, c, num_experts);
+  }
+  long long sum = 0;
+  if constexpr (kShared) {
+    for (int b = 0; b < num_partials; ++b) sum += partials[static_cast<int64_t>(b) * entries + key];
+  } else {
+    sum = static_cast<long long>(global_counters[key]);
+  }
+  if (y == num_experts) {
+    expert_counts[c] = sum;
+  } else {
+    coactivation[static_cast<int64_t>(y) * num_experts + c] = sum;
+    coactivation[static_cast<int64_t>(c) * num_experts + y] = sum;
+  }
+}
+
+bool is_shared(StatsMethod method) {
+  return method == StatsMethod::kSharedAggregated || method == StatsMethod::kSharedPlain;
+}
+
+size_t shared_bytes(int num_experts) {
+  return sizeof(uint32_t) * static_cast<size_t>(num_counters(num_experts));
+}
+
+StatsMethod resolve(int num_experts, StatsMethod method) {
+  if (method != StatsMethod::kAuto) return method;
+  const auto& info = detail::current_device_info();
+  return shared_bytes(num_experts) <= static_cast<size_t>(info.max_shared_per_block_optin)
+             ? StatsMethod::kSharedAggregated
+             : StatsMethod::kGlobalAggregated;
+}
+
+template <int kMaxK, bool kAggregate, bool kShared>
+const void* kernel_for() {
+  return reinterpret_cast<const void*>(&count_kernel<kMaxK, kAggregate, kShared>);
+}
+
+// The kernel instance for (K, method).
+const void* select_kernel(int top_k, StatsMethod method) {
+  const bool shared = is_shared(method);
+  const bool aggregate = method != StatsMethod::kSharedPlain;
+#define COBALT_STATS_PICK(K)                                   \
+  if (shared && aggregate) return kernel_for<K, true, true>(); \
+  if (shared) return kernel_for<K, false, true>();             \
+  return kernel_for<K, true, false>();
+  if (top_k <= 2) {
+    COBALT_STATS_PICK(2)
+  }
+  if (top_k <= 4) {
+    COBALT_STATS_PICK(4)
+  }
+  if (top_k <= 8) {
+    COBALT_STATS_PICK(8)
+  }
+  if (top_k <= 16) {
+    COBALT_STATS_PICK(16)
+  }
+  COBALT_STATS_PICK(0)
+#undef COBALT_STATS_PICK
+}
+
+// Blocks of the count kernel: as many as fit on the device at once, at most one per 1024 tokens.
+int count_blocks(int64_t num_tokens, int top_k, int num_experts, StatsMethod method) {
+  const auto& info = detail::current_device_info();
+  const void* kernel = select_kernel(top_k, method);
+  const size_t smem = is_shared(method) ? shared_bytes(num_experts) : 0;
+  if (is_shared(method)) {
+    detail::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)),
+                  "cudaFuncSetAttribute (count_kernel)");
+  }
+  int per_sm = 0;
+  detail::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor (count_kernel)");
+  const int64_t by_device = static_cast<int64_t>(info.num_sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t by_tokens = (num_tokens + kThreads - 1) / kThreads;
+  const int64_t blocks = by_tokens < by_device ? by_tokens : by_device;
+  return static_cast<int>(blocks > 0 ? blocks : 1);
+}
+
+}  // namespace
+
+bool routing_counts_supported(int num_experts, StatsMethod method) {
+  if (!is_shared(method)) return true;
+  return shared_bytes(num_experts) <=
+         static_cast<size_t>(detail::current_device_info().max_shared_per_block_optin);
+}
+
+size_t routing_counts_workspace_bytes(int64_t num_tokens, int top_k, int num_experts,
+                                      StatsMethod method) {
+  method = resolve(num_experts, method);
+  if (is_shared(method)) {
+    const int blocks = count_blocks(num_tokens, top_k, num_experts, method);
+    return detail::carve_size<uint32_t>(static_cast<size_t>(blocks) *
+                                        static_cast<size_t>(num_counters(num_experts)));
+  }
+  return detail::carve_size<unsigned long long>(static_cast<size_t>(num_counters(num_experts)));
+}
+
+void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int num_experts,
+                   int64_t* expert_counts, int64_t* coactivation, void* workspace,
+                   size_t workspace_bytes, Stream stream, StatsMethod method) {
+  detail::require(top_k >= 1, "cuda count_routing: top_k must be >= 1");
+  detail::require(num_experts >= 1 && num_experts <= 65536,
+                  "cuda count_routing: num_experts out of range [1, 65536]");
+  detail::require(num_tokens >= 0, "cuda count_routing: negative token count");
+  detail::require(expert_counts && coactivation, "cuda count_routing: null output");
+  method = resolve(num_experts, method);
+  detail::require(routing_counts_supported(num_experts, method),
+                  "cuda count_routing: the shared-memory histograms do not fit for this E");
+  detail::require(
+      workspace_bytes >= routing_counts_workspace_bytes(num_tokens, top_k, num_experts, method),
+      "cuda count_routing: workspace smaller than routing_counts_workspace_bytes()");
+  cudaStream_t st = detail::as_stream(stream);
+  const bool shared = is_shared(method);
+  const int64_t entries = num_counters(num_experts);
+  detail::WorkspaceCarver carve(workspace, workspace_bytes);
+  uint32_t* partials = nullptr;
+  unsigned long long* global_counters = nullptr;
+  int blocks = 1;
+  if (shared) {
+    blocks = count_blocks(num_tokens, top_k, num_experts, method);
+    partials = carve.take<uint32_t>(static_cast<size_t>(blocks) * entries);
+  } else {
+    global_counters = carve.take<unsigned long long>(static_cast<size_t>(entries));
+    detail::check(cudaMemsetAsync(global_counters, 0, sizeof(unsigned long long) * entries, st),
+                  "cudaMemsetAsync (stats counters)");
+    const auto& info = detail::current_device_info();
+    const int64_t by_tokens = (num_tokens + kThreads - 1) / kThreads;
+    const int64_t by_device = static_cast<int64_t>(info.num_sms) * 2;
+    blocks = static_cast<int>(by_tokens < by_device ? (by_tokens > 0 ? by_tokens : 1) : by_device);
+  }
+  const void* kernel = select_kernel(top_k, method);
+  const size_t smem = shared ? shared_bytes(num_experts) : 0;
+  if (num_tokens > 0 || shared) {
+    // (With no tokens the shared variant still runs to write zero partials.)
+    void* args[] = {(void*)&topk_ids, &num_tokens, &top_k,
+                    &num_experts,     &partials,   &global_counters};
+    detail::check(cudaLaunchKernel(kernel, dim3(blocks), dim3(kThreads), args, smem, st),
+                  "count_kernel");
+  }
+  const dim3 grid(num_experts + 1, (num_experts + kFinalizeThreads - 1) / kFinalizeThreads);
+  if (shared) {
+    finalize_kernel<true><<<grid, kFinalizeThreads, 0, st>>>(num_experts, blocks, partials, nullptr,
+                                                             expert_counts, coactivation);
+  } else {
+    finalize_kernel<false><<<grid, kFinalizeThreads, 0, st>>>(
+        num_experts, 0, nullptr, global_counters, expert_counts, coactivation);
+  }
+  detail::check(cudaGetLastError(), "finalize_kernel");
+}
+
+}  // namespace cobalt::cuda

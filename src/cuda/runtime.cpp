@@ -1,0 +1,117 @@
+// Host-side runtime helpers of the CUDA kernels (host compiler; CUDA runtime API only).
+#include "detail/runtime.hpp"
+
+#include <cuda_runtime.h>
+
+#include <deque>
+#include <mutex>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/cuda/common.hpp"
+#include "cobalt/cuda/device_layout.hpp"
+
+namespace cobalt::cuda {
+namespace detail {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    fail(ErrorCode::kInternal, "CUDA: {}: {}", what, cudaGetErrorString(status));
+  }
+}
+
+void require(bool ok, const char* message) {
+  if (!ok) fail(ErrorCode::kInvalidArgument, "{}", message);
+}
+
+const DeviceInfo& current_device_info() {
+  static std::mutex mutex;
+  static std::deque<DeviceInfo> cache;  // push_back keeps references valid
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const DeviceInfo& info : cache) {
+    if (info.device == device) return info;
+  }
+  DeviceInfo info;
+  info.device = device;
+  check(cudaDeviceGetAttribute(&info.num_sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute (SM count)");
+  check(cudaDeviceGetAttribute(&info.max_shared_per_block_optin,
+                               cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+        "cudaDeviceGetAttribute (shared memory)");
+  check(cudaDeviceGetAttribute(&info.max_threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor,
+                               device),
+        "cudaDeviceGetAttribute (threads per SM)");
+  cache.push_back(info);
+  return cache.back();
+}
+
+}  // namespace detail
+
+bool device_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error state
+    return false;
+  }
+  return count > 0;
+}
+
+DeviceLayout::DeviceLayout(const ExpertLayout& layout, Stream stream) {
+  const auto masks = layout.node_masks();
+  const auto offsets = layout.node_offsets();
+  const auto ranks = layout.replica_ranks();
+  const size_t mask_bytes = detail::carve_size<uint64_t>(masks.size());
+  const size_t offset_bytes = detail::carve_size<int32_t>(offsets.size());
+  const size_t rank_bytes = detail::carve_size<int32_t>(ranks.size());
+  detail::check(cudaMalloc(&storage_, mask_bytes + offset_bytes + rank_bytes),
+                "cudaMalloc (DeviceLayout)");
+  char* base = static_cast<char*>(storage_);
+  auto* d_masks = reinterpret_cast<uint64_t*>(base);
+  auto* d_offsets = reinterpret_cast<int32_t*>(base + mask_bytes);
+  auto* d_ranks = reinterpret_cast<int32_t*>(base + mask_bytes + offset_bytes);
+  cudaStream_t s = detail::as_stream(stream);
+  detail::check(
+      cudaMemcpyAsync(d_masks, masks.data(), masks.size_bytes(), cudaMemcpyHostToDevice, s),
+      "cudaMemcpyAsync (layout masks)");
+  detail::check(
+      cudaMemcpyAsync(d_offsets, offsets.data(), offsets.size_bytes(), cudaMemcpyHostToDevice, s),
+      "cudaMemcpyAsync (layout offsets)");
+  detail::check(
+      cudaMemcpyAsync(d_ranks, ranks.data(), ranks.size_bytes(), cudaMemcpyHostToDevice, s),
+      "cudaMemcpyAsync (layout ranks)");
+  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (DeviceLayout)");
+  view_.num_experts = layout.num_experts();
+  view_.num_nodes = layout.num_nodes();
+  view_.num_ranks = layout.num_ranks();
+  view_.node_mask = d_masks;
+  view_.node_offsets = d_offsets;
+  view_.replica_ranks = d_ranks;
+}
+
+void DeviceLayout::release() {
+  if (storage_ != nullptr) (void)cudaFree(storage_);
+  storage_ = nullptr;
+  view_ = LayoutView{};
+}
+
+DeviceLayout::~DeviceLayout() { release(); }
+
+DeviceLayout::DeviceLayout(DeviceLayout&& other) noexcept
+    : view_(other.view_), storage_(other.storage_) {
+  other.storage_ = nullptr;
+  other.view_ = LayoutView{};
+}
+
+DeviceLayout& DeviceLayout::operator=(DeviceLayout&& other) noexcept {
+  if (this != &other) {
+    release();
+    view_ = other.view_;
+    storage_ = other.storage_;
+    other.storage_ = nullptr;
+    other.view_ = LayoutView{};
+  }
+  return *this;
+}
+
+}  // namespace cobalt::cuda
