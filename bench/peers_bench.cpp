@@ -101,6 +101,7 @@ void BM_EPLB_Rebalance(benchmark::State& state) {
 }
 BENCHMARK(BM_EPLB_Rebalance)
     ->Args({256, 288, 32})
+    ->Args({256, 320, 64})
     ->Args({640, 704, 32})
     ->Args({1024, 1280, 128})
     ->Unit(benchmark::kMicrosecond);
