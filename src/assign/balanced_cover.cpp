@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <numeric>
-#include <unordered_map>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
@@ -130,12 +129,9 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   remote_node_covers(batch, layout, options, covers);
 
   // Classes keyed by (expert, allowed node mask); ids in first-seen token order.
-  struct KeyHash {
-    size_t operator()(const std::pair<uint64_t, ExpertId>& k) const {
-      return static_cast<size_t>(mix64(k.first ^ (static_cast<uint64_t>(k.second) << 1)));
-    }
-  };
-  std::unordered_map<std::pair<uint64_t, ExpertId>, int32_t, KeyHash> class_of_key;
+  // Classes of each expert as (allowed node mask, class id); experts see few distinct masks, so a
+  // linear scan beats hashing.
+  std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(layout.num_experts());
   std::vector<TaskClass> classes;
   std::vector<int32_t> task_class(batch.num_tasks());
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
@@ -144,9 +140,17 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     for (int k = 0; k < top_k; ++k) {
       const ExpertId e = row[k];
       const uint64_t allowed = reach & layout.node_mask(e);
-      auto [it, inserted] =
-          class_of_key.try_emplace({allowed, e}, static_cast<int32_t>(classes.size()));
-      if (inserted) {
+      auto& known = classes_of_expert[e];
+      int32_t class_idx = -1;
+      for (const auto& [mask, idx] : known) {
+        if (mask == allowed) {
+          class_idx = idx;
+          break;
+        }
+      }
+      if (class_idx < 0) {
+        class_idx = static_cast<int32_t>(classes.size());
+        known.emplace_back(allowed, class_idx);
         TaskClass cls{e, allowed};
         for (uint64_t m = allowed; m; m &= m - 1) {
           auto ranks = layout.ranks_of(e, std::countr_zero(m));
@@ -154,9 +158,8 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
         }
         classes.push_back(std::move(cls));
       }
-      TaskClass& cls = classes[it->second];
-      ++cls.count;
-      task_class[t * top_k + k] = it->second;
+      ++classes[class_idx].count;
+      task_class[t * top_k + k] = class_idx;
     }
   }
   // Least flexible classes first.
