@@ -103,7 +103,7 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
   }
   WorkloadInput input =
       load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks);
-  const auto& info = input.source->chunk_info();
+  const eval::ChunkInfo info = input.source->chunk_info();  // a copy: the source may be replaced
   if (is_trace && input.source->has_tokens() && input.source->num_steps() < 2 && !args.steps &&
       !args.tokens_per_step && info.trace_tokens >= 2) {
     // One step leaves nothing to plan from: re-chunk it.

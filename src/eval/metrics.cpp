@@ -7,6 +7,16 @@
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::eval {
+namespace {
+
+// Node of every rank [G] (a table: integer division by a runtime divisor is slow per task).
+std::vector<NodeId> node_of_ranks(const Topology& topology) {
+  std::vector<NodeId> node_of(topology.num_ranks());
+  for (RankId r = 0; r < topology.num_ranks(); ++r) node_of[r] = topology.node_of(r);
+  return node_of;
+}
+
+}  // namespace
 
 CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
                                         std::span<const RankId> exec_rank,
@@ -14,14 +24,17 @@ CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k();
-  const int per_node = topology.ranks_per_node();
+  const std::vector<NodeId> node_of = node_of_ranks(topology);
+  const auto num_ranks = static_cast<uint32_t>(topology.num_ranks());
   CrossNodeTransfers result;
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    const NodeId src_node = batch.source_of(t) / per_node;
+    const NodeId src_node = node_of[batch.source_of(t)];
     uint64_t nodes = 0;
     const RankId* row = exec_rank.data() + t * top_k;
     for (int k = 0; k < top_k; ++k) {
-      const NodeId n = row[k] / per_node;
+      COBALT_CHECK_ARG(static_cast<uint32_t>(row[k]) < num_ranks,
+                       "metrics: execution rank {} out of range [0, {})", row[k], num_ranks);
+      const NodeId n = node_of[row[k]];
       nodes |= uint64_t{1} << n;
       result.no_dedup += n != src_node;
     }
@@ -72,25 +85,34 @@ ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
   const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
+  const std::vector<NodeId> node_of = node_of_ranks(topology);
   ExchangeVolume v;
   v.node_out.assign(num_nodes, 0);
   v.node_in.assign(num_nodes, 0);
   v.nvlink_out.assign(num_ranks, 0);
   v.nvlink_in.assign(num_ranks, 0);
   // Last token that reached each rank / node: dedups a token's copies without sorting.
-  std::vector<TokenIdx> rank_seen(num_ranks, -1), node_seen(num_nodes, -1);
+  std::vector<TokenIdx> rank_seen_buf(num_ranks, -1), node_seen_buf(num_nodes, -1);
+  // Raw pointers keep the hot loop free of reloads through the vectors.
+  TokenIdx* rank_seen = rank_seen_buf.data();
+  TokenIdx* node_seen = node_seen_buf.data();
+  int64_t* node_out = v.node_out.data();
+  int64_t* node_in = v.node_in.data();
+  int64_t* nvlink_out = v.nvlink_out.data();
+  int64_t* nvlink_in = v.nvlink_in.data();
+  const NodeId* node_of_rank = node_of.data();
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const RankId src = batch.source_of(t);
-    const NodeId src_node = src / per_node;
+    const NodeId src_node = node_of_rank[src];
     const int src_local = src - src_node * per_node;
     const RankId* row = exec_rank.data() + t * top_k;
     for (int k = 0; k < top_k; ++k) {
       const RankId d = row[k];
-      COBALT_CHECK_ARG(d >= 0 && d < num_ranks, "metrics: execution rank {} out of range [0, {})",
-                       d, num_ranks);
+      COBALT_CHECK_ARG(static_cast<uint32_t>(d) < static_cast<uint32_t>(num_ranks),
+                       "metrics: execution rank {} out of range [0, {})", d, num_ranks);
       if (rank_seen[d] == t) continue;
       rank_seen[d] = t;
-      const NodeId n = d / per_node;
+      const NodeId n = node_of_rank[d];
       // Within the source node the token goes straight from its rank; elsewhere it lands on the
       // relay rank with the source's local index (one inter-node copy per node).
       RankId entry = src;
@@ -98,13 +120,13 @@ ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId
         entry = n * per_node + src_local;
         if (node_seen[n] != t) {
           node_seen[n] = t;
-          ++v.node_out[src_node];
-          ++v.node_in[n];
+          ++node_out[src_node];
+          ++node_in[n];
         }
       }
       if (d != entry) {
-        ++v.nvlink_out[entry];
-        ++v.nvlink_in[d];
+        ++nvlink_out[entry];
+        ++nvlink_in[d];
       }
     }
   }

@@ -55,8 +55,8 @@ std::string metrics_table(const SimulationResult& r) {
                                : fmt::format("{:>9}", "n/a");
     const std::string gb =
         tok ? fmt::format("{:>13.2f}", p.cross_node_bytes / 1e9) : fmt::format("{:>13}", "n/a");
-    out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{:<6}\n",
-                       p.name, v, vs, gb, p.imbalance_mean, mark(p.imbalance_mean, best_im),
+    out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{}\n", p.name,
+                       v, vs, gb, p.imbalance_mean, mark(p.imbalance_mean, best_im),
                        p.imbalance_max, mark(p.imbalance_max, best_ix), p.planner_wall_ms,
                        p.counters.cross_node_moves, p.counters.intra_node_moves);
   }
