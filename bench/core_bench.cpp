@@ -1,11 +1,13 @@
-// Google Benchmark suite for the per-step hot paths. Ratios that matter are read within one run, e.g.
-// BM_Assign_NodeCover bytes/s against BM_Memcpy_SameBytes (the memory-copy bound for ids in, ranks out).
+// Google Benchmark suite for the per-step hot paths. Ratios that matter are read within one run,
+// e.g. BM_Assign_NodeCover bytes/s against BM_Memcpy_SameBytes (the memory-copy bound for ids in,
+// ranks out).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/global_planner.hpp"
@@ -14,28 +16,10 @@
 namespace cobalt {
 namespace {
 
-struct Workload {
-  std::vector<ExpertId> ids;
-  std::vector<RankId> src;
-};
+using Workload = bench::Routing;
 
-// Skewed routing with K distinct experts per token; sources spread over the ranks.
 Workload make_workload(int64_t num_tokens, int top_k, int num_experts, int num_ranks) {
-  SplitMix64 rng(7);
-  Workload w;
-  w.ids.resize(num_tokens * top_k);
-  w.src.resize(num_tokens);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    ExpertId* row = w.ids.data() + t * top_k;
-    for (int k = 0; k < top_k;) {
-      const ExpertId e = static_cast<ExpertId>(rng.unit() * rng.unit() * num_experts);
-      bool seen = false;
-      for (int j = 0; j < k; ++j) seen = seen || row[j] == e;
-      if (!seen) row[k++] = e;
-    }
-    w.src[t] = static_cast<RankId>(t * num_ranks / num_tokens);
-  }
-  return w;
+  return bench::make_routing(num_tokens, top_k, num_experts, num_ranks);
 }
 
 ExpertLayout make_layout(const Topology& topo, int num_experts, int slots) {
@@ -67,7 +51,11 @@ void BM_Assign_NodeCover(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * num_tokens);
   state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
 }
-BENCHMARK(BM_Assign_NodeCover)->Args({1 << 20, 8, 4})->Args({1 << 20, 8, 2})->Args({1 << 18, 8, 16})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Assign_NodeCover)
+    ->Args({1 << 20, 8, 4})
+    ->Args({1 << 20, 8, 2})
+    ->Args({1 << 18, 8, 16})
+    ->Unit(benchmark::kMillisecond);
 
 // The memory-copy bound for the same bytes: read ids + sources, write ranks.
 void BM_Memcpy_SameBytes(benchmark::State& state) {
@@ -96,22 +84,31 @@ void BM_Stats_CountRouting(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-BENCHMARK(BM_Stats_CountRouting)->Args({1 << 20, 128})->Args({1 << 20, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Stats_CountRouting)
+    ->Args({1 << 20, 128})
+    ->Args({1 << 20, 1024})
+    ->Unit(benchmark::kMillisecond);
 
 void BM_GlobalPlan_Heuristic(benchmark::State& state) {
-  const int num_experts = static_cast<int>(state.range(0)), num_nodes = static_cast<int>(state.range(1));
+  const int num_experts = static_cast<int>(state.range(0)),
+            num_nodes = static_cast<int>(state.range(1));
   const Topology topo(num_nodes, num_nodes * 8);
   auto w = make_workload(1 << 16, 8, num_experts, topo.num_ranks());
   RoutingStats stats = RoutingStats::exact_counts(num_experts);
   stats.update(RoutingBatch::trusted(w.ids, w.src, 8, num_experts, topo.num_ranks()));
-  plan::GlobalPlanInput input{topo, num_experts, slots_for_rho(num_experts, topo.num_ranks(), 0.5), 0.15,
-                              stats.expert_load(), stats.coactivation()};
+  plan::GlobalPlanInput input{
+      topo, num_experts,         slots_for_rho(num_experts, topo.num_ranks(), 0.5),
+      0.15, stats.expert_load(), stats.coactivation()};
   for (auto _ : state) {
     auto result = plan::plan_global_heuristic(input, {1, 0, true, 50});
     benchmark::DoNotOptimize(result.objective);
   }
 }
-BENCHMARK(BM_GlobalPlan_Heuristic)->Args({64, 2})->Args({256, 8})->Args({1024, 64})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_GlobalPlan_Heuristic)
+    ->Args({64, 2})
+    ->Args({256, 8})
+    ->Args({1024, 64})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cobalt

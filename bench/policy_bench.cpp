@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "bench_inputs.hpp"
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
@@ -15,35 +16,16 @@
 namespace cobalt {
 namespace {
 
-struct Routing {
-  std::vector<ExpertId> ids;
-  std::vector<RankId> src;
-};
-
-Routing make_routing(int64_t num_tokens, int top_k, int num_experts, int num_ranks, uint64_t seed) {
-  SplitMix64 rng(seed);
-  Routing w;
-  w.ids.resize(num_tokens * top_k);
-  w.src.resize(num_tokens);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    ExpertId* row = w.ids.data() + t * top_k;
-    for (int k = 0; k < top_k;) {
-      const ExpertId e = static_cast<ExpertId>(rng.unit() * rng.unit() * num_experts);
-      bool seen = false;
-      for (int j = 0; j < k; ++j) seen = seen || row[j] == e;
-      if (!seen) row[k++] = e;
-    }
-    w.src[t] = static_cast<RankId>(t * num_ranks / num_tokens);
-  }
-  return w;
-}
+using bench::make_routing;
+using bench::Routing;
 
 // A planned layout for E experts on `topo` from one batch's statistics.
 ExpertLayout planned_layout(const Topology& topo, int num_experts, const Routing& w, int top_k) {
   RoutingStats stats = RoutingStats::exact_counts(num_experts);
   stats.update(RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks()));
-  plan::GlobalPlanInput input{topo, num_experts, slots_for_rho(num_experts, topo.num_ranks(), 0.5), 0.15,
-                              stats.expert_load(), stats.coactivation()};
+  plan::GlobalPlanInput input{
+      topo, num_experts,         slots_for_rho(num_experts, topo.num_ranks(), 0.5),
+      0.15, stats.expert_load(), stats.coactivation()};
   auto result = plan::plan_global_heuristic(input, {1, 0, true, 50});
   return plan::pack_ranks(input, result.plan, nullptr, nullptr);
 }
@@ -58,12 +40,17 @@ void BM_Assign_NodeCover_Threads(benchmark::State& state) {
   std::vector<RankId> exec(batch.num_tasks());
   const int threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {assign::CoverSearch::kAuto, threads}, exec);
+    assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {assign::CoverSearch::kAuto, threads},
+                              exec);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-BENCHMARK(BM_Assign_NodeCover_Threads)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Assign_NodeCover_Threads)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Assign_BalancedCover(benchmark::State& state) {
   const Topology topo(4, 32);
@@ -88,7 +75,8 @@ void BM_Rebalance_IntraNode(benchmark::State& state) {
   auto layout = planned_layout(topo, num_experts, w, 8);
   SplitMix64 rng(4);
   std::vector<double> loads(layout.slots().size());
-  for (size_t i = 0; i < loads.size(); ++i) loads[i] = layout.slots()[i] < 0 ? 0.0 : 100 * rng.unit();
+  for (size_t i = 0; i < loads.size(); ++i)
+    loads[i] = layout.slots()[i] < 0 ? 0.0 : 100 * rng.unit();
   for (auto _ : state) {
     auto r = plan::rebalance_intra_node(layout, loads);
     benchmark::DoNotOptimize(r.num_moves);
@@ -103,8 +91,9 @@ void BM_GlobalPlan_CobaltDefault(benchmark::State& state) {
   auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 5);
   RoutingStats stats = RoutingStats::exact_counts(num_experts);
   stats.update(RoutingBatch::trusted(w.ids, w.src, 8, num_experts, topo.num_ranks()));
-  plan::GlobalPlanInput input{topo, num_experts, slots_for_rho(num_experts, topo.num_ranks(), 0.5), 0.15,
-                              stats.expert_load(), stats.coactivation()};
+  plan::GlobalPlanInput input{
+      topo, num_experts,         slots_for_rho(num_experts, topo.num_ranks(), 0.5),
+      0.15, stats.expert_load(), stats.coactivation()};
   plan::HeuristicOptions options{8, 0, true, 50};
   options.num_threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
@@ -112,9 +101,14 @@ void BM_GlobalPlan_CobaltDefault(benchmark::State& state) {
     benchmark::DoNotOptimize(result.objective);
   }
 }
-BENCHMARK(BM_GlobalPlan_CobaltDefault)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GlobalPlan_CobaltDefault)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
-// One step (after 11 warm-up steps, so Cobalt has planned) of every policy: E=128, 4x8, 2^16 tokens.
+// One step (after 11 warm-up steps, so Cobalt has planned) of every policy: E=128, 4x8, 2^16
+// tokens.
 void BM_Policy_Step(benchmark::State& state, std::string name) {
   policy::PolicyConfig config;
   config.topology = Topology(4, 32);

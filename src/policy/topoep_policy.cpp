@@ -12,58 +12,23 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/plan/topoep_solver.hpp"
-#include "demand_matrix.hpp"
+#include "per_batch_policy.hpp"
 #include "policy_registry.hpp"
 #include "wall_timer.hpp"
 
 namespace cobalt::policy {
 namespace {
 
-class TopoEpPolicy final : public Policy {
+class TopoEpPolicy final : public PerBatchPolicy {
  public:
-  explicit TopoEpPolicy(const PolicyConfig& config)
-      : config_(config),
-        demand_(static_cast<size_t>(config.topology.num_ranks()) * config.num_experts, 0) {}
+  explicit TopoEpPolicy(const PolicyConfig& config) : PerBatchPolicy(config) {}
 
   std::string name() const override { return "topoep"; }
-  bool needs_token_ids() const override { return false; }
-
-  std::shared_ptr<const ExpertLayout> do_run(int64_t, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override {
-    check_shape(layer, batch.num_experts(), batch.num_ranks());
-    COBALT_CHECK_ARG(exec_rank.size() == static_cast<size_t>(batch.num_tasks()),
-                     "policy topoep: exec_rank has {} entries, expected {}", exec_rank.size(),
-                     batch.num_tasks());
-    count_demand(batch, demand_);
-    auto layout = plan(demand_);
-    assign(batch, exec_rank);
-    return layout;
-  }
-
-  std::shared_ptr<const ExpertLayout> do_run_loads(int64_t, int layer, std::span<const int64_t> counts,
-                                                std::span<int64_t> rank_loads) override {
-    const int num_ranks = config_.topology.num_ranks();
-    check_shape(layer, config_.num_experts, num_ranks);
-    check_counts(counts, num_ranks, config_.num_experts, "topoep");
-    COBALT_CHECK_ARG(rank_loads.size() == static_cast<size_t>(num_ranks),
-                     "policy topoep: rank_loads has {} entries, expected {}", rank_loads.size(),
-                     num_ranks);
-    auto layout = plan(counts);
-    std::copy(plan_.rank_loads.begin(), plan_.rank_loads.end(), rank_loads.begin());
-    return layout;
-  }
 
  private:
-  void check_shape(int layer, int num_experts, int num_ranks) const {
-    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
-                     "policy topoep: layer {} out of range [0, {})", layer, config_.num_layers);
-    COBALT_CHECK_ARG(
-        num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
-        "policy topoep: batch has {} experts on {} ranks, configured for {} on {}", num_experts,
-        num_ranks, config_.num_experts, config_.topology.num_ranks());
-  }
+  std::span<const int64_t> planned_rank_loads() const override { return plan_.rank_loads; }
 
-  std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) {
+  std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) override {
     WallTimer timer(counters_.planner_wall_ms);
     plan::TopoEpInput input{config_.topology,    config_.num_experts,        config_.slots_per_rank,
                             config_.token_bytes, config_.expert_param_bytes, demand};
@@ -76,7 +41,7 @@ class TopoEpPolicy final : public Policy {
   }
 
   // Tokens of (s, e) in index order fill q[s, e, r] in ascending r.
-  void assign(const RoutingBatch& batch, std::span<RankId> exec_rank) {
+  void assign(const RoutingBatch& batch, std::span<RankId> exec_rank) override {
     const int num_experts = config_.num_experts;
     cursor_.assign(demand_.size(), -1);
     remaining_.resize(plan_.quotas.size());
@@ -101,10 +66,8 @@ class TopoEpPolicy final : public Policy {
     }
   }
 
-  PolicyConfig config_;
   plan::TopoEpSolver solver_;
   plan::TopoEpPlan plan_;
-  std::vector<int64_t> demand_;     // Omega [G, E]
   std::vector<int64_t> cursor_;     // [G, E]: current quota index of (s, e)
   std::vector<int64_t> remaining_;  // per quota
 };

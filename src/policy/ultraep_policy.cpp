@@ -13,7 +13,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/plan/ultraep_solver.hpp"
-#include "demand_matrix.hpp"
+#include "per_batch_policy.hpp"
 #include "policy_registry.hpp"
 #include "wall_timer.hpp"
 
@@ -22,51 +22,16 @@ namespace {
 
 constexpr int64_t kMeanLoadPerFloor = 64;  // floor = mean rank load / 64 (1024 at 65536 tasks)
 
-class UltraEpPolicy final : public Policy {
+class UltraEpPolicy final : public PerBatchPolicy {
  public:
-  explicit UltraEpPolicy(const PolicyConfig& config)
-      : config_(config),
-        demand_(static_cast<size_t>(config.topology.num_ranks()) * config.num_experts, 0) {}
+  explicit UltraEpPolicy(const PolicyConfig& config) : PerBatchPolicy(config) {}
 
   std::string name() const override { return "ultraep"; }
-  bool needs_token_ids() const override { return false; }
-
-  std::shared_ptr<const ExpertLayout> do_run(int64_t, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override {
-    check_shape(layer, batch.num_experts(), batch.num_ranks());
-    COBALT_CHECK_ARG(exec_rank.size() == static_cast<size_t>(batch.num_tasks()),
-                     "policy ultraep: exec_rank has {} entries, expected {}", exec_rank.size(),
-                     batch.num_tasks());
-    count_demand(batch, demand_);
-    auto layout = plan(demand_);
-    assign(batch, exec_rank);
-    return layout;
-  }
-
-  std::shared_ptr<const ExpertLayout> do_run_loads(int64_t, int layer, std::span<const int64_t> counts,
-                                                std::span<int64_t> rank_loads) override {
-    const int num_ranks = config_.topology.num_ranks();
-    check_shape(layer, config_.num_experts, num_ranks);
-    check_counts(counts, num_ranks, config_.num_experts, "ultraep");
-    COBALT_CHECK_ARG(rank_loads.size() == static_cast<size_t>(num_ranks),
-                     "policy ultraep: rank_loads has {} entries, expected {}", rank_loads.size(),
-                     num_ranks);
-    auto layout = plan(counts);
-    std::copy(plan_.rank_loads.begin(), plan_.rank_loads.end(), rank_loads.begin());
-    return layout;
-  }
 
  private:
-  void check_shape(int layer, int num_experts, int num_ranks) const {
-    COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
-                     "policy ultraep: layer {} out of range [0, {})", layer, config_.num_layers);
-    COBALT_CHECK_ARG(
-        num_experts == config_.num_experts && num_ranks == config_.topology.num_ranks(),
-        "policy ultraep: batch has {} experts on {} ranks, configured for {} on {}", num_experts,
-        num_ranks, config_.num_experts, config_.topology.num_ranks());
-  }
+  std::span<const int64_t> planned_rank_loads() const override { return plan_.rank_loads; }
 
-  std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) {
+  std::shared_ptr<const ExpertLayout> plan(std::span<const int64_t> demand) override {
     WallTimer timer(counters_.planner_wall_ms);
     int64_t total = 0;
     for (int64_t c : demand) total += c;
@@ -85,7 +50,7 @@ class UltraEpPolicy final : public Policy {
   }
 
   // UltraEP's reroute: the k-th task of (s, e) takes interleaved slot k of its allocations.
-  void assign(const RoutingBatch& batch, std::span<RankId> exec_rank) {
+  void assign(const RoutingBatch& batch, std::span<RankId> exec_rank) override {
     const int num_experts = config_.num_experts, top_k = batch.top_k();
     ordinal_.assign(demand_.size(), 0);
     for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
@@ -113,9 +78,7 @@ class UltraEpPolicy final : public Policy {
     }
   }
 
-  PolicyConfig config_;
   plan::UltraEpPlan plan_;
-  std::vector<int64_t> demand_;   // Omega [G, E]
   std::vector<int64_t> ordinal_;  // [G, E]: tasks of (s, e) rerouted so far
 };
 

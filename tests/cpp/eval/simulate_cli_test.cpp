@@ -13,51 +13,24 @@
 
 #include "cobalt/io/safetensors.hpp"
 #include "cobalt/io/trace.hpp"
+#include "testing/cli.hpp"
 
 namespace cobalt {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
+using testing::read_file;
+using testing::run_shell;
+using testing::RunResult;
 
 fs::path shared_traces() { return fs::path(COBALT_SHARED_DIR) / "data" / "traces"; }
 fs::path recompute_script() { return fs::path(__FILE__).parent_path() / "recompute_metrics.py"; }
 
-// Runs a shell command with stdout and stderr captured.
-RunResult run_shell(const std::string& command, const fs::path& dir) {
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const int status =
-      std::system((command + " >'" + out.string() + "' 2>'" + err.string() + "'").c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_file(out), read_file(err)};
-}
-
 bool have_numpy() { return std::system("/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1") == 0; }
 
-class SimulateCli : public ::testing::Test {
+class SimulateCli : public testing::CliTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("cobalt_sim_") + info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  RunResult run(const std::string& args) const {
-    return run_shell(std::string("'") + COBALT_CLI_PATH + "' " + args, dir_);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   nlohmann::json json(const std::string& name) const {
     return nlohmann::json::parse(read_file(dir_ / name));
   }
@@ -81,8 +54,6 @@ class SimulateCli : public ::testing::Test {
     EXPECT_EQ(bad.exit_code, 1) << bad.out;
     EXPECT_NE(bad.err.find("cross_node_tokens"), std::string::npos) << bad.err;
   }
-
-  fs::path dir_;
 };
 
 TEST_F(SimulateCli, JsonFollowsTheSchema) {
