@@ -30,9 +30,8 @@ PyRoutingBatch PyRoutingBatch::make(InArray<int32_t> topk_ids,
   }
   auto ids = span_of(topk_ids);
   auto sources = span_of(src);
-  RoutingBatch view = validate
-                          ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)
-                          : RoutingBatch::trusted(ids, sources, top_k, num_experts, num_ranks);
+  RoutingBatch view = validate ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)
+                               : RoutingBatch::trusted(ids, sources, top_k, num_experts, num_ranks);
   return PyRoutingBatch{std::move(topk_ids), std::move(src), view};
 }
 
@@ -42,7 +41,9 @@ using LayoutPtr = std::shared_ptr<ExpertLayout>;
 
 void bind_topology(py::module_& m) {
   py::class_<LinkParams>(m, "LinkParams", "Link bandwidths of the cost model (bytes/s, one way).")
-      .def(py::init([](double nvlink, double ib) { return LinkParams{nvlink, ib}; }),
+      .def(py::init([](double nvlink, double ib) {
+             return LinkParams{nvlink, ib};
+           }),
            py::arg("nvlink_bytes_per_s") = 900e9, py::arg("ib_bytes_per_s_per_node") = 400e9)
       .def_readwrite("nvlink_bytes_per_s", &LinkParams::nvlink_bytes_per_s)
       .def_readwrite("ib_bytes_per_s_per_node", &LinkParams::ib_bytes_per_s_per_node);
@@ -103,9 +104,8 @@ void bind_layout(py::module_& m) {
              COBALT_CHECK_ARG(slots.shape(0) == topology.num_ranks(),
                               "ExpertLayout: slots has {} rows for {} ranks", slots.shape(0),
                               topology.num_ranks());
-             return std::make_shared<ExpertLayout>(topology, num_experts,
-                                                   static_cast<int>(slots.shape(1)),
-                                                   vector_of(slots));
+             return std::make_shared<ExpertLayout>(
+                 topology, num_experts, static_cast<int>(slots.shape(1)), vector_of(slots));
            }),
            py::arg("topology"), py::arg("num_experts"), py::arg("slots"))
       .def_static(
@@ -164,11 +164,14 @@ void bind_layout(py::module_& m) {
           },
           py::arg("expert"), py::arg("node") = py::none(),
           "Ranks holding the expert (on `node` when given), ascending.")
-      .def("num_replicas_of", [](const ExpertLayout& l, ExpertId e) {
-             COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
-                              l.num_experts());
-             return l.num_replicas_of(e);
-           }, py::arg("expert"))
+      .def(
+          "num_replicas_of",
+          [](const ExpertLayout& l, ExpertId e) {
+            COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
+                             l.num_experts());
+            return l.num_replicas_of(e);
+          },
+          py::arg("expert"))
       .def_property_readonly(
           "node_masks",
           [](py::object self) {
@@ -176,13 +179,16 @@ void bind_layout(py::module_& m) {
             return view_of(l.node_masks(), {l.num_experts()}, self);
           },
           "[E] uint64: bit n set when node n holds the expert.")
-      .def("holds", [](const ExpertLayout& l, RankId r, ExpertId e) {
-             COBALT_CHECK_ARG(r >= 0 && r < l.num_ranks(), "rank {} out of range [0, {})", r,
-                              l.num_ranks());
-             COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
-                              l.num_experts());
-             return l.holds(r, e);
-           }, py::arg("rank"), py::arg("expert"))
+      .def(
+          "holds",
+          [](const ExpertLayout& l, RankId r, ExpertId e) {
+            COBALT_CHECK_ARG(r >= 0 && r < l.num_ranks(), "rank {} out of range [0, {})", r,
+                             l.num_ranks());
+            COBALT_CHECK_ARG(e >= 0 && e < l.num_experts(), "expert {} out of range [0, {})", e,
+                             l.num_experts());
+            return l.holds(r, e);
+          },
+          py::arg("rank"), py::arg("expert"))
       .def("num_used_slots", &ExpertLayout::num_used_slots, py::arg("rank"))
       .def("to_json", &ExpertLayout::to_json)
       .def("__eq__", [](const ExpertLayout& a, const ExpertLayout& b) { return a == b; })
@@ -195,17 +201,16 @@ void bind_layout(py::module_& m) {
       .def(py::pickle(
           [](py::object self) {
             const auto& l = self.cast<const ExpertLayout&>();
-            return py::make_tuple(l.topology().num_nodes(), l.num_ranks(), l.num_experts(),
-                                  py::array(view_of(l.slots(), {l.num_ranks(), l.slots_per_rank()},
-                                                    self))
-                                      .attr("copy")());
+            return py::make_tuple(
+                l.topology().num_nodes(), l.num_ranks(), l.num_experts(),
+                py::array(view_of(l.slots(), {l.num_ranks(), l.slots_per_rank()}, self))
+                    .attr("copy")());
           },
           [](py::tuple s) {
             InArray<int32_t> slots = s[3].cast<InArray<int32_t>>();
-            return std::make_shared<ExpertLayout>(Topology(s[0].cast<int>(), s[1].cast<int>()),
-                                                  s[2].cast<int>(),
-                                                  static_cast<int>(slots.shape(1)),
-                                                  vector_of(slots));
+            return std::make_shared<ExpertLayout>(
+                Topology(s[0].cast<int>(), s[1].cast<int>()), s[2].cast<int>(),
+                static_cast<int>(slots.shape(1)), vector_of(slots));
           }));
 
   m.def("diff", &diff, py::arg("from_layout"), py::arg("to_layout"),
@@ -221,11 +226,15 @@ void bind_routing_batch(py::module_& m) {
       .def(py::init(&PyRoutingBatch::make), py::arg("topk_ids"),
            py::arg("source_rank") = py::none(), py::arg("num_experts"), py::arg("num_ranks"),
            py::arg("validate") = true)
-      .def_property_readonly("num_tokens", [](const PyRoutingBatch& b) { return b.batch.num_tokens(); })
+      .def_property_readonly("num_tokens",
+                             [](const PyRoutingBatch& b) { return b.batch.num_tokens(); })
       .def_property_readonly("top_k", [](const PyRoutingBatch& b) { return b.batch.top_k(); })
-      .def_property_readonly("num_experts", [](const PyRoutingBatch& b) { return b.batch.num_experts(); })
-      .def_property_readonly("num_ranks", [](const PyRoutingBatch& b) { return b.batch.num_ranks(); })
-      .def_property_readonly("num_tasks", [](const PyRoutingBatch& b) { return b.batch.num_tasks(); })
+      .def_property_readonly("num_experts",
+                             [](const PyRoutingBatch& b) { return b.batch.num_experts(); })
+      .def_property_readonly("num_ranks",
+                             [](const PyRoutingBatch& b) { return b.batch.num_ranks(); })
+      .def_property_readonly("num_tasks",
+                             [](const PyRoutingBatch& b) { return b.batch.num_tasks(); })
       .def_readonly("topk_ids", &PyRoutingBatch::topk_ids)
       .def_readonly("source_rank", &PyRoutingBatch::source_rank)
       .def("__len__", [](const PyRoutingBatch& b) { return b.batch.num_tokens(); });

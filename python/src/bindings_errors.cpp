@@ -15,9 +15,10 @@ void bind_errors(py::module_& m) {
       "cobalt._core.FailedPreconditionError",
       "Well-formed inputs that cannot be satisfied (cobalt::ErrorCode::kFailedPrecondition).",
       PyExc_RuntimeError, nullptr);
-  static PyObject* internal = PyErr_NewExceptionWithDoc(
-      "cobalt._core.InternalError", "A broken invariant inside Cobalt (cobalt::ErrorCode::kInternal).",
-      PyExc_RuntimeError, nullptr);
+  static PyObject* internal =
+      PyErr_NewExceptionWithDoc("cobalt._core.InternalError",
+                                "A broken invariant inside Cobalt (cobalt::ErrorCode::kInternal).",
+                                PyExc_RuntimeError, nullptr);
   m.add_object("InvalidArgumentError", py::handle(invalid_argument).inc_ref());
   m.add_object("FailedPreconditionError", py::handle(failed_precondition).inc_ref());
   m.add_object("InternalError", py::handle(internal).inc_ref());
@@ -28,9 +29,15 @@ void bind_errors(py::module_& m) {
     } catch (const Error& e) {
       PyObject* type = internal;
       switch (e.code()) {
-        case ErrorCode::kInvalidArgument: type = invalid_argument; break;
-        case ErrorCode::kFailedPrecondition: type = failed_precondition; break;
-        case ErrorCode::kInternal: type = internal; break;
+        case ErrorCode::kInvalidArgument:
+          type = invalid_argument;
+          break;
+        case ErrorCode::kFailedPrecondition:
+          type = failed_precondition;
+          break;
+        case ErrorCode::kInternal:
+          type = internal;
+          break;
       }
       PyErr_SetString(type, e.what());
     }

@@ -58,8 +58,7 @@ void bind_eval(py::module_& m) {
       "imbalance", [](InArray<int64_t> loads) { return eval::imbalance(span_of(loads)); },
       py::arg("loads"), "max_r L_r / mean_r L_r (1.0 without tasks).");
   m.def(
-      "max_violation",
-      [](InArray<int64_t> counts) { return eval::max_violation(span_of(counts)); },
+      "max_violation", [](InArray<int64_t> counts) { return eval::max_violation(span_of(counts)); },
       py::arg("expert_counts"), "max_e c_e / mean(c) - 1.");
   m.def("token_bytes", &eval::token_bytes, py::arg("token_copies"), py::arg("hidden"),
         py::arg("bytes_per_element"));
@@ -81,8 +80,8 @@ void bind_eval(py::module_& m) {
         COBALT_CHECK_ARG(topology.num_ranks() == b.batch.num_ranks(),
                          "step_metrics: topology has {} ranks, batch {}", topology.num_ranks(),
                          b.batch.num_ranks());
-        auto exec = checked_exec(exec_rank, b.batch.num_tasks(), topology.num_ranks(),
-                                 "step_metrics");
+        auto exec =
+            checked_exec(exec_rank, b.batch.num_tasks(), topology.num_ranks(), "step_metrics");
         return eval::step_metrics(b.batch, exec, topology);
       },
       py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));

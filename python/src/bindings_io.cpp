@@ -86,8 +86,7 @@ void bind_io(py::module_& m) {
              d.top_k = top_k;
              return d;
            }),
-           py::arg("num_experts"), py::arg("top_k"), py::arg("counts"),
-           py::arg("num_sources") = 0,
+           py::arg("num_experts"), py::arg("top_k"), py::arg("counts"), py::arg("num_sources") = 0,
            py::arg("metadata") = std::map<std::string, std::string>{},
            "Load-only trace from counts [S, L, R, E].")
       .def_readonly("num_experts", &TraceData::num_experts)
@@ -97,13 +96,13 @@ void bind_io(py::module_& m) {
       .def_readonly("num_sources", &TraceData::num_sources)
       .def_readonly("num_count_steps", &TraceData::num_count_steps)
       .def_readwrite("metadata", &TraceData::metadata)
-      .def_property_readonly("topk_ids",
-                             [](py::object self) {
-                               const auto& d = self.cast<const TraceData&>();
-                               if (d.topk_ids.empty()) return py::array(py::array_t<int32_t>(0));
-                               return vector_view(self, d.topk_ids,
-                                                  {d.num_layers, d.num_tokens, d.top_k});
-                             })
+      .def_property_readonly(
+          "topk_ids",
+          [](py::object self) {
+            const auto& d = self.cast<const TraceData&>();
+            if (d.topk_ids.empty()) return py::array(py::array_t<int32_t>(0));
+            return vector_view(self, d.topk_ids, {d.num_layers, d.num_tokens, d.top_k});
+          })
       .def_property_readonly("step_offsets",
                              [](py::object self) {
                                const auto& d = self.cast<const TraceData&>();
@@ -114,9 +113,8 @@ void bind_io(py::module_& m) {
       .def_property_readonly("source_rank",
                              [](py::object self) {
                                const auto& d = self.cast<const TraceData&>();
-                               return vector_view(
-                                   self, d.source_rank,
-                                   {static_cast<py::ssize_t>(d.source_rank.size())});
+                               return vector_view(self, d.source_rank,
+                                                  {static_cast<py::ssize_t>(d.source_rank.size())});
                              })
       .def_property_readonly("counts", [](py::object self) {
         const auto& d = self.cast<const TraceData&>();

@@ -26,8 +26,9 @@ struct PyPlanInput {
   double source_weight = 0.0;
 
   plan::GlobalPlanInput view() const {
-    plan::GlobalPlanInput in{topology, num_experts, slots_per_rank, eps, span_of(expert_load),
-                             span_of(coactivation), {}, 0.0};
+    plan::GlobalPlanInput in{
+        topology, num_experts, slots_per_rank, eps, span_of(expert_load), span_of(coactivation),
+        {},       0.0};
     if (source_demand.has_value()) {
       in.source_demand = span_of(*source_demand);
       in.source_weight = source_weight;
@@ -46,8 +47,8 @@ void bind_plan(py::module_& m) {
       .def(py::init([](const Topology& topology, int num_experts, int slots_per_rank,
                        InArray<double> load, InArray<double> coact, double eps,
                        std::optional<InArray<double>> demand, double source_weight) {
-             PyPlanInput in{topology, num_experts, slots_per_rank, eps, std::move(load),
-                            std::move(coact), std::move(demand), source_weight};
+             PyPlanInput in{topology,        num_experts,      slots_per_rank,    eps,
+                            std::move(load), std::move(coact), std::move(demand), source_weight};
              in.view().validate();
              return in;
            }),
@@ -67,12 +68,12 @@ void bind_plan(py::module_& m) {
                              "Replica counts x_en [E, N] and expected loads u_en [E, N].")
       .def_readonly("num_experts", &plan::NodePlan::num_experts)
       .def_readonly("num_nodes", &plan::NodePlan::num_nodes)
-      .def_property_readonly("replicas",
-                             [](py::object self) {
-                               const auto& p = self.cast<const plan::NodePlan&>();
-                               return view_of(std::span<const int>(p.replicas),
-                                              {p.num_experts, p.num_nodes}, self);
-                             })
+      .def_property_readonly(
+          "replicas",
+          [](py::object self) {
+            const auto& p = self.cast<const plan::NodePlan&>();
+            return view_of(std::span<const int>(p.replicas), {p.num_experts, p.num_nodes}, self);
+          })
       .def_property_readonly("load_share", [](py::object self) {
         const auto& p = self.cast<const plan::NodePlan&>();
         return view_of(std::span<const double>(p.load_share), {p.num_experts, p.num_nodes}, self);
@@ -116,8 +117,9 @@ void bind_plan(py::module_& m) {
   m.def(
       "node_plan_of",
       [](const ExpertLayout& layout, InArray<double> load) {
-        COBALT_CHECK_ARG(load.size() == layout.num_experts(), "node_plan_of: {} loads for {} experts",
-                         load.size(), layout.num_experts());
+        COBALT_CHECK_ARG(load.size() == layout.num_experts(),
+                         "node_plan_of: {} loads for {} experts", load.size(),
+                         layout.num_experts());
         return plan::node_plan_of(layout, span_of(load));
       },
       py::arg("layout"), py::arg("expert_load"));
@@ -129,14 +131,15 @@ void bind_plan(py::module_& m) {
       py::arg("input"), py::arg("plan"), "Eq. (3) objective of a node plan.");
   m.def(
       "check_node_plan",
-      [](const PyPlanInput& in, const plan::NodePlan& p) { return plan::check_node_plan(in.view(), p); },
+      [](const PyPlanInput& in, const plan::NodePlan& p) {
+        return plan::check_node_plan(in.view(), p);
+      },
       py::arg("input"), py::arg("plan"), "'' when the plan is feasible, else the first violation.");
 
   py::class_<plan::RebalanceResult>(m, "RebalanceResult")
-      .def_property_readonly("layout",
-                             [](const plan::RebalanceResult& r) {
-                               return std::make_shared<ExpertLayout>(r.layout);
-                             })
+      .def_property_readonly(
+          "layout",
+          [](const plan::RebalanceResult& r) { return std::make_shared<ExpertLayout>(r.layout); })
       .def_property_readonly("slot_loads",
                              [](py::object self) {
                                const auto& r = self.cast<const plan::RebalanceResult&>();
@@ -148,10 +151,10 @@ void bind_plan(py::module_& m) {
   m.def(
       "rebalance_intra_node",
       [](const ExpertLayout& layout, InArray<double> slot_loads, double min_gain) {
-        COBALT_CHECK_ARG(
-            slot_loads.size() == static_cast<py::ssize_t>(layout.num_ranks()) * layout.slots_per_rank(),
-            "rebalance_intra_node: {} slot loads for {} x {} slots", slot_loads.size(),
-            layout.num_ranks(), layout.slots_per_rank());
+        COBALT_CHECK_ARG(slot_loads.size() ==
+                             static_cast<py::ssize_t>(layout.num_ranks()) * layout.slots_per_rank(),
+                         "rebalance_intra_node: {} slot loads for {} x {} slots", slot_loads.size(),
+                         layout.num_ranks(), layout.slots_per_rank());
         py::gil_scoped_release release;
         return plan::rebalance_intra_node(layout, span_of(slot_loads), min_gain);
       },

@@ -41,9 +41,9 @@ void bind_policy(py::module_& m) {
   using policy::PolicyConfig;
   py::class_<PolicyConfig>(m, "PolicyConfig", "Everything a policy needs to know (policy.hpp).")
       .def(py::init([](const Topology& topology, int num_experts, int top_k, int num_layers,
-                       int slots_per_rank, double eps, int steps_per_global_plan,
-                       double ema_decay, uint64_t seed, int num_threads, bool async_planning,
-                       int planner_restarts, double token_bytes, double expert_param_bytes) {
+                       int slots_per_rank, double eps, int steps_per_global_plan, double ema_decay,
+                       uint64_t seed, int num_threads, bool async_planning, int planner_restarts,
+                       double token_bytes, double expert_param_bytes) {
              PolicyConfig c;
              c.topology = topology;
              c.num_experts = num_experts;
@@ -119,11 +119,10 @@ void bind_policy(py::module_& m) {
           [](PyPolicy& p, int64_t step, int layer, InArray<int64_t> counts) {
             require_ndim(counts, 2, "Policy.run_loads counts [G, E]");
             const auto g = static_cast<py::ssize_t>(counts.shape(0));
-            COBALT_CHECK_ARG(g == p.config.topology.num_ranks() &&
-                                 counts.shape(1) == p.config.num_experts,
-                             "policy {}: counts has shape [{}, {}], expected [G={}, E={}]",
-                             p.impl->name(), g, counts.shape(1), p.config.topology.num_ranks(),
-                             p.config.num_experts);
+            COBALT_CHECK_ARG(
+                g == p.config.topology.num_ranks() && counts.shape(1) == p.config.num_experts,
+                "policy {}: counts has shape [{}, {}], expected [G={}, E={}]", p.impl->name(), g,
+                counts.shape(1), p.config.topology.num_ranks(), p.config.num_experts);
             COBALT_CHECK_ARG(layer >= 0 && layer < p.config.num_layers,
                              "policy {}: layer {} out of range [0, {})", p.impl->name(), layer,
                              p.config.num_layers);
@@ -133,7 +132,8 @@ void bind_policy(py::module_& m) {
               py::gil_scoped_release release;
               layout = p.impl->run_loads(step, layer, span_of(counts), loads);
             }
-            return py::make_tuple(mutable_ptr(std::move(layout)), owned_array(std::move(loads), {g}));
+            return py::make_tuple(mutable_ptr(std::move(layout)),
+                                  owned_array(std::move(loads), {g}));
           },
           py::arg("step"), py::arg("layer"), py::arg("counts"),
           "Load-only replay: counts [G, E] -> (layout, rank_loads [G] int64).")
@@ -146,7 +146,7 @@ void bind_policy(py::module_& m) {
         return PyPolicy{policy::make_policy(name, config), config};
       },
       py::arg("name"), py::arg("config"),
-        "Raises InvalidArgumentError listing the valid names for an unknown name.");
+      "Raises InvalidArgumentError listing the valid names for an unknown name.");
 }
 
 }  // namespace cobalt::py_bindings

@@ -100,12 +100,13 @@ void bind_stats(py::module_& m) {
         return summarize_ochiai(span_of(load), span_of(coact));
       },
       py::arg("expert_load"), py::arg("coactivation"),
-      "Count-weighted and top-partner Ochiai (DESIGN.md 3.3) of loads [E] and co-activation [E, E].");
+      "Count-weighted and top-partner Ochiai (DESIGN.md 3.3) of loads [E] and co-activation [E, "
+      "E].");
   m.def(
       "hot_set_churn",
       [](InArray<double> prev, InArray<double> next, int hot_count) {
-        COBALT_CHECK_ARG(prev.size() == next.size(), "hot_set_churn: {} vs {} experts",
-                         prev.size(), next.size());
+        COBALT_CHECK_ARG(prev.size() == next.size(), "hot_set_churn: {} vs {} experts", prev.size(),
+                         next.size());
         return hot_set_churn(span_of(prev), span_of(next), hot_count);
       },
       py::arg("prev_load"), py::arg("next_load"), py::arg("hot_count"));

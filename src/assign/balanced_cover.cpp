@@ -21,13 +21,12 @@ struct TaskClass {
   size_t next = 0;                                // mapping cursor into quota
 };
 
-// Integer water-filling of `count` tasks onto `ranks` given current loads: repeatedly raise the least
-// loaded ranks to the next level. Writes quotas and updates loads.
+// Integer water-filling of `count` tasks onto `ranks` given current loads: repeatedly raise the
+// least loaded ranks to the next level. Writes quotas and updates loads.
 void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
   std::vector<RankId> order = cls.ranks;
-  std::sort(order.begin(), order.end(), [&](RankId a, RankId b) {
-    return load[a] < load[b] || (load[a] == load[b] && a < b);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](RankId a, RankId b) { return load[a] < load[b] || (load[a] == load[b] && a < b); });
   const size_t num_ranks = order.size();
   std::vector<int64_t> give(num_ranks, 0);
   int64_t remaining = cls.count;
@@ -38,8 +37,9 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
       ++level_count;
     }
     const int64_t next_level =
-        level_count < num_ranks ? load[order[level_count]] : level + (remaining + level_count - 1) /
-                                                                          static_cast<int64_t>(level_count);
+        level_count < num_ranks
+            ? load[order[level_count]]
+            : level + (remaining + level_count - 1) / static_cast<int64_t>(level_count);
     const int64_t room = (next_level - level) * static_cast<int64_t>(level_count);
     if (room >= remaining || level_count == num_ranks) {
       // Spread what is left evenly over the current group; the remainder goes to the first ones.
@@ -62,17 +62,17 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
 }
 
 // Spill: while a rank holds more than cap = ceil((1 + tolerance) * mean) tasks, move its tasks (in
-// token order) to the least loaded other rank holding the expert whose load stays below the source's
-// minus one, preferring ranks on nodes the token already reaches (free), else any node (one more
-// cross-node copy of that token, then free for its other tasks). Deterministic.
+// token order) to the least loaded other rank holding the expert whose load stays below the
+// source's minus one, preferring ranks on nodes the token already reaches (free), else any node
+// (one more cross-node copy of that token, then free for its other tasks). Deterministic.
 void spill(const RoutingBatch& batch, const ExpertLayout& layout, std::span<const uint64_t> covers,
            double tolerance, std::vector<int64_t>& load, std::span<RankId> exec_rank) {
   const int num_ranks = layout.num_ranks(), per_node = layout.topology().ranks_per_node();
   const int top_k = batch.top_k();
   int64_t total = 0;
   for (int64_t l : load) total += l;
-  const int64_t cap = static_cast<int64_t>(
-      std::ceil((1.0 + tolerance) * static_cast<double>(total) / num_ranks));
+  const int64_t cap =
+      static_cast<int64_t>(std::ceil((1.0 + tolerance) * static_cast<double>(total) / num_ranks));
   // Tasks per rank (counting sort, token order within a rank).
   std::vector<int64_t> offsets(num_ranks + 1, 0);
   for (RankId r : exec_rank) ++offsets[r + 1];
@@ -80,7 +80,8 @@ void spill(const RoutingBatch& batch, const ExpertLayout& layout, std::span<cons
   std::vector<int64_t> tasks(exec_rank.size());
   {
     std::vector<int64_t> cursor(offsets.begin(), offsets.end() - 1);
-    for (size_t i = 0; i < exec_rank.size(); ++i) tasks[cursor[exec_rank[i]]++] = static_cast<int64_t>(i);
+    for (size_t i = 0; i < exec_rank.size(); ++i)
+      tasks[cursor[exec_rank[i]]++] = static_cast<int64_t>(i);
   }
   std::vector<uint64_t> reach(batch.num_tokens());
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
@@ -101,7 +102,8 @@ void spill(const RoutingBatch& batch, const ExpertLayout& layout, std::span<cons
         if (cand == r || load[cand] + 1 > cap || load[cand] + 1 >= load[r]) continue;
         const bool free = (reach[t] >> (cand / per_node)) & 1;
         if (best < 0 || (free && !best_free) ||
-            (free == best_free && (load[cand] < load[best] || (load[cand] == load[best] && cand < best)))) {
+            (free == best_free &&
+             (load[cand] < load[best] || (load[cand] == load[best] && cand < best)))) {
           best = cand;
           best_free = free;
         }

@@ -62,8 +62,8 @@ uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cove
   for (int i = 0; i < num_sets; ++i) {
     if (sets[i] == full) return uint64_t{1} << set_node[i];
   }
-  // Few candidate sets (the usual case): iterative deepening over combinations in lexicographic order;
-  // the first combination whose union is `full` is a minimum cover.
+  // Few candidate sets (the usual case): iterative deepening over combinations in lexicographic
+  // order; the first combination whose union is `full` is a minimum cover.
   if (num_sets <= 12) {
     std::array<int, kMaxNodes> pick{};
     for (int size = 2; size <= num_sets; ++size) {
@@ -190,8 +190,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const uint64_t* node_mask = layout.node_masks().data();
   const int32_t* node_offsets = layout.node_offsets().data();
   const RankId* replica_ranks = layout.replica_ranks().data();
-  const uint64_t prefix = counter_prefix(key.seed, static_cast<uint64_t>(key.step),
-                                         static_cast<uint64_t>(key.layer));
+  const uint64_t prefix =
+      counter_prefix(key.seed, static_cast<uint64_t>(key.step), static_cast<uint64_t>(key.layer));
   std::vector<NodeId> node_of_rank(layout.num_ranks());
   for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank[r] = r / per_node;
 
@@ -214,9 +214,9 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
           const size_t idx = static_cast<size_t>(e) * num_nodes + src_node;
           const int32_t first = node_offsets[idx];
           const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
-          out[k] = replica_ranks[first + (count == 1 ? 0
-                                                     : uniform_below(mix64(task_hash_from_token(token_h, k)),
-                                                                     count))];
+          out[k] = replica_ranks
+              [first +
+               (count == 1 ? 0 : uniform_below(mix64(task_hash_from_token(token_h, k)), count))];
         } else {
           uncovered_masks[num_uncovered] = mask;
           uncovered_k[num_uncovered++] = k;
@@ -230,7 +230,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       } else if (use_masks) {
         for (uint64_t b : multi_masks[src_node]) {
           bool feasible = true;
-          for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & uncovered_masks[i]) != 0;
+          for (int i = 0; i < num_uncovered && feasible; ++i)
+            feasible = (b & uncovered_masks[i]) != 0;
           if (feasible) {
             cover = b;
             break;
@@ -243,9 +244,10 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         const int k = uncovered_k[i];
         const uint64_t options_mask = cover & uncovered_masks[i];
         const uint64_t h = task_hash_from_token(token_h, k);
-        const NodeId n = std::popcount(options_mask) == 1
-                             ? std::countr_zero(options_mask)
-                             : nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
+        const NodeId n =
+            std::popcount(options_mask) == 1
+                ? std::countr_zero(options_mask)
+                : nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
         const size_t idx = static_cast<size_t>(row[k]) * num_nodes + n;
         const int32_t first = node_offsets[idx];
         const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
@@ -264,8 +266,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   COBALT_CHECK_ARG(static_cast<int64_t>(covers.size()) == batch.num_tokens(),
                    "covers: output holds {} entries, batch has {} tokens", covers.size(),
                    batch.num_tokens());
-  COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "covers: top-k {} out of range [1, {}]", batch.top_k(),
-                   kMaxTopK);
+  COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "covers: top-k {} out of range [1, {}]",
+                   batch.top_k(), kMaxTopK);
   const int num_nodes = layout.num_nodes();
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
@@ -320,8 +322,8 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
   const int num_nodes = layout.num_nodes();
   COBALT_CHECK_ARG(num_nodes <= 20, "assignment reference: {} nodes > 20 (enumerates 2^N masks)",
                    num_nodes);
-  const uint64_t prefix = counter_prefix(key.seed, static_cast<uint64_t>(key.step),
-                                         static_cast<uint64_t>(key.layer));
+  const uint64_t prefix =
+      counter_prefix(key.seed, static_cast<uint64_t>(key.step), static_cast<uint64_t>(key.layer));
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const NodeId src_node = layout.topology().node_of(batch.source_of(t));
     auto row = batch.experts_of(t);
@@ -351,7 +353,8 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
         n = nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
       }
       auto ranks = layout.ranks_of(e, n);
-      exec_rank[t * batch.top_k() + k] = ranks[uniform_below(mix64(h), static_cast<uint32_t>(ranks.size()))];
+      exec_rank[t * batch.top_k() + k] =
+          ranks[uniform_below(mix64(h), static_cast<uint32_t>(ranks.size()))];
     }
   }
 }

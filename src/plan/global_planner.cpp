@@ -102,8 +102,8 @@ class PlanState {
     return worst;
   }
 
-  // Whether dropping one replica of e on node a and adding one of f on a keeps every node within its
-  // load cap (even split over replicas). O(N), no mutation.
+  // Whether dropping one replica of e on node a and adding one of f on a keeps every node within
+  // its load cap (even split over replicas). O(N), no mutation.
   bool replace_feasible(int e, int a, int f) const {
     const int total_e = total_[e], total_f = total_[f];
     if (total_e <= 1) return false;
@@ -422,10 +422,10 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
       // Incremental start from the given plan: its replicas (capped at M per node and the node's
       // slots), then anything missing placed greedily.
       const NodePlan& init = *options.initial;
-      COBALT_CHECK_ARG(init.num_experts == input.num_experts &&
-                           init.num_nodes == input.topology.num_nodes(),
-                       "global plan: initial plan is {}x{}, need {}x{}", init.num_experts,
-                       init.num_nodes, input.num_experts, input.topology.num_nodes());
+      COBALT_CHECK_ARG(
+          init.num_experts == input.num_experts && init.num_nodes == input.topology.num_nodes(),
+          "global plan: initial plan is {}x{}, need {}x{}", init.num_experts, init.num_nodes,
+          input.num_experts, input.topology.num_nodes());
       for (int e = 0; e < input.num_experts; ++e) {
         for (int n = 0; n < init.num_nodes; ++n) {
           for (int i = 0; i < init.x(e, n); ++i) {

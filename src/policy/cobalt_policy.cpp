@@ -29,15 +29,16 @@ namespace {
 // Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic
 // presets and the shared real traces; docs/cobalt-improvements.md).
 constexpr double kSourceWeight = 1.0;
-// cobalt+'s balance/transfer trade: tasks spill off ranks above ceil(1.05 * mean) load, adding at most
-// one cross-node copy per moved token (docs/cobalt-improvements.md has the measured trade).
+// cobalt+'s balance/transfer trade: tasks spill off ranks above ceil(1.05 * mean) load, adding at
+// most one cross-node copy per moved token (docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
 
 struct CobaltVariant {
   std::string name;
   bool select_by_true_cost = true;
   double source_weight = 0.0;  // > 0: source anchoring
-  bool balanced_assignment = false;  // water-filled ranks within each token's cover (assign/balanced_cover)
+  bool balanced_assignment =
+      false;  // water-filled ranks within each token's cover (assign/balanced_cover)
 };
 
 struct PlannedLayout {
@@ -80,7 +81,7 @@ class CobaltPolicy final : public Policy {
   std::string name() const override { return variant_.name; }
 
   std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override {
+                                             std::span<RankId> exec_rank) override {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
     LayerState& st = layers_[layer];
@@ -111,8 +112,9 @@ class CobaltPolicy final : public Policy {
       }
     }
     if (variant_.balanced_assignment) {
-      assign::assign_balanced_cover(batch, *st.layout, {assign::CoverSearch::kAuto, config_.num_threads},
-                                    exec_rank, kSpillTolerance);
+      assign::assign_balanced_cover(batch, *st.layout,
+                                    {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank,
+                                    kSpillTolerance);
     } else {
       assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
                                 {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
@@ -133,9 +135,9 @@ class CobaltPolicy final : public Policy {
   struct LayerState {
     RoutingStats stats;
     std::shared_ptr<const ExpertLayout> layout;
-    std::vector<double> slot_loads;    // replica EMA loads [G, S]
-    std::vector<ExpertId> sample_ids;  // recent steps' token sample [T', K]
-    std::vector<RankId> sample_src;    // [T']
+    std::vector<double> slot_loads;     // replica EMA loads [G, S]
+    std::vector<ExpertId> sample_ids;   // recent steps' token sample [T', K]
+    std::vector<RankId> sample_src;     // [T']
     std::vector<int64_t> sample_sizes;  // tokens per sampled step, oldest first
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
@@ -158,8 +160,8 @@ class CobaltPolicy final : public Policy {
   }
 
   // Keeps an evenly strided sample of the last kSampleSteps steps (up to kSampleTokens tokens each,
-  // every source rank represented) for scoring candidate layouts on the true objective. Several steps
-  // keep the choice from overfitting one batch.
+  // every source rank represented) for scoring candidate layouts on the true objective. Several
+  // steps keep the choice from overfitting one batch.
   void remember_sample(LayerState& st, const RoutingBatch& batch) {
     constexpr int64_t kSampleTokens = 4096;
     constexpr size_t kSampleSteps = 4;
@@ -255,7 +257,8 @@ std::unique_ptr<Policy> make_cobalt_policy(const PolicyConfig& config) {
 }
 
 std::unique_ptr<Policy> make_cobalt_plus_policy(const PolicyConfig& config) {
-  return std::make_unique<CobaltPolicy>(config, CobaltVariant{"cobalt+", true, kSourceWeight, true});
+  return std::make_unique<CobaltPolicy>(config,
+                                        CobaltVariant{"cobalt+", true, kSourceWeight, true});
 }
 
 }  // namespace cobalt::policy

@@ -56,7 +56,7 @@ class EplbPolicy final : public Policy {
   bool needs_token_ids() const override { return false; }
 
   std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override {
+                                             std::span<RankId> exec_rank) override {
     LayerState& st = state(layer);
     COBALT_CHECK_ARG(batch.num_experts() == config_.num_experts &&
                          batch.num_ranks() == config_.topology.num_ranks(),
@@ -85,8 +85,8 @@ class EplbPolicy final : public Policy {
   }
 
   std::shared_ptr<const ExpertLayout> do_run_loads(int64_t step, int layer,
-                                                std::span<const int64_t> counts,
-                                                std::span<int64_t> rank_loads) override {
+                                                   std::span<const int64_t> counts,
+                                                   std::span<int64_t> rank_loads) override {
     LayerState& st = state(layer);
     const int num_ranks = config_.topology.num_ranks(), num_experts = config_.num_experts;
     check_counts(counts, num_ranks, num_experts, "eplb");

@@ -21,8 +21,8 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::step(int64_t step, int 
 }
 
 std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run(int64_t step, int layer,
-                                                             const RoutingBatch& batch,
-                                                             std::span<RankId> exec_rank) {
+                                                                const RoutingBatch& batch,
+                                                                std::span<RankId> exec_rank) {
   const auto counts = plan::count_demand(batch);
   auto in_force = this->step(step, layer, counts);
   plan::route_tokens(batch, *in_force, scope_, exec_rank);
@@ -30,9 +30,8 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run(int64_t step, in
   return in_force;
 }
 
-std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run_loads(int64_t step, int layer,
-                                                                   std::span<const int64_t> counts,
-                                                                   std::span<int64_t> rank_loads) {
+std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run_loads(
+    int64_t step, int layer, std::span<const int64_t> counts, std::span<int64_t> rank_loads) {
   const size_t expected = static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts;
   COBALT_CHECK_ARG(counts.size() == expected,
                    "policy {}: counts has {} entries, expected G x E = {} x {}", name(),

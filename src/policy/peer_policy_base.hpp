@@ -23,10 +23,10 @@ class LoadBasedPeerPolicy : public Policy {
   bool needs_token_ids() const override { return false; }
 
   std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override;
+                                             std::span<RankId> exec_rank) override;
   std::shared_ptr<const ExpertLayout> do_run_loads(int64_t step, int layer,
-                                                std::span<const int64_t> counts,
-                                                std::span<int64_t> rank_loads) override;
+                                                   std::span<const int64_t> counts,
+                                                   std::span<int64_t> rank_loads) override;
 
  protected:
   // The layout in force for (step, layer). counts: this step's demand [G, E] after gating; only a

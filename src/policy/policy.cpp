@@ -27,11 +27,11 @@ void PolicyConfig::validate() const {
 
 std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const RoutingBatch& batch,
                                                 std::span<RankId> exec_rank) {
-  COBALT_CHECK_ARG(batch.num_experts() == num_experts_ && batch.top_k() == top_k_ &&
-                       batch.num_ranks() == num_ranks_,
-                   "policy {}: batch has E={} K={} G={}, the policy was configured for E={} K={} G={}",
-                   name(), batch.num_experts(), batch.top_k(), batch.num_ranks(), num_experts_, top_k_,
-                   num_ranks_);
+  COBALT_CHECK_ARG(
+      batch.num_experts() == num_experts_ && batch.top_k() == top_k_ &&
+          batch.num_ranks() == num_ranks_,
+      "policy {}: batch has E={} K={} G={}, the policy was configured for E={} K={} G={}", name(),
+      batch.num_experts(), batch.top_k(), batch.num_ranks(), num_experts_, top_k_, num_ranks_);
   COBALT_CHECK_ARG(layer >= 0 && layer < num_layers_, "policy {}: layer {} out of range [0, {})",
                    name(), layer, num_layers_);
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
@@ -45,17 +45,19 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
                                                       std::span<int64_t> rank_loads) {
   COBALT_CHECK_ARG(layer >= 0 && layer < num_layers_, "policy {}: layer {} out of range [0, {})",
                    name(), layer, num_layers_);
-  COBALT_CHECK_ARG(counts.size() == static_cast<size_t>(num_ranks_) * num_experts_ &&
-                       rank_loads.size() == static_cast<size_t>(num_ranks_),
-                   "policy {}: counts has {} entries (need G x E = {} x {}), rank loads {} (need {})",
-                   name(), counts.size(), num_ranks_, num_experts_, rank_loads.size(), num_ranks_);
+  COBALT_CHECK_ARG(
+      counts.size() == static_cast<size_t>(num_ranks_) * num_experts_ &&
+          rank_loads.size() == static_cast<size_t>(num_ranks_),
+      "policy {}: counts has {} entries (need G x E = {} x {}), rank loads {} (need {})", name(),
+      counts.size(), num_ranks_, num_experts_, rank_loads.size(), num_ranks_);
   return do_run_loads(step, layer, counts, rank_loads);
 }
 
 std::shared_ptr<const ExpertLayout> Policy::do_run_loads(int64_t, int, std::span<const int64_t>,
                                                          std::span<int64_t>) {
   fail(ErrorCode::kFailedPrecondition,
-       "policy '{}' needs per-token expert ids (topk_ids); this trace is load-only (counts)", name());
+       "policy '{}' needs per-token expert ids (topk_ids); this trace is load-only (counts)",
+       name());
 }
 
 std::vector<std::string> policy_names() {

@@ -19,7 +19,7 @@ class StaticPolicy final : public Policy {
   bool needs_token_ids() const override { return false; }
 
   std::shared_ptr<const ExpertLayout> do_run(int64_t step, int layer, const RoutingBatch& batch,
-                                          std::span<RankId> exec_rank) override {
+                                             std::span<RankId> exec_rank) override {
     // One replica per expert: every task runs on the expert's only rank.
     auto ids = batch.topk_ids();
     for (size_t i = 0; i < ids.size(); ++i) exec_rank[i] = layout_->ranks_of(ids[i])[0];
@@ -27,7 +27,7 @@ class StaticPolicy final : public Policy {
   }
 
   std::shared_ptr<const ExpertLayout> do_run_loads(int64_t, int, std::span<const int64_t> counts,
-                                                std::span<int64_t> rank_loads) override {
+                                                   std::span<int64_t> rank_loads) override {
     const int num_experts = config_.num_experts, num_ranks = config_.topology.num_ranks();
     std::fill(rank_loads.begin(), rank_loads.end(), 0);
     for (RankId src = 0; src < num_ranks; ++src) {

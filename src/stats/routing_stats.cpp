@@ -186,8 +186,8 @@ std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const Expert
   }
   std::vector<int64_t> counts(static_cast<size_t>(layout.num_ranks()) * slots, 0);
   auto ids = batch.topk_ids();
-  COBALT_CHECK_ARG(exec_rank.size() == ids.size(), "replica counts: {} execution ranks for {} tasks",
-                   exec_rank.size(), ids.size());
+  COBALT_CHECK_ARG(exec_rank.size() == ids.size(),
+                   "replica counts: {} execution ranks for {} tasks", exec_rank.size(), ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
     COBALT_CHECK_ARG(exec_rank[i] >= 0 && exec_rank[i] < layout.num_ranks(),
                      "replica counts: task {} has execution rank {} out of range [0, {})", i,

@@ -95,8 +95,8 @@ WorkloadSpec glm45air_ep32() {
 }
 
 WorkloadSpec topoep_640x8() {
-  // TopoEP Fig. 10: load concentrated on static EP's first rank (its 20 experts 13x as popular as the
-  // rest), 4096 tokens per rank per step, hot-set churn as measured by TopoEP.
+  // TopoEP Fig. 10: load concentrated on static EP's first rank (its 20 experts 13x as popular as
+  // the rest), 4096 tokens per rank per step, hot-set churn as measured by TopoEP.
   WorkloadSpec s;
   s.num_experts = 640;
   s.top_k = 8;

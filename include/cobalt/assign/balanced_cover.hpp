@@ -1,9 +1,10 @@
 // Load-balanced node-cover assignment (cobalt+; not in the paper). Same cross-node transfers as
-// Algorithm 1 — every token reaches exactly the nodes of its minimum remote cover — but the ranks are
-// chosen to balance load instead of uniformly at random:
+// Algorithm 1 — every token reaches exactly the nodes of its minimum remote cover — but the ranks
+// are chosen to balance load instead of uniformly at random:
 //
 //   1. covers: Algorithm 1's step 1 per token (remote_node_covers).
-//   2. classes: task (t, e) may run on any rank holding e on a node of A = ({src} u cover_t) n nodes(e)
+//   2. classes: task (t, e) may run on any rank holding e on a node of A = ({src} u cover_t) n
+//   nodes(e)
 //      at no extra cross-node cost (the token travels to those nodes anyway). Tasks are grouped by
 //      (e, A) with their counts.
 //   3. quotas: classes in order of flexibility (fewest allowed ranks first, then larger count, then

@@ -38,8 +38,8 @@ struct AssignOptions {
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
-// Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0 when
-// every expert of the token is on its source node). The same covers assign_node_cover uses.
+// Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0
+// when every expert of the token is on its source node). The same covers assign_node_cover uses.
 void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
                         const AssignOptions& options, std::span<uint64_t> covers);
 

@@ -64,8 +64,8 @@ class ExpertLayout {
   }
   int num_used_slots(RankId rank) const;
 
-  // Raw derived maps for hot loops: ranks of (e, n) are replica_ranks()[o[e*N+n] .. o[e*N+n+1]) with
-  // o = node_offsets() [E*N + 1].
+  // Raw derived maps for hot loops: ranks of (e, n) are replica_ranks()[o[e*N+n] .. o[e*N+n+1])
+  // with o = node_offsets() [E*N + 1].
   std::span<const int32_t> node_offsets() const { return node_offsets_; }
   std::span<const RankId> replica_ranks() const { return replica_ranks_; }
 

@@ -25,8 +25,8 @@ struct HeuristicOptions {
   bool use_metis = true;  // restart 0 starts from a METIS partition
   int max_local_search_passes = 50;
   int num_threads = 1;  // restarts run in parallel; the result is the same for any value
-  // Optional incremental start: one extra restart (index num_restarts) begins from this plan (e.g. the
-  // layout in force) instead of a fresh partition, then fills and searches as usual. Not owned.
+  // Optional incremental start: one extra restart (index num_restarts) begins from this plan (e.g.
+  // the layout in force) instead of a fresh partition, then fills and searches as usual. Not owned.
   const NodePlan* initial = nullptr;
 };
 

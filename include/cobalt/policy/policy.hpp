@@ -52,15 +52,15 @@ class Policy {
   virtual bool needs_token_ids() const { return true; }
 
   // Decides (step, layer): returns the layout in force and writes exec_rank [T, K]. Steps must
-  // arrive in non-decreasing order per layer. Throws kInvalidArgument when the batch's E, K or ranks,
-  // the layer or the output size disagree with the policy's configuration.
+  // arrive in non-decreasing order per layer. Throws kInvalidArgument when the batch's E, K or
+  // ranks, the layer or the output size disagree with the policy's configuration.
   std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank);
 
   // Load-only replay (traces with a `counts` tensor, no per-token ids). counts: [G, E] tasks from
-  // rank r choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes the
-  // tasks each rank executes, rank_loads [G], and returns the layout in force. Token-level policies
-  // cannot run here: they throw kFailedPrecondition naming the policy.
+  // rank r choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes
+  // the tasks each rank executes, rank_loads [G], and returns the layout in force. Token-level
+  // policies cannot run here: they throw kFailedPrecondition naming the policy.
   std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
                                                 std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads);

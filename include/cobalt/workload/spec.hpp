@@ -59,8 +59,9 @@ struct WorkloadSpec {
   double layer_skew_spread = 0.0;
   PopularityOrder popularity_order = PopularityOrder::kShuffled;
   // Hot block: the `hot_block_size` most popular ranks (in [0, E]) get `hot_block_weight` (in
-  // [1, 1000]) times their Zipf weight. With kById order and hot_block_size = E / G this concentrates
-  // load on static EP's first rank (TopoEP Fig. 10: no-balancing imbalance 8.39 on 32 ranks). 0 = off.
+  // [1, 1000]) times their Zipf weight. With kById order and hot_block_size = E / G this
+  // concentrates load on static EP's first rank (TopoEP Fig. 10: no-balancing imbalance 8.39 on 32
+  // ranks). 0 = off.
   int hot_block_size = 0;
   double hot_block_weight = 1.0;
 

@@ -15,7 +15,8 @@ TEST(BalancedCover, SameCrossNodeTransfersAsAlgorithmOneAndNoWorseBalance) {
   double sum_balanced = 0, sum_uniform = 0;
   for (uint64_t seed = 1; seed <= 10; ++seed) {
     SplitMix64 rng(seed);
-    const int nodes = 2 + static_cast<int>(rng.below(4)), per_node = 2 + static_cast<int>(rng.below(3));
+    const int nodes = 2 + static_cast<int>(rng.below(4)),
+              per_node = 2 + static_cast<int>(rng.below(3));
     Topology topo(nodes, nodes * per_node);
     const int experts = 4 * topo.num_ranks();
     auto layout = testing::random_layout(seed, topo, experts, 6, 0.8);
@@ -62,8 +63,8 @@ namespace {
 
 TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
   // 2 nodes x 1 rank. Expert 0 on both ranks, expert 1 only on rank 0. 10 tokens from node 0 pick
-  // {0, 1}: without spill everything runs on rank 0 (20 tasks vs 0). With spill (cap = ceil(1.0 * 10)),
-  // expert 0's tasks move to rank 1, costing one cross-node copy per moved token.
+  // {0, 1}: without spill everything runs on rank 0 (20 tasks vs 0). With spill (cap = ceil(1.0 *
+  // 10)), expert 0's tasks move to rank 1, costing one cross-node copy per moved token.
   Topology topo(2, 2);
   ExpertLayout layout(topo, 2, 2, {0, 1, 0, -1});
   std::vector<ExpertId> ids;

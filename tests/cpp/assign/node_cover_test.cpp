@@ -75,7 +75,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NodeCoverProperty,
 TEST(NodeCover, FastPathMatchesTheSimpleReferenceBitForBit) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     SplitMix64 rng(seed);
-    const int nodes = 1 + static_cast<int>(rng.below(8)), per_node = 1 + static_cast<int>(rng.below(4));
+    const int nodes = 1 + static_cast<int>(rng.below(8)),
+              per_node = 1 + static_cast<int>(rng.below(4));
     const int top_k = 1 + static_cast<int>(rng.below(8));
     Topology topo(nodes, nodes * per_node);
     const int experts = std::max(top_k + 1, 4 * topo.num_ranks());

@@ -1,8 +1,8 @@
-// Issue target: on `coactivated-late` with 2x8 ranks (EP16, rho 0.5, eps 0.15) the `cobalt` policy cuts
-// cross-node transfers by >= 75% against static EP with mean imbalance <= 1.25 (paper: 75.7-99.3%,
-// 1.13-1.24). Measured at steady state, as the paper does (it starts from a checkpoint trained for 200
-// steps): the first P = 10 steps, during which the first plan rests on one step of history, are
-// warm-up. Same command as the README:
+// Issue target: on `coactivated-late` with 2x8 ranks (EP16, rho 0.5, eps 0.15) the `cobalt` policy
+// cuts cross-node transfers by >= 75% against static EP with mean imbalance <= 1.25
+// (paper: 75.7-99.3%, 1.13-1.24). Measured at steady state, as the paper does (it starts from a
+// checkpoint trained for 200 steps): the first P = 10 steps, during which the first plan rests on
+// one step of history, are warm-up. Same command as the README:
 //   cobalt simulate --preset coactivated-late --cluster 2x8 --warmup-steps 10
 #include <gtest/gtest.h>
 

@@ -7,7 +7,8 @@
 //    imply — with one slot TopoEP is far from balanced (paper: 3.79), with two it is balanced
 //    (paper: 1.30) and more slots add little — and `topoep` reproduces that shape.
 //
-// 2. The `paper-topoep-640x8` preset, which now has that shape (hot block of 20 experts 13x as likely,
+// 2. The `paper-topoep-640x8` preset, which now has that shape (hot block of 20 experts 13x as
+// likely,
 //    4096 tokens per rank per step, TopoEP's hot-set churn; static EP ~8.4). An earlier version
 //    (Zipf 0.74 over contiguous ids, 512 tokens per rank) put ~63% of all tasks on node 0, which no
 //    faithful TopoEP can balance with 2 slots (measured 2.63): see docs/peers.md.

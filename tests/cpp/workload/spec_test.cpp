@@ -115,10 +115,9 @@ TEST(WorkloadPresets, ListsEveryPresetAndEachIsValid) {
     EXPECT_EQ(spec.name, p.name);
     EXPECT_NO_THROW(validate(spec));
   }
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"uniform", "skewed", "coactivated-early", "coactivated-late",
-                                      "realistic", "paper-glm45air-ep32", "paper-topoep-640x8",
-                                      "scale-1024"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"uniform", "skewed", "coactivated-early",
+                                             "coactivated-late", "realistic", "paper-glm45air-ep32",
+                                             "paper-topoep-640x8", "scale-1024"}));
 }
 
 TEST(WorkloadPresets, PaperPresetsHaveThePaperShapes) {
