@@ -30,6 +30,7 @@
 #include <OsiClpSolverInterface.hpp>
 
 #include "cobalt/core/error.hpp"
+#include "max_flow.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -40,77 +41,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// -------------------------------------------------------------------------------------------------
-// Max-flow (Dinic) on doubles for the load split.
-
-class MaxFlow {
- public:
-  explicit MaxFlow(int num_vertices) : head_(num_vertices, -1) {}
-
-  // Adds edge from -> to with capacity cap; returns the edge index (its flow is flow(index)).
-  int add_edge(int from, int to, double cap) {
-    const int idx = static_cast<int>(to_.size());
-    to_.push_back(to), cap_.push_back(cap), next_.push_back(head_[from]), head_[from] = idx;
-    to_.push_back(from), cap_.push_back(0.0), next_.push_back(head_[to]), head_[to] = idx + 1;
-    original_.push_back(cap), original_.push_back(0.0);
-    return idx;
-  }
-  double flow(int edge_idx) const { return std::max(0.0, original_[edge_idx] - cap_[edge_idx]); }
-
-  double run(int source, int sink, double zero) {
-    zero_ = zero;
-    double total = 0;
-    const int num_vertices = static_cast<int>(head_.size());
-    level_.assign(num_vertices, -1);
-    iter_.assign(num_vertices, -1);
-    while (bfs(source, sink)) {
-      iter_ = head_;
-      for (;;) {
-        const double pushed = dfs(source, sink, kInf);
-        if (pushed <= zero_) break;
-        total += pushed;
-      }
-    }
-    return total;
-  }
-
- private:
-  bool bfs(int source, int sink) {
-    std::fill(level_.begin(), level_.end(), -1);
-    std::vector<int> queue{source};
-    level_[source] = 0;
-    for (size_t q = 0; q < queue.size(); ++q) {
-      const int v = queue[q];
-      for (int idx = head_[v]; idx >= 0; idx = next_[idx]) {
-        if (cap_[idx] > zero_ && level_[to_[idx]] < 0) {
-          level_[to_[idx]] = level_[v] + 1;
-          queue.push_back(to_[idx]);
-        }
-      }
-    }
-    return level_[sink] >= 0;
-  }
-  double dfs(int v, int sink, double limit) {
-    if (v == sink) return limit;
-    for (int& idx = iter_[v]; idx >= 0; idx = next_[idx]) {
-      const int w = to_[idx];
-      if (cap_[idx] > zero_ && level_[w] == level_[v] + 1) {
-        const double pushed = dfs(w, sink, std::min(limit, cap_[idx]));
-        if (pushed > zero_) {
-          cap_[idx] -= pushed;
-          cap_[idx ^ 1] += pushed;
-          return pushed;
-        }
-      }
-    }
-    return 0.0;
-  }
-
-  std::vector<int> head_, to_, next_, level_, iter_;
-  std::vector<double> cap_, original_;
-  double zero_ = 0;
-};
 
 // -------------------------------------------------------------------------------------------------
 // The model, prepared in the parent as plain arrays (CSR rows) before fork().
