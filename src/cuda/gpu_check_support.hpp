@@ -1,0 +1,167 @@
+// Internal to cobalt_gpu_check: CUDA error handling, device buffers, the result table's rows,
+// timing with CUDA events and the bitwise comparison against CPU references.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "check_inputs.hpp"
+#include "cobalt/assign/dispatch_layout.hpp"
+#include "cobalt/assign/node_cover.hpp"
+#include "cobalt/cuda/assign.hpp"
+#include "cobalt/cuda/device_layout.hpp"
+#include "cobalt/cuda/dispatch_layout.hpp"
+#include "cobalt/cuda/routing_stats.hpp"
+#include "cobalt/cuda/topoep.hpp"
+#include "cobalt/plan/topoep_solver.hpp"
+#include "cobalt/stats/routing_stats.hpp"
+
+namespace cobalt::cuda::check {
+
+inline constexpr unsigned char kPoison = 0xab;
+
+inline void cuda_ok(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(status));
+    std::exit(3);
+  }
+}
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) { resize(count); }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void resize(size_t count) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    count_ = count;
+    cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(1, count) * sizeof(T)), "cudaMalloc");
+  }
+  void upload(const std::vector<T>& host) {
+    if (host.size() != count_) resize(host.size());
+    cuda_ok(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
+            "cudaMemcpy H2D");
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    cuda_ok(cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost),
+            "cudaMemcpy D2H");
+    return host;
+  }
+  void poison() { cuda_ok(cudaMemset(ptr_, kPoison, count_ * sizeof(T)), "cudaMemset"); }
+  T* get() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return count_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+struct Options {
+  std::string traces;
+  int64_t tokens = 1000000;
+  int reps = 20;
+  bool quick = false;
+  bool dry_run = false;  // inputs and CPU references only (no CUDA call): tests this program
+  std::string csv;
+};
+
+struct Row {
+  std::string kernel, input, shape;
+  int64_t mismatches = -1;  // -1: not checked
+  std::string note;
+  double cpu_ms = -1;  // CPU reference, one thread
+  double median_us = -1, min_us = -1;
+  double bytes = 0;
+};
+
+struct Context {
+  Options opt;
+  cudaStream_t stream = nullptr;
+  double copy_bandwidth = 0;     // bytes/s, measured
+  double nominal_bandwidth = 0;  // bytes/s, from the memory clock and bus width
+  std::vector<Row> rows;
+  int failures = 0;
+};
+
+inline double now_ms() {
+  using namespace std::chrono;
+  return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+// Median and minimum of `reps` timed calls (after 3 warm-ups), in microseconds.
+inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call) {
+  for (int i = 0; i < 3; ++i) call();
+  cuda_ok(cudaStreamSynchronize(ctx.stream), "warm-up");
+  std::vector<cudaEvent_t> events(2 * ctx.opt.reps);
+  for (auto& e : events) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < ctx.opt.reps; ++i) {
+    cuda_ok(cudaEventRecord(events[2 * i], ctx.stream), "cudaEventRecord");
+    call();
+    cuda_ok(cudaEventRecord(events[2 * i + 1], ctx.stream), "cudaEventRecord");
+  }
+  cuda_ok(cudaStreamSynchronize(ctx.stream), "timed calls");
+  std::vector<double> us(ctx.opt.reps);
+  for (int i = 0; i < ctx.opt.reps; ++i) {
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]), "cudaEventElapsedTime");
+    us[i] = 1000.0 * ms;
+  }
+  for (auto& e : events) cudaEventDestroy(e);
+  std::sort(us.begin(), us.end());
+  row.median_us = us[us.size() / 2];
+  row.min_us = us.front();
+}
+
+template <typename T>
+int64_t count_mismatches(const std::vector<T>& gpu, const std::vector<T>& cpu, const char* what) {
+  if (gpu.size() != cpu.size()) {
+    std::fprintf(stderr, "  %s: size %zu vs %zu\n", what, gpu.size(), cpu.size());
+    return static_cast<int64_t>(std::max(gpu.size(), cpu.size()));
+  }
+  int64_t bad = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    if (std::memcmp(&gpu[i], &cpu[i], sizeof(T)) != 0) {
+      if (bad < 3) {
+        std::fprintf(stderr, "  %s[%zu]: gpu %lld cpu %lld\n", what, i,
+                     static_cast<long long>(gpu[i]), static_cast<long long>(cpu[i]));
+      }
+      ++bad;
+    }
+  }
+  return bad;
+}
+
+inline void finish(Context& ctx, Row row, bool print = true) {
+  if (row.mismatches > 0) ++ctx.failures;
+  if (!print) {
+    if (row.mismatches > 0)
+      std::printf("  %s %s: MISMATCH\n", row.kernel.c_str(), row.input.c_str());
+    ctx.rows.push_back(std::move(row));
+    return;
+  }
+  std::printf("  %-9s %-28s %-26s %s\n", row.kernel.c_str(), row.input.c_str(), row.shape.c_str(),
+              ctx.opt.dry_run       ? "(dry run)"
+              : row.mismatches < 0  ? "-"
+              : row.mismatches == 0 ? "ok"
+                                    : "MISMATCH");
+  std::fflush(stdout);
+  ctx.rows.push_back(std::move(row));
+}
+
+}  // namespace cobalt::cuda::check
