@@ -14,23 +14,6 @@
 namespace cobalt::eval {
 namespace {
 
-io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts,
-                           int top_k, int sources) {
-  io::TraceData data;
-  data.num_experts = experts;
-  data.top_k = top_k;
-  data.num_layers = layers;
-  data.num_tokens = steps * tokens;
-  for (int l = 0; l < layers; ++l) {
-    auto b = testing::random_batch(seed * 31 + l, data.num_tokens, top_k, experts, sources, 1.5);
-    data.topk_ids.insert(data.topk_ids.end(), b.topk_ids.begin(), b.topk_ids.end());
-    if (l == 0) data.source_rank = b.source_rank;
-  }
-  data.num_sources = sources;
-  for (int s = 0; s <= steps; ++s) data.step_offsets.push_back(s * tokens);
-  return data;
-}
-
 SimulationOptions options_for(const StepSource& source, const Topology& topo,
                               std::vector<std::string> policies) {
   SimulationOptions o;
@@ -49,7 +32,7 @@ SimulationOptions options_for(const StepSource& source, const Topology& topo,
 }
 
 TEST(Simulator, StaticModelledTimeRecomputedFromScratch) {
-  const auto data = random_trace(5, 6, 1500, 2, 32, 4, 16);
+  const auto data = testing::random_trace(5, 6, 1500, 2, 32, 4, 16);
   auto source = make_step_source(data);
   const Topology topo(2, 16);
   const auto options = options_for(*source, topo, {"static"});
@@ -109,7 +92,7 @@ class CountingObserver final : public ReplayObserver {
 };
 
 TEST(Simulator, AggregatesMatchPerStepValuesAndTheObserverSeesEverything) {
-  const auto data = random_trace(7, 8, 1200, 2, 32, 4, 16);
+  const auto data = testing::random_trace(7, 8, 1200, 2, 32, 4, 16);
   auto source = make_step_source(data);
   auto options = options_for(*source, Topology(2, 16), {"static", "cobalt"});
   CountingObserver observer;
@@ -170,7 +153,7 @@ TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
 }
 
 TEST(Simulator, RejectsBadOptions) {
-  const auto data = random_trace(1, 3, 100, 1, 16, 2, 4);
+  const auto data = testing::random_trace(1, 3, 100, 1, 16, 2, 4);
   auto source = make_step_source(data);
   auto options = options_for(*source, Topology(2, 4), {"static"});
   options.warmup_steps = 3;

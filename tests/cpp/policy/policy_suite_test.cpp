@@ -52,23 +52,6 @@ Run replay(const std::string& name, const PolicyConfig& config, const eval::Step
   return run;
 }
 
-io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts,
-                           int top_k, int sources) {
-  io::TraceData data;
-  data.num_experts = experts;
-  data.top_k = top_k;
-  data.num_layers = layers;
-  data.num_tokens = steps * tokens;
-  for (int l = 0; l < layers; ++l) {
-    auto b = testing::random_batch(seed * 31 + l, data.num_tokens, top_k, experts, sources, 1.5);
-    data.topk_ids.insert(data.topk_ids.end(), b.topk_ids.begin(), b.topk_ids.end());
-    if (l == 0) data.source_rank = b.source_rank;
-  }
-  data.num_sources = sources;
-  for (int s = 0; s <= steps; ++s) data.step_offsets.push_back(s * tokens);
-  return data;
-}
-
 class PolicySuite : public ::testing::TestWithParam<std::string> {};
 
 PolicyConfig config_for(const eval::StepSource& source, const Topology& topo, int threads) {
@@ -87,7 +70,7 @@ PolicyConfig config_for(const eval::StepSource& source, const Topology& topo, in
 
 TEST_P(PolicySuite, InvariantsDeterminismAndThreadIndependenceOnRandomTraces) {
   const std::string name = GetParam();
-  auto data = random_trace(3, 7, 3000, 2, 32, 4, 8);
+  auto data = testing::random_trace(3, 7, 3000, 2, 32, 4, 8);
   auto source = eval::make_step_source(data);
   const Topology topo(2, 8);
   auto first = replay(name, config_for(*source, topo, 1), *source);
@@ -100,7 +83,7 @@ TEST_P(PolicySuite, InvariantsDeterminismAndThreadIndependenceOnRandomTraces) {
 }
 
 TEST_P(PolicySuite, InvariantsOnFourNodes) {
-  auto data = random_trace(8, 5, 2000, 1, 64, 8, 32);
+  auto data = testing::random_trace(8, 5, 2000, 1, 64, 8, 32);
   auto source = eval::make_step_source(data);
   replay(GetParam(), config_for(*source, Topology(4, 32), 2), *source);
 }
@@ -126,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicySuite, ::testing::ValuesIn(policy_na
                          });
 
 TEST(CobaltPolicy, AsyncPlanningIsDeterministic) {
-  auto data = random_trace(4, 8, 2000, 1, 32, 4, 8);
+  auto data = testing::random_trace(4, 8, 2000, 1, 32, 4, 8);
   auto source = eval::make_step_source(data);
   auto config = config_for(*source, Topology(2, 8), 1);
   config.async_planning = true;

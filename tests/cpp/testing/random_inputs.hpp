@@ -8,6 +8,7 @@
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/core/routing_batch.hpp"
+#include "cobalt/io/trace.hpp"
 
 namespace cobalt::testing {
 
@@ -73,6 +74,25 @@ inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_e
     }
   }
   return ExpertLayout::from_rank_lists(topo, num_experts, slots_per_rank, lists);
+}
+
+// A multi-step, multi-layer in-memory trace: `steps` steps of `tokens` tokens, skewed routing,
+// source ranks in [0, sources).
+inline io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int layers, int experts,
+                                  int top_k, int sources) {
+  io::TraceData data;
+  data.num_experts = experts;
+  data.top_k = top_k;
+  data.num_layers = layers;
+  data.num_tokens = steps * tokens;
+  for (int l = 0; l < layers; ++l) {
+    auto b = random_batch(seed * 31 + l, data.num_tokens, top_k, experts, sources, 1.5);
+    data.topk_ids.insert(data.topk_ids.end(), b.topk_ids.begin(), b.topk_ids.end());
+    if (l == 0) data.source_rank = b.source_rank;
+  }
+  data.num_sources = sources;
+  for (int s = 0; s <= steps; ++s) data.step_offsets.push_back(s * tokens);
+  return data;
 }
 
 }  // namespace cobalt::testing
