@@ -45,16 +45,20 @@ test-python: build-python
 test: test-release test-debug test-python test-cuda-compile
 
 # CUDA kernels (docs/gpu.md), when nvcc is present: configure the `cuda` preset and build only the
-# CUDA targets (a compile and link check; nothing runs on a GPU), then run the host emulation of the
-# kernel bodies against the CPU references (no GPU needed). Skipped without nvcc.
+# CUDA targets (a compile and link check; nothing runs on a GPU): the kernels, cobalt_gpu_check,
+# the host emulation test and the Python module cobalt._cuda. Then run the host emulation of the
+# kernel bodies against the CPU references and the Python tests of cobalt.cuda (both need no GPU;
+# the GPU comparisons in test_cuda.py skip without one). Skipped without nvcc.
 NVCC ?= /usr/local/cuda/bin/nvcc
 .PHONY: test-cuda-compile
-test-cuda-compile: deps
+test-cuda-compile: build-python
 	@if [ -x $(NVCC) ]; then \
 	  cmake --preset cuda -DCMAKE_CUDA_COMPILER=$(NVCC) -DCOBALT_BUILD_TESTS=OFF \
-	    -DCOBALT_BUILD_BENCHMARKS=OFF >/dev/null && \
+	    -DCOBALT_BUILD_BENCHMARKS=OFF -DCOBALT_BUILD_PYTHON=ON \
+	    -DPython3_EXECUTABLE=$(PYTHON) >/dev/null && \
 	  cmake --build --preset cuda --target cobalt_cuda_all -j $(JOBS) && \
-	  build/cuda/bin/cobalt_cuda_emulation_test --gtest_brief=1; \
+	  build/cuda/bin/cobalt_cuda_emulation_test --gtest_brief=1 && \
+	  COBALT_EXPECT_CUDA_MODULE=1 $(PYTHON) -m pytest python/tests/test_cuda.py -q; \
 	else \
 	  echo "test-cuda-compile: $(NVCC) not found: CUDA kernels not compiled"; \
 	fi

@@ -252,6 +252,14 @@ def assign_node_cover(batch: RoutingBatch, layout: ExpertLayout, seed: int = 0, 
                       out: Optional[I32] = None) -> I32:
     """Cobalt Algorithm 1: exec_rank [T, K] int32."""
 def min_remote_cover_size(experts: ArrayLike, src_node: int, layout: ExpertLayout) -> int: ...
+def dispatch_layout(exec_rank: ArrayLike, source_rank: ArrayLike,
+                    topology: Topology) -> dict[str, np.ndarray]:
+    """rank_counts [G], node_counts [N], rank_offsets [G + 1], pair_counts [G, G] (int64),
+    token_in_rank [T, G] (uint8), slot [T, K] (int32)."""
+def solve_topoep(demand: ArrayLike, topology: Topology, slots_per_rank: int, token_bytes: float,
+                 expert_param_bytes: float) -> dict[str, np.ndarray]:
+    """slots [G, S], source_offsets [G + 1], quota_expert / quota_dst / quota_count [Q],
+    rank_loads [G], stats [4]."""
 
 # ---------------------------------------------------------------- policy
 class PolicyConfig:

@@ -12,6 +12,8 @@ PYBIND11_MODULE(_core, m) {
   bind_stats(m);
   bind_plan(m);
   bind_assign(m);
+  bind_dispatch(m);
+  bind_topoep(m);
   bind_policy(m);
   bind_eval(m);
   bind_io(m);

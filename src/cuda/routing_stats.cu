@@ -5,6 +5,7 @@
 #include "cobalt/cuda/routing_stats.hpp"
 #include "detail/runtime.hpp"
 #include "detail/simt.hpp"
+#include "detail/stats_body.hpp"
 
 namespace cobalt::cuda {
 namespace {
@@ -12,32 +13,10 @@ namespace {
 constexpr int kThreads = 1024;
 constexpr int kFinalizeThreads = 256;
 
-// Counters: loads [E], then the upper triangle (diagonal included) of the pair counts, row-major.
-__host__ __device__ constexpr int64_t num_pair_keys(int num_experts) {
-  return static_cast<int64_t>(num_experts) * (num_experts + 1) / 2;
-}
-__host__ __device__ constexpr int64_t num_counters(int num_experts) {
-  return num_experts + num_pair_keys(num_experts);
-}
-// Key of the unordered pair {i, j}, i <= j.
-__device__ __forceinline__ int64_t pair_key(int i, int j, int num_experts) {
-  return static_cast<int64_t>(i) * num_experts - static_cast<int64_t>(i) * (i - 1) / 2 + (j - i);
-}
-
-template <bool kAggregate, typename Counter>
-__device__ __forceinline__ void bump(Counter* counters, int64_t key) {
-  if constexpr (kAggregate) {
-    // All 32 lanes call this together (uniform loops); lanes without a task pass key -1.
-    const unsigned peers = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(key));
-    if (key >= 0 && static_cast<int>(threadIdx.x & 31u) == __ffs(peers) - 1) {
-      atomicAdd(&counters[key], static_cast<Counter>(__popc(peers)));
-    }
-  } else {
-    if (key >= 0) atomicAdd(&counters[key], static_cast<Counter>(1));
-  }
-}
+using detail::stats_num_counters;
 
 // kMaxK > 0: the row lives in registers (K <= kMaxK); kMaxK == 0: any K, read from memory.
+// Grid-stride over chunks of kThreads tokens; each warp counts 32 of them (detail/stats_body.hpp).
 template <int kMaxK, bool kAggregate, bool kShared>
 __global__ void __launch_bounds__(kThreads)
     count_kernel(const int32_t* __restrict__ ids, int64_t num_tokens, int top_k, int num_experts,
@@ -45,7 +24,7 @@ __global__ void __launch_bounds__(kThreads)
                  unsigned long long* __restrict__ global_counters) {
   using Counter = std::conditional_t<kShared, unsigned int, unsigned long long>;
   extern __shared__ unsigned int shared_counters[];
-  const int64_t entries = num_counters(num_experts);
+  const int64_t entries = stats_num_counters(num_experts);
   Counter* counters;
   if constexpr (kShared) {
     for (int64_t i = threadIdx.x; i < entries; i += kThreads) shared_counters[i] = 0;
@@ -54,42 +33,13 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     counters = global_counters;
   }
-  Counter* loads = counters;
-  Counter* pairs = counters + num_experts;
+  const detail::DeviceWarp warp;
+  const int64_t warp_offset = static_cast<int64_t>(threadIdx.x / 32) * 32;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads; base < num_tokens;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads + warp_offset; base < num_tokens;
        base += stride) {
-    const int64_t t = base + threadIdx.x;
-    const bool valid = t < num_tokens;
-    const int32_t* p = ids + (valid ? t : 0) * top_k;
-    if constexpr (kMaxK > 0) {
-      int32_t row[kMaxK];
-      COBALT_UNROLL
-      for (int k = 0; k < kMaxK; ++k) row[k] = k < top_k ? __ldg(p + k) : 0;
-      COBALT_UNROLL
-      for (int a = 0; a < kMaxK; ++a) {
-        if (a >= top_k) break;
-        bump<kAggregate>(loads, valid ? row[a] : -1);
-        COBALT_UNROLL
-        for (int b = a + 1; b < kMaxK; ++b) {
-          if (b >= top_k) break;
-          const int lo = row[a] < row[b] ? row[a] : row[b];
-          const int hi = row[a] < row[b] ? row[b] : row[a];
-          bump<kAggregate>(pairs, valid ? pair_key(lo, hi, num_experts) : -1);
-        }
-      }
-    } else {
-      for (int a = 0; a < top_k; ++a) {
-        const int x = __ldg(p + a);
-        bump<kAggregate>(loads, valid ? x : -1);
-        for (int b = a + 1; b < top_k; ++b) {
-          const int y = __ldg(p + b);
-          const int lo = x < y ? x : y;
-          const int hi = x < y ? y : x;
-          bump<kAggregate>(pairs, valid ? pair_key(lo, hi, num_experts) : -1);
-        }
-      }
-    }
+    detail::stats_count_warp<kMaxK, kAggregate>(warp, ids, base, num_tokens, top_k, num_experts,
+                                                counters);
   }
   if constexpr (kShared) {
     __syncthreads();
@@ -98,35 +48,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Block row y < E of the output: columns c >= y from key (y, c), mirrored to (c, y); y == E: loads.
-template <bool kShared>
+// Block row y <= E of the output grid, one thread per column (detail::stats_finalize_entry).
 __global__ void __launch_bounds__(kFinalizeThreads)
     finalize_kernel(int num_experts, int num_partials, const uint32_t* __restrict__ partials,
                     const unsigned long long* __restrict__ global_counters,
                     int64_t* __restrict__ expert_counts, int64_t* __restrict__ coactivation) {
-  const int64_t entries = num_counters(num_experts);
-  const int y = blockIdx.x;  // E + 1 rows (gridDim.y would cap E at 65534)
-  const int c = blockIdx.y * kFinalizeThreads + threadIdx.x;
-  if (c >= num_experts) return;
-  int64_t key;
-  if (y == num_experts) {
-    key = c;
-  } else {
-    if (c < y) return;
-    key = num_experts + pair_key(y, c, num_experts);
-  }
-  long long sum = 0;
-  if constexpr (kShared) {
-    for (int b = 0; b < num_partials; ++b) sum += partials[static_cast<int64_t>(b) * entries + key];
-  } else {
-    sum = static_cast<long long>(global_counters[key]);
-  }
-  if (y == num_experts) {
-    expert_counts[c] = sum;
-  } else {
-    coactivation[static_cast<int64_t>(y) * num_experts + c] = sum;
-    coactivation[static_cast<int64_t>(c) * num_experts + y] = sum;
-  }
+  // E + 1 rows on gridDim.x (gridDim.y would cap E at 65534).
+  detail::stats_finalize_entry(
+      static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y * kFinalizeThreads + threadIdx.x),
+      num_experts, num_partials, partials, global_counters, expert_counts, coactivation);
 }
 
 bool is_shared(StatsMethod method) {
@@ -134,7 +64,7 @@ bool is_shared(StatsMethod method) {
 }
 
 size_t shared_bytes(int num_experts) {
-  return sizeof(uint32_t) * static_cast<size_t>(num_counters(num_experts));
+  return sizeof(uint32_t) * static_cast<size_t>(stats_num_counters(num_experts));
 }
 
 StatsMethod resolve(int num_experts, StatsMethod method) {
@@ -207,9 +137,10 @@ size_t routing_counts_workspace_bytes(int64_t num_tokens, int top_k, int num_exp
   if (is_shared(method)) {
     const int blocks = count_blocks(num_tokens, top_k, num_experts, method);
     return detail::carve_size<uint32_t>(static_cast<size_t>(blocks) *
-                                        static_cast<size_t>(num_counters(num_experts)));
+                                        static_cast<size_t>(stats_num_counters(num_experts)));
   }
-  return detail::carve_size<unsigned long long>(static_cast<size_t>(num_counters(num_experts)));
+  return detail::carve_size<unsigned long long>(
+      static_cast<size_t>(stats_num_counters(num_experts)));
 }
 
 void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int num_experts,
@@ -228,7 +159,7 @@ void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int n
       "cuda count_routing: workspace smaller than routing_counts_workspace_bytes()");
   cudaStream_t st = detail::as_stream(stream);
   const bool shared = is_shared(method);
-  const int64_t entries = num_counters(num_experts);
+  const int64_t entries = stats_num_counters(num_experts);
   detail::WorkspaceCarver carve(workspace, workspace_bytes);
   uint32_t* partials = nullptr;
   unsigned long long* global_counters = nullptr;
@@ -255,13 +186,8 @@ void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int n
                   "count_kernel");
   }
   const dim3 grid(num_experts + 1, (num_experts + kFinalizeThreads - 1) / kFinalizeThreads);
-  if (shared) {
-    finalize_kernel<true><<<grid, kFinalizeThreads, 0, st>>>(num_experts, blocks, partials, nullptr,
-                                                             expert_counts, coactivation);
-  } else {
-    finalize_kernel<false><<<grid, kFinalizeThreads, 0, st>>>(
-        num_experts, 0, nullptr, global_counters, expert_counts, coactivation);
-  }
+  finalize_kernel<<<grid, kFinalizeThreads, 0, st>>>(num_experts, shared ? blocks : 0, partials,
+                                                     global_counters, expert_counts, coactivation);
   detail::check(cudaGetLastError(), "finalize_kernel");
 }
 

@@ -6,7 +6,8 @@
 // For token t let D_t be the distinct ranks among exec_rank[t, 0..K) (a rank receives a token once,
 // however many of its experts run there) and N_t the nodes of those ranks.
 //   rank_counts[d]     = |{t : d in D_t}|                         (DeepEP num_tokens_per_rank)
-//   node_counts[n]     = |{t : n in N_t}|, the source node too    (DeepEP num_tokens_per_rdma_rank)
+//   node_counts[n]     = |{t : n in N_t}| (the source node only when a rank of it is in D_t;
+//                        DeepEP num_tokens_per_rdma_rank)
 //   rank_offsets[d]    = sum_{d' < d} rank_counts[d'], [G + 1]    (send buffer grouped by rank)
 //   token_in_rank[t,d] = 1 when d in D_t, else 0                  (DeepEP is_token_in_rank)
 //   slot[t, k]         = rank_offsets[d] + |{t' < t : d in D_t'}| with d = exec_rank[t, k]: the

@@ -7,8 +7,12 @@
   layouts and task assignments from the C++ core, with node-deduplicated dispatch/combine, replica
   gradient reduction into main instances, and versioned all-or-nothing layout changes.
 * :class:`ReferenceMoE`: the same layer in one process (ground truth for tests).
+* :mod:`cobalt.torch.ops`: the per-step operations (task assignment, routing counts, dispatch
+  layout, TopoEP's solver) on torch tensors, run by the CUDA kernels for CUDA tensors and by the
+  CPU references otherwise.
 """
 
+from cobalt.torch import ops
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, MigrationCounters
@@ -26,6 +30,7 @@ from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
 from cobalt.torch.traffic import Traffic, TrafficStats
 
 __all__ = [
+    "ops",
     "EPGroup",
     "ExchangePlan",
     "ExpertParallelMoE",

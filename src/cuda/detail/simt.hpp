@@ -122,6 +122,33 @@ COBALT_HD inline int32_t atomic_add_i32(int32_t* p, int32_t v) {
 #endif
 }
 
+// Counter increments of the routing-statistics histograms (32-bit in shared memory, 64-bit in
+// global memory); unsigned, so a sum wraps rather than overflows (the int64 totals are exact as
+// long as a block sees fewer than 2^32 copies of one key).
+COBALT_HD inline void atomic_add_counter(uint32_t* p, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+COBALT_HD inline void atomic_add_counter(unsigned long long* p, unsigned long long v) {
+#if defined(__CUDA_ARCH__)
+  atomicAdd(p, v);
+#else
+  *p += v;
+#endif
+}
+
+// A read-only load through the non-coherent cache on the device.
+COBALT_HD inline int32_t load_readonly(const int32_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
 // Bytes a workspace sub-buffer of `count` T takes (rounded up to keep 256-byte alignment).
 template <typename T>
 constexpr size_t carve_size(size_t count) {
@@ -153,10 +180,10 @@ struct DeviceWarp {
   __device__ uint32_t ballot(F&& pred) const {
     return __ballot_sync(0xffffffffu, static_cast<bool>(pred(lane())));
   }
-  // peers[l] = the lanes whose key(lane) equals lane l's.
+  // peers[l] = the lanes whose key(lane) equals lane l's (key: a 32- or 64-bit integer).
   template <typename F>
   __device__ void match_any(F&& key, Lanes<uint32_t>& peers) const {
-    peers.value = __match_any_sync(0xffffffffu, static_cast<int>(key(lane())));
+    peers.value = __match_any_sync(0xffffffffu, key(lane()));
   }
   // Sum of make(lane) over the lanes.
   template <typename F>
@@ -229,8 +256,8 @@ struct HostWarp {
   }
   template <typename F>
   void match_any(F&& key, Lanes<uint32_t>& peers) const {
-    int keys[kLanes];
-    for (int l = 0; l < kLanes; ++l) keys[l] = static_cast<int>(key(l));
+    decltype(key(0)) keys[kLanes];
+    for (int l = 0; l < kLanes; ++l) keys[l] = key(l);
     for (int l = 0; l < kLanes; ++l) {
       uint32_t m = 0;
       for (int o = 0; o < kLanes; ++o) {

@@ -1,0 +1,157 @@
+"""Cobalt's per-step operations on torch tensors, on the tensors' device.
+
+CUDA tensors run the CUDA kernels (:mod:`cobalt.cuda`: ``data_ptr()`` and the current stream, no
+host round trip); CPU tensors run the C++ CPU references. Both give the same integers, so a
+training stack can call these on whatever device its router runs on:
+
+* :func:`assign_tasks` - Cobalt Algorithm 1 (execution rank of every token-expert task);
+* :func:`routing_counts` - per-expert loads and pairwise co-activation counts of a batch;
+* :func:`dispatch_layout` - per-rank / per-node token counts, DeepEP's ``is_token_in_rank``,
+  send-buffer slots and offsets of an assignment;
+* :func:`solve_topoep` - TopoEP's per-microbatch replica/routing plan.
+
+Inputs on CUDA are trusted by the kernels (ids in range, distinct per row); pass
+``validate=True`` to check them first (a device-to-host sync). CPU inputs are always validated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+import cobalt
+import cobalt.cuda as cuda
+
+__all__ = ["assign_tasks", "routing_counts", "dispatch_layout", "DispatchLayout", "solve_topoep",
+           "TopoEpPlan"]
+
+DispatchLayout = cuda.DispatchLayout
+
+_SEARCH = {"auto": cobalt.CoverSearch.AUTO, "masks": cobalt.CoverSearch.MASK_ENUMERATION,
+           "subset_dp": cobalt.CoverSearch.SUBSET_DP}
+
+
+def _int32_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"cobalt.torch.ops: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"cobalt.torch.ops: {name} must be an integer tensor, got {t.dtype}")
+    return np.ascontiguousarray(t.detach().numpy(), dtype=np.int32)
+
+
+def _validate_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
+    if topk_ids.numel() == 0:
+        return
+    lo, hi = int(topk_ids.min()), int(topk_ids.max())
+    if lo < 0 or hi >= num_experts:
+        raise ValueError(f"cobalt.torch.ops: expert id {lo if lo < 0 else hi} out of range "
+                         f"[0, {num_experts})")
+    if topk_ids.shape[1] > 1:
+        ordered = torch.sort(topk_ids, dim=1).values
+        if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
+            raise ValueError("cobalt.torch.ops: a token selects the same expert twice")
+
+
+def _validate_ranks(ranks: torch.Tensor, num_ranks: int, name: str) -> None:
+    if ranks.numel() == 0:
+        return
+    lo, hi = int(ranks.min()), int(ranks.max())
+    if lo < 0 or hi >= num_ranks:
+        raise ValueError(f"cobalt.torch.ops: {name} {lo if lo < 0 else hi} out of range "
+                         f"[0, {num_ranks})")
+
+
+def assign_tasks(topk_ids: torch.Tensor, source_rank: torch.Tensor,
+                 layout: Union[cobalt.ExpertLayout, cuda.DeviceLayout], *, seed: int = 0,
+                 step: int = 0, layer: int = 0, token_offset: int = 0, search: str = "auto",
+                 validate: bool = False) -> torch.Tensor:
+    """Execution rank [T, K] int32 of every task of topk_ids [T, K] (tokens of source_rank [T]),
+    on topk_ids' device: Cobalt Algorithm 1 keyed by (seed, step, layer, token_offset + t, k).
+
+    On CUDA pass a :class:`cobalt.cuda.DeviceLayout` to reuse the uploaded layout across steps
+    (an ExpertLayout is uploaded on every call, which synchronises the stream).
+    """
+    if search not in _SEARCH:
+        raise ValueError(f"cobalt.torch.ops: unknown cover search {search!r} "
+                         f"(valid: {', '.join(_SEARCH)})")
+    host_layout = layout.layout if isinstance(layout, cuda.DeviceLayout) else layout
+    if topk_ids.device.type == "cuda":
+        if validate:
+            _validate_ids(topk_ids, host_layout.num_experts)
+            _validate_ranks(source_rank, host_layout.num_ranks, "source rank")
+        return cuda.assign_node_cover(topk_ids.to(torch.int32).contiguous(),
+                                      source_rank.to(torch.int32).contiguous(), layout, seed=seed,
+                                      step=step, layer=layer, token_offset=token_offset,
+                                      search=search)
+    batch = cobalt.RoutingBatch(_int32_numpy(topk_ids, "topk_ids"),
+                                _int32_numpy(source_rank, "source_rank"),
+                                host_layout.num_experts, host_layout.num_ranks)
+    exec_rank = cobalt.assign_node_cover(batch, host_layout, seed=seed, step=step, layer=layer,
+                                         token_offset=token_offset, search=_SEARCH[search])
+    return torch.from_numpy(exec_rank)
+
+
+def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "auto",
+                   validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(expert_counts [E] int64, coactivation [E, E] int64) of topk_ids [T, K] on its device.
+    method picks the CUDA histogram variant (auto, shared, shared_plain, global); ignored on CPU."""
+    if topk_ids.device.type == "cuda":
+        if validate:
+            _validate_ids(topk_ids, num_experts)
+        return cuda.count_routing(topk_ids.to(torch.int32).contiguous(), num_experts,
+                                  method=method)
+    ids = _int32_numpy(topk_ids, "topk_ids")
+    if ids.ndim != 2:
+        raise ValueError(f"cobalt.torch.ops: topk_ids must be [T, K], got shape {list(ids.shape)}")
+    batch = cobalt.RoutingBatch(ids, np.zeros(ids.shape[0], dtype=np.int32), num_experts, 1)
+    counts, coact = cobalt.count_routing(batch)
+    return torch.from_numpy(np.array(counts)), torch.from_numpy(np.array(coact))
+
+
+def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology: cobalt.Topology,
+                    *, validate: bool = False) -> DispatchLayout:
+    """The dispatch layout of exec_rank [T, K] (tokens of source_rank [T]) on its device: every
+    field of :class:`cobalt.cuda.DispatchLayout` (slot, token_in_rank and pair_counts included)."""
+    if exec_rank.device.type == "cuda":
+        if validate:
+            _validate_ranks(exec_rank, topology.num_ranks, "execution rank")
+            _validate_ranks(source_rank, topology.num_ranks, "source rank")
+        return cuda.dispatch_layout(exec_rank.to(torch.int32).contiguous(), topology.num_nodes,
+                                    topology.num_ranks,
+                                    source_rank=source_rank.to(torch.int32).contiguous(),
+                                    pair_counts=True)
+    d = cobalt.dispatch_layout(_int32_numpy(exec_rank, "exec_rank"),
+                               _int32_numpy(source_rank, "source_rank"), topology)
+    return DispatchLayout(**{k: torch.from_numpy(np.array(v)) for k, v in d.items()})
+
+
+@dataclass
+class TopoEpPlan:
+    """TopoEP's plan with its quotas trimmed to the plan's (grouped by source rank)."""
+
+    slots: torch.Tensor  # [G, S] int32, -1 empty
+    source_offsets: torch.Tensor  # [G + 1] int64
+    quota_expert: torch.Tensor  # [Q] int32
+    quota_dst: torch.Tensor  # [Q] int32
+    quota_count: torch.Tensor  # [Q] int64
+    rank_loads: torch.Tensor  # [G] int64
+    stats: torch.Tensor  # [4] int64: inter-node, intra-node replicas, moves, dropped replicas
+
+
+def solve_topoep(demand: torch.Tensor, topology: cobalt.Topology, slots_per_rank: int, *,
+                 token_bytes: float, expert_param_bytes: float) -> TopoEpPlan:
+    """TopoEP's per-microbatch plan for demand Omega [G, E] on its device. On CUDA this reads the
+    status word and the quota count back (one sync) and raises like the CPU solver."""
+    if demand.device.type == "cuda":
+        p = cuda.solve_topoep(demand.to(torch.int64).contiguous(), topology.num_nodes,
+                              slots_per_rank, token_bytes=token_bytes,
+                              expert_param_bytes=expert_param_bytes).check()
+        q = int(p.source_offsets[-1])
+        return TopoEpPlan(p.slots, p.source_offsets, p.quota_expert[:q], p.quota_dst[:q],
+                          p.quota_count[:q], p.rank_loads, p.stats)
+    d = cobalt.solve_topoep(np.ascontiguousarray(demand.detach().numpy(), dtype=np.int64),
+                            topology, slots_per_rank, token_bytes, expert_param_bytes)
+    return TopoEpPlan(**{k: torch.from_numpy(np.array(v)) for k, v in d.items()})

@@ -1,0 +1,124 @@
+"""cobalt.torch.ops on CPU tensors: the CPU references behind the device-dispatching ops, checked
+against brute-force definitions and the direct cobalt calls (test_cuda.py compares the CUDA path
+with these on a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cobalt
+from cobalt.torch import ops
+from op_inputs import demand_of, random_ids, random_layout, random_sources
+
+
+@pytest.mark.parametrize("nodes,per_node,experts,k", [(2, 4, 16, 2), (4, 2, 32, 4), (3, 2, 12, 6)])
+def test_assign_tasks_is_algorithm_1(nodes: int, per_node: int, experts: int, k: int) -> None:
+    rng = np.random.default_rng(nodes * 100 + k)
+    topo = cobalt.Topology(nodes, nodes * per_node)
+    layout = random_layout(rng, topo, experts, experts // topo.num_ranks + 3)
+    ids = random_ids(rng, 300, experts, k, skew=1.0)
+    src = random_sources(rng, 300, topo.num_ranks)
+    for search in ("auto", "masks", "subset_dp"):
+        got = ops.assign_tasks(ids, src, layout, seed=5, step=3, layer=1, token_offset=40,
+                               search=search)
+        assert got.dtype == torch.int32 and got.shape == (300, k)
+        batch = cobalt.RoutingBatch(ids.numpy(), src.numpy(), experts, topo.num_ranks)
+        want = cobalt.assign_node_cover(batch, layout, seed=5, step=3, layer=1, token_offset=40,
+                                        search={"auto": cobalt.CoverSearch.AUTO,
+                                                "masks": cobalt.CoverSearch.MASK_ENUMERATION,
+                                                "subset_dp": cobalt.CoverSearch.SUBSET_DP}[search])
+        np.testing.assert_array_equal(got.numpy(), want)
+        cobalt.validate_assignment(batch, layout, got.numpy())
+    # int64 inputs (what torch.topk returns) give the same answer.
+    np.testing.assert_array_equal(ops.assign_tasks(ids.long(), src.long(), layout).numpy(),
+                                  ops.assign_tasks(ids, src, layout).numpy())
+
+
+def test_assign_tasks_rejects_bad_input() -> None:
+    topo = cobalt.Topology(2, 4)
+    layout = cobalt.ExpertLayout.static_ep(topo, 8, 2)
+    ids = torch.tensor([[0, 9]], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"expert id 9 out of range \[0, 8\)"):
+        ops.assign_tasks(ids, torch.zeros(1, dtype=torch.int32), layout)
+    with pytest.raises(ValueError, match="unknown cover search 'greedy'"):
+        ops.assign_tasks(ids, torch.zeros(1, dtype=torch.int32), layout, search="greedy")
+    with pytest.raises(ValueError, match="must be an integer tensor"):
+        ops.assign_tasks(ids.float(), torch.zeros(1, dtype=torch.int32), layout)
+
+
+def test_routing_counts_match_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    for experts, k in [(8, 1), (16, 2), (40, 6)]:
+        ids = random_ids(rng, 500, experts, k, skew=1.5)
+        counts, coact = ops.routing_counts(ids, experts)
+        want_counts = np.bincount(ids.numpy().ravel(), minlength=experts)
+        want_coact = np.zeros((experts, experts), dtype=np.int64)
+        for row in ids.numpy():
+            for a in row:
+                for b in row:
+                    if a != b:
+                        want_coact[a, b] += 1
+        np.testing.assert_array_equal(counts.numpy(), want_counts)
+        np.testing.assert_array_equal(coact.numpy(), want_coact)
+    with pytest.raises(ValueError, match=r"out of range \[0, 8\)"):
+        ops.routing_counts(torch.tensor([[8]], dtype=torch.int32), 8)
+
+
+def test_dispatch_layout_matches_definitions() -> None:
+    rng = np.random.default_rng(11)
+    topo = cobalt.Topology(3, 6)
+    g, t, k = topo.num_ranks, 200, 4
+    exec_rank = torch.from_numpy(rng.integers(0, g, (t, k), dtype=np.int32))
+    src = random_sources(rng, t, g)
+    d = ops.dispatch_layout(exec_rank, src, topo)
+    er = exec_rank.numpy()
+    in_rank = np.zeros((t, g), dtype=np.uint8)
+    in_rank[np.repeat(np.arange(t), k), er.ravel()] = 1
+    np.testing.assert_array_equal(d.token_in_rank.numpy(), in_rank)
+    np.testing.assert_array_equal(d.rank_counts.numpy(), in_rank.sum(0))
+    node_of = np.arange(g) // topo.ranks_per_node
+    in_node = np.zeros((t, topo.num_nodes), dtype=bool)
+    for tok in range(t):
+        in_node[tok, node_of[er[tok]]] = True
+    np.testing.assert_array_equal(d.node_counts.numpy(), in_node.sum(0))
+    np.testing.assert_array_equal(d.rank_offsets.numpy(),
+                                  np.concatenate([[0], np.cumsum(in_rank.sum(0))]))
+    pairs = np.zeros((g, g), dtype=np.int64)
+    np.add.at(pairs, (np.repeat(src.numpy(), g), np.tile(np.arange(g), t)), in_rank.ravel())
+    np.testing.assert_array_equal(d.pair_counts.numpy(), pairs)
+    # slot: rank offset + the token's position among the rank's tokens.
+    before = np.cumsum(in_rank, axis=0) - in_rank
+    want_slot = d.rank_offsets.numpy()[er] + before[np.arange(t)[:, None], er]
+    np.testing.assert_array_equal(d.slot.numpy(), want_slot)
+
+
+def test_solve_topoep_plan_is_consistent() -> None:
+    rng = np.random.default_rng(5)
+    topo = cobalt.Topology(2, 8)
+    experts, slots = 32, 6
+    ids = random_ids(rng, 800, experts, 4, skew=1.2)
+    src = random_sources(rng, 800, topo.num_ranks)
+    omega = demand_of(ids, src, topo.num_ranks, experts)
+    plan = ops.solve_topoep(omega, topo, slots, token_bytes=8192.0, expert_param_bytes=2.0e6)
+    again = ops.solve_topoep(omega, topo, slots, token_bytes=8192.0, expert_param_bytes=2.0e6)
+    for name in ("slots", "source_offsets", "quota_expert", "quota_dst", "quota_count"):
+        assert torch.equal(getattr(plan, name), getattr(again, name)), name
+    offsets = plan.source_offsets.numpy()
+    got = np.zeros_like(omega.numpy())
+    loads = np.zeros(topo.num_ranks, dtype=np.int64)
+    slot_table = plan.slots.numpy()
+    for s in range(topo.num_ranks):
+        for q in range(offsets[s], offsets[s + 1]):
+            e, dst, c = (int(plan.quota_expert[q]), int(plan.quota_dst[q]),
+                         int(plan.quota_count[q]))
+            assert c > 0 and e in slot_table[dst], (s, e, dst)
+            got[s, e] += c
+            loads[dst] += c
+    np.testing.assert_array_equal(got, omega.numpy())
+    np.testing.assert_array_equal(plan.rank_loads.numpy(), loads)
+    with pytest.raises(ValueError, match="negative"):
+        bad = omega.clone()
+        bad[0, 0] = -1
+        ops.solve_topoep(bad, topo, slots, token_bytes=1.0, expert_param_bytes=1.0)
