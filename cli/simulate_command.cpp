@@ -45,6 +45,7 @@ struct SimulateArgs {
   int warmup_steps = 1, steps_per_global_plan = 10, threads = 1;
   uint64_t seed = 0;
   bool async_planning = false;
+  bool layout_pricing = false;
 };
 
 void write_file(const std::string& path, const std::string& text) {
@@ -204,6 +205,7 @@ void run_simulate(const SimulateArgs& args) {
   config.async_planning = args.async_planning;
   config.token_bytes = cost.token_bytes();
   config.expert_param_bytes = cost.expert_param_bytes();
+  if (args.layout_pricing) config.cost_model = cost;
 
   eval::SimulationOptions options;
   options.policy_config = config;
@@ -241,6 +243,7 @@ void run_simulate(const SimulateArgs& args) {
   scenario.steps_per_global_plan = args.steps_per_global_plan;
   scenario.seed = args.seed;
   scenario.async_planning = args.async_planning;
+  scenario.layout_pricing = args.layout_pricing;
   fmt::print("{}", eval::simulation_table(scenario, result));
   if (!args.json_path.empty()) write_file(args.json_path, eval::simulation_json(scenario, result));
   if (!args.report_path.empty()) {
@@ -312,6 +315,9 @@ void register_simulate_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--async-planning", args->async_planning,
                 "plan on a background thread; layouts apply one step later (planning overlapped)");
+  cmd->add_flag("--layout-pricing", args->layout_pricing,
+                "cobalt+ prices layouts with the cost model: also plans smaller replica budgets, "
+                "keeps the lowest modelled step time, applies stage-2 moves only when they pay");
   cmd->add_option("--json", args->json_path, "write the comparison as JSON (DESIGN.md §3.2)");
   cmd->add_option("--report", args->report_path, "write a self-contained HTML report");
   cmd->add_option("--dump", args->dump_dir,

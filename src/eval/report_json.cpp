@@ -58,6 +58,7 @@ nlohmann::json scenario_json(const Scenario& sc, const SimulationResult& result)
   s["steps_per_global_plan"] = sc.steps_per_global_plan;
   s["seed"] = sc.seed;
   s["async_planning"] = sc.async_planning;
+  s["layout_pricing"] = sc.layout_pricing;
   s["measured_steps"] = {result.first_measured_step, result.num_steps};
   s["notes"] = sc.notes;
   return s;

@@ -30,7 +30,8 @@ std::string header(const Scenario& sc, const SimulationResult& r) {
       sc.cost.expert_ffn_size, r.num_experts, r.top_k, r.num_layers, r.num_steps, r.num_tokens,
       sc.chunks.mode == "trace" ? "trace steps" : sc.chunks.mode, r.first_measured_step,
       r.num_steps, sc.slots_per_rank, sc.eps, sc.steps_per_global_plan,
-      sc.async_planning ? " | async planning" : "");
+      std::string(sc.async_planning ? " | async planning" : "") +
+          (sc.layout_pricing ? " | priced layouts" : ""));
   for (const auto& note : sc.notes) out += fmt::format("note: {}\n", note);
   return out;
 }

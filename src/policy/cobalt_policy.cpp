@@ -9,7 +9,8 @@
 // objective also counts, for each replica of e on node n, the EMA number of tokens from node n's
 // ranks choosing e (the node acts as a pseudo-expert co-activated with what its tokens pick), so
 // replicas land where their demand comes from — TopoEP's observation that demand differs per node,
-// which Eq. (3) ignores.
+// which Eq. (3) ignores. With a cost model in the configuration, cobalt+ also plans with smaller
+// replica budgets and picks the candidate with the lowest modelled step time (layout_pricing.hpp).
 #include <future>
 #include <optional>
 
@@ -19,6 +20,7 @@
 #include "cobalt/eval/metrics.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
+#include "cobalt/policy/layout_pricing.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "policy_registry.hpp"
 #include "wall_timer.hpp"
@@ -39,6 +41,7 @@ struct CobaltVariant {
   double source_weight = 0.0;  // > 0: source anchoring
   bool balanced_assignment =
       false;  // water-filled ranks within each token's cover (assign/balanced_cover)
+  bool priced_budgets = false;  // with config.cost_model: replica budgets chosen by modelled time
 };
 
 struct PlannedLayout {
@@ -55,6 +58,8 @@ struct PlanSnapshot {
   std::shared_ptr<const ExpertLayout> layout;
   std::vector<ExpertId> sample_ids;  // [T', K]
   std::vector<RankId> sample_src;    // [T']
+  double step_scale = 1.0;           // tokens per real step / tokens per sampled step
+  std::vector<RankId> mains;         // [E] under `layout`
 };
 
 class CobaltPolicy final : public Policy {
@@ -72,9 +77,12 @@ class CobaltPolicy final : public Policy {
           {},
           {},
           {},
+          {},
           -1,
           std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts,
-                              0.0)});
+                              0.0),
+          {}});
+      layers_.back().mains = eval::initial_main_ranks(*layers_.back().layout);
     }
   }
 
@@ -104,9 +112,12 @@ class CobaltPolicy final : public Policy {
       // Stage 2: per-step intra-node rebalancing from replica EMA loads.
       if (st.stats.num_updates() > 0) {
         auto rebalanced = plan::rebalance_intra_node(*st.layout, st.slot_loads);
+        if (rebalanced.num_moves > 0 && !rebalance_pays(st, step, rebalanced)) {
+          rebalanced.num_moves = 0;
+        }
         if (rebalanced.num_moves > 0) {
           counters_.intra_node_moves += rebalanced.num_moves;
-          st.layout = std::make_shared<const ExpertLayout>(std::move(rebalanced.layout));
+          install(st, std::move(rebalanced.layout));
           st.slot_loads = std::move(rebalanced.slot_loads);
         }
       }
@@ -135,14 +146,53 @@ class CobaltPolicy final : public Policy {
   struct LayerState {
     RoutingStats stats;
     std::shared_ptr<const ExpertLayout> layout;
-    std::vector<double> slot_loads;     // replica EMA loads [G, S]
-    std::vector<ExpertId> sample_ids;   // recent steps' token sample [T', K]
-    std::vector<RankId> sample_src;     // [T']
-    std::vector<int64_t> sample_sizes;  // tokens per sampled step, oldest first
+    std::vector<double> slot_loads;            // replica EMA loads [G, S]
+    std::vector<ExpertId> sample_ids;          // recent steps' token sample [T', K]
+    std::vector<RankId> sample_src;            // [T']
+    std::vector<int64_t> sample_sizes;         // tokens per sampled step, oldest first
+    std::vector<int64_t> sample_batch_tokens;  // tokens of each sampled step's whole batch
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
     std::vector<double> source_demand;  // EMA tokens from node n choosing e [N, E] (cobalt+)
+    std::vector<RankId> mains;  // main instance of every expert [E], tracked as the simulator does
   };
+
+  // Installs a new layout for the layer, moving main instances as eval::next_main_ranks does.
+  static void install(LayerState& st, ExpertLayout layout) {
+    st.mains = eval::next_main_ranks(layout, st.mains);
+    st.layout = std::make_shared<const ExpertLayout>(std::move(layout));
+  }
+
+  // cobalt+ with a cost model: a stage-2 rebalancing is applied only when the compute it saves
+  // (busiest rank's expected load, from the slot EMA loads) over the steps left until the next
+  // global plan outweighs its copies (replica parameters and moved optimizer state over NVLink).
+  bool rebalance_pays(const LayerState& st, int64_t step,
+                      const plan::RebalanceResult& rebalanced) const {
+    if (!variant_.priced_budgets || !config_.cost_model) return true;
+    const eval::CostParams& params = *config_.cost_model;
+    const auto busiest = [&](const std::vector<double>& slot_loads) {
+      const int slots = config_.slots_per_rank;
+      double worst = 0;
+      for (int r = 0; r < config_.topology.num_ranks(); ++r) {
+        double load = 0;
+        for (int j = 0; j < slots; ++j) load += slot_loads[static_cast<size_t>(r) * slots + j];
+        worst = std::max(worst, load);
+      }
+      return worst;
+    };
+    const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
+    const double saved_s =
+        (busiest(st.slot_loads) - busiest(rebalanced.slot_loads)) * seconds_per_task;
+    const int64_t since_plan = st.last_plan_step < 0 ? 0 : step - st.last_plan_step;
+    const int64_t steps_left = std::max<int64_t>(1, config_.steps_per_global_plan - since_plan);
+    const auto new_mains = eval::next_main_ranks(rebalanced.layout, st.mains);
+    const double copy_s =
+        eval::link_time(eval::migration_bytes(diff(*st.layout, rebalanced.layout), st.mains,
+                                              new_mains, config_.topology, params),
+                        params)
+            .time_s();
+    return saved_s * static_cast<double>(steps_left) > copy_s;
+  }
 
   void update_source_demand(LayerState& st, const RoutingBatch& batch) const {
     const int num_experts = config_.num_experts, per_node = config_.topology.ranks_per_node();
@@ -171,8 +221,10 @@ class CobaltPolicy final : public Policy {
       st.sample_sizes.erase(st.sample_sizes.begin());
       st.sample_ids.erase(st.sample_ids.begin(), st.sample_ids.begin() + drop * batch.top_k());
       st.sample_src.erase(st.sample_src.begin(), st.sample_src.begin() + drop);
+      st.sample_batch_tokens.erase(st.sample_batch_tokens.begin());
     }
     st.sample_sizes.push_back(n);
+    st.sample_batch_tokens.push_back(batch.num_tokens());
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = i * batch.num_tokens() / n;
       auto row = batch.experts_of(t);
@@ -184,12 +236,102 @@ class CobaltPolicy final : public Policy {
   PlanSnapshot snapshot(const LayerState& st) const {
     auto load = st.stats.expert_load();
     auto coact = st.stats.coactivation();
-    return PlanSnapshot{{load.begin(), load.end()},
-                        {coact.begin(), coact.end()},
-                        st.source_demand,
-                        st.layout,
-                        st.sample_ids,
-                        st.sample_src};
+    int64_t sampled = 0, whole = 0;
+    for (size_t i = 0; i < st.sample_sizes.size(); ++i) {
+      sampled += st.sample_sizes[i];
+      whole += st.sample_batch_tokens[i];
+    }
+    return PlanSnapshot{
+        {load.begin(), load.end()},
+        {coact.begin(), coact.end()},
+        st.source_demand,
+        st.layout,
+        st.sample_ids,
+        st.sample_src,
+        sampled > 0 ? static_cast<double>(whole) / static_cast<double>(sampled) : 1.0,
+        st.mains};
+  }
+
+  // The variant's assignment of the snapshot's sample under `layout` (as run() would assign).
+  std::vector<RankId> assign_sample(const RoutingBatch& sample, const ExpertLayout& layout) const {
+    std::vector<RankId> exec(sample.num_tasks());
+    if (variant_.balanced_assignment) {
+      assign::assign_balanced_cover(sample, layout, {}, exec, kSpillTolerance);
+    } else {
+      assign::assign_node_cover(sample, layout, {config_.seed, -1, 0, 0}, {}, exec);
+    }
+    return exec;
+  }
+
+  // cobalt+ with a cost model: plans with the full budget S, about half the spare slots and none
+  // (ceil(E / G) per rank), and keeps the candidate (or the layout in force) with the lowest
+  // modelled step time on the sample (layout_pricing.hpp; migration amortised over P steps).
+  PlannedLayout plan_priced(const PlanSnapshot& snap) const {
+    const eval::CostParams& params = *config_.cost_model;
+    const int num_ranks = config_.topology.num_ranks();
+    const int full = config_.slots_per_rank;
+    const int least = (config_.num_experts + num_ranks - 1) / num_ranks;
+    std::vector<int> budgets{full};
+    if ((least + full) / 2 > least && (least + full) / 2 < full)
+      budgets.push_back((least + full) / 2);
+    if (least < full) budgets.push_back(least);
+
+    auto sample = RoutingBatch::trusted(snap.sample_ids, snap.sample_src, config_.top_k,
+                                        config_.num_experts, num_ranks);
+    const auto price_of = [&](const ExpertLayout& layout) {
+      const auto exec = assign_sample(sample, layout);
+      return price_layout(sample, exec, snap.step_scale, *snap.layout, snap.mains, layout, params,
+                          config_.steps_per_global_plan)
+          .per_step_s;
+    };
+    PlannedLayout best{true, std::nullopt, {}};
+    double best_cost = price_of(*snap.layout);
+    const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
+    for (int budget : budgets) {
+      plan::GlobalPlanInput input{config_.topology, config_.num_experts, budget, config_.eps,
+                                  snap.expert_load, snap.coactivation,   {},     0.0};
+      input.source_demand = snap.source_demand;
+      input.source_weight = variant_.source_weight;
+      plan::HeuristicOptions options;
+      // The smaller budgets are alternatives to check, not the main search: a quarter of the
+      // restarts each keeps the planning time about 1.5x the unpriced one.
+      options.num_restarts =
+          budget == full ? config_.planner_restarts : std::max(1, config_.planner_restarts / 4);
+      options.seed = config_.seed;
+      options.num_threads = config_.num_threads;
+      // The incremental restart and the "stay on the previous rank" packing need the layout in
+      // force to fit the budget.
+      const bool same_shape = budget == full;
+      if (same_shape) options.initial = &current;
+      auto result = plan::plan_global_heuristic(input, options);
+      // The budget's best restart by the true transfers (as unpriced selection), then its price.
+      std::optional<ExpertLayout> budget_best;
+      std::vector<double> budget_loads;
+      int64_t budget_cost = 0;
+      for (const auto& candidate : result.restart_plans) {
+        std::vector<double> loads;
+        ExpertLayout layout = widen_slots(
+            plan::pack_ranks(input, candidate, same_shape ? snap.layout.get() : nullptr, &loads),
+            full);
+        const int64_t cost = sampled_cost(snap, layout);
+        if (!budget_best || cost < budget_cost) {
+          budget_cost = cost;
+          budget_best = std::move(layout);
+          budget_loads = std::move(loads);
+        }
+      }
+      const double cost = price_of(*budget_best);
+      if (cost < best_cost) {
+        best_cost = cost;
+        std::vector<double> wide(static_cast<size_t>(num_ranks) * full, 0.0);
+        for (int r = 0; r < num_ranks; ++r) {
+          std::copy_n(budget_loads.begin() + static_cast<size_t>(r) * budget, budget,
+                      wide.begin() + static_cast<size_t>(r) * full);
+        }
+        best = PlannedLayout{false, std::move(budget_best), std::move(wide)};
+      }
+    }
+    return best;
   }
 
   int64_t sampled_cost(const PlanSnapshot& snap, const ExpertLayout& layout) const {
@@ -202,8 +344,17 @@ class CobaltPolicy final : public Policy {
   }
 
   PlannedLayout plan_global(const PlanSnapshot& snap) const {
-    plan::GlobalPlanInput input{config_.topology, config_.num_experts, config_.slots_per_rank,
-                                config_.eps,      snap.expert_load,    snap.coactivation};
+    if (variant_.priced_budgets && config_.cost_model && !snap.sample_src.empty()) {
+      return plan_priced(snap);
+    }
+    plan::GlobalPlanInput input{config_.topology,
+                                config_.num_experts,
+                                config_.slots_per_rank,
+                                config_.eps,
+                                snap.expert_load,
+                                snap.coactivation,
+                                {},
+                                0.0};
     if (variant_.source_weight > 0) {
       input.source_demand = snap.source_demand;
       input.source_weight = variant_.source_weight;
@@ -241,7 +392,7 @@ class CobaltPolicy final : public Policy {
     counters_.cross_node_moves += moves.num_cross_node;
     counters_.intra_node_moves += moves.num_intra_node;
     counters_.num_global_plans += 1;
-    st.layout = std::make_shared<const ExpertLayout>(std::move(*planned.layout));
+    install(st, std::move(*planned.layout));
     st.slot_loads = std::move(planned.slot_loads);
   }
 
@@ -258,7 +409,7 @@ std::unique_ptr<Policy> make_cobalt_policy(const PolicyConfig& config) {
 
 std::unique_ptr<Policy> make_cobalt_plus_policy(const PolicyConfig& config) {
   return std::make_unique<CobaltPolicy>(config,
-                                        CobaltVariant{"cobalt+", true, kSourceWeight, true});
+                                        CobaltVariant{"cobalt+", true, kSourceWeight, true, true});
 }
 
 }  // namespace cobalt::policy

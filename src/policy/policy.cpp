@@ -23,6 +23,7 @@ void PolicyConfig::validate() const {
                    ema_decay);
   COBALT_CHECK_ARG(planner_restarts >= 1, "policy: planner restarts {} must be >= 1",
                    planner_restarts);
+  if (cost_model) cost_model->validate();
 }
 
 std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const RoutingBatch& batch,

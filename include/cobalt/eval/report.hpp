@@ -30,6 +30,7 @@ struct Scenario {
   int steps_per_global_plan = 10;
   uint64_t seed = 0;
   bool async_planning = false;
+  bool layout_pricing = false;     // cobalt+ priced its layouts with the cost model
   std::vector<std::string> notes;  // anything the user should know (re-chunking, E/K mismatch)
 };
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/routing_batch.hpp"
 #include "cobalt/core/topology.hpp"
+#include "cobalt/eval/cost_model.hpp"
 
 namespace cobalt::policy {
 
@@ -32,6 +34,12 @@ struct PolicyConfig {
   int planner_restarts = 8;
   double token_bytes = 14336;  // bytes of one token's hidden state (hidden * bytes_per_element)
   double expert_param_bytes = 4.2e7;  // bytes of one expert's parameters
+  // The cluster and model as the simulator's cost model sees them. When set, cobalt+ prices its
+  // candidate layouts in modelled step time (replica gradient sync and migration included) and
+  // also plans with smaller replica budgets, keeping replicas only where they pay for themselves
+  // (cobalt/policy/layout_pricing.hpp). Unset: cobalt+ always fills slots_per_rank and picks by
+  // cross-node transfers alone. Other policies ignore it.
+  std::optional<eval::CostParams> cost_model;
 
   void validate() const;  // throws cobalt::Error naming the bad field and its valid range
 };

@@ -6,6 +6,7 @@
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
+#include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/io/trace.hpp"
@@ -20,8 +21,28 @@ struct Run {
   std::vector<std::vector<ExpertId>> slots;  // layout in force per (step, layer)
 };
 
+// A suite parameter: a registered policy name, optionally with "@priced" (the configuration then
+// carries a cost model, which cobalt+ uses to price its layouts).
+struct Spec {
+  std::string policy;
+  bool priced = false;
+};
+Spec parse_spec(const std::string& param) {
+  const auto at = param.find('@');
+  if (at == std::string::npos) return {param, false};
+  return {param.substr(0, at), param.substr(at + 1) == "priced"};
+}
+std::vector<std::string> suite_params() {
+  auto params = policy_names();
+  params.push_back("cobalt+@priced");
+  return params;
+}
+
 // Replays `source` through `name`, checking the invariants at every (step, layer).
-Run replay(const std::string& name, const PolicyConfig& config, const eval::StepSource& source) {
+Run replay(const std::string& param, PolicyConfig config, const eval::StepSource& source) {
+  const Spec spec = parse_spec(param);
+  const std::string& name = spec.policy;
+  if (spec.priced) config.cost_model = eval::CostParams{};
   auto policy = make_policy(name, config);
   EXPECT_EQ(policy->name(), name);
   Run run;
@@ -99,7 +120,7 @@ TEST_P(PolicySuite, InvariantsOnRealTraces) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicySuite, ::testing::ValuesIn(policy_names()),
+INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicySuite, ::testing::ValuesIn(suite_params()),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n) {
