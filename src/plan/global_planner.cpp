@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
@@ -240,6 +241,11 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
   metis_options[METIS_OPTION_SEED] = 1;
   metis_options[METIS_OPTION_NUMBERING] = 0;
   std::vector<idx_t> metis_part(num_experts, 0);
+  // METIS keeps its random-number state in globals (seeded per call from METIS_OPTION_SEED), so
+  // concurrent calls, e.g. two layers planning on background threads, would interleave the draws
+  // and make partitions depend on timing: one call at a time.
+  static std::mutex metis_mutex;
+  std::lock_guard<std::mutex> metis_lock(metis_mutex);
   const int status = METIS_PartGraphKway(&nvtxs, &ncon, xadj.data(), adjncy.data(), vwgt.data(),
                                          nullptr, adjwgt.data(), &nparts, nullptr, ubvec.data(),
                                          metis_options, &objval, metis_part.data());

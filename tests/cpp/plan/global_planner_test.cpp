@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
@@ -132,6 +134,30 @@ TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
   // Balanced already: nothing moves.
   std::vector<double> even = {5, 5, 5, 5};
   EXPECT_EQ(rebalance_intra_node(layout, even).num_moves, 0);
+}
+
+// Planners running on several threads at once (two layers planning in the background, policies
+// replayed in parallel) give the same plans as one at a time: METIS's start is called one at a
+// time, since its random-number state is global.
+TEST(GlobalPlanner, ConcurrentCallsMatchSequentialOnes) {
+  constexpr int kThreads = 4, kRepeats = 6;
+  std::vector<Instance> instances;
+  std::vector<std::vector<int>> expected;
+  for (int i = 0; i < kThreads; ++i) instances.push_back(random_instance(40 + i, 96, 1.5));
+  const auto plan_of = [&](int i) {
+    GlobalPlanInput in{Topology(4, 32), 96, 4, 0.15, instances[i].w, instances[i].c};
+    return plan_global_heuristic(in, {1, 3, true, 5}).plan.replicas;
+  };
+  for (int i = 0; i < kThreads; ++i) expected.push_back(plan_of(i));
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < kRepeats; ++r) mismatches[i] += plan_of(i) != expected[i];
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(mismatches, std::vector<int>(kThreads, 0));
 }
 
 }  // namespace
