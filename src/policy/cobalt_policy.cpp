@@ -112,7 +112,7 @@ class CobaltPolicy final : public Policy {
       // Stage 2: per-step intra-node rebalancing from replica EMA loads.
       if (st.stats.num_updates() > 0) {
         auto rebalanced = plan::rebalance_intra_node(*st.layout, st.slot_loads);
-        if (rebalanced.num_moves > 0 && !rebalance_pays(st, step, rebalanced)) {
+        if (rebalanced.num_moves > 0 && !rebalance_pays(st, rebalanced)) {
           rebalanced.num_moves = 0;
         }
         if (rebalanced.num_moves > 0) {
@@ -164,10 +164,9 @@ class CobaltPolicy final : public Policy {
   }
 
   // cobalt+ with a cost model: a stage-2 rebalancing is applied only when the compute it saves
-  // (busiest rank's expected load, from the slot EMA loads) over the steps left until the next
-  // global plan outweighs its copies (replica parameters and moved optimizer state over NVLink).
-  bool rebalance_pays(const LayerState& st, int64_t step,
-                      const plan::RebalanceResult& rebalanced) const {
+  // (busiest rank's expected load, from the slot EMA loads) over P steps outweighs its copies
+  // (replica parameters and moved optimizer state over NVLink).
+  bool rebalance_pays(const LayerState& st, const plan::RebalanceResult& rebalanced) const {
     if (!variant_.priced_budgets || !config_.cost_model) return true;
     const eval::CostParams& params = *config_.cost_model;
     const auto busiest = [&](const std::vector<double>& slot_loads) {
@@ -183,8 +182,10 @@ class CobaltPolicy final : public Policy {
     const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
     const double saved_s =
         (busiest(st.slot_loads) - busiest(rebalanced.slot_loads)) * seconds_per_task;
-    const int64_t since_plan = st.last_plan_step < 0 ? 0 : step - st.last_plan_step;
-    const int64_t steps_left = std::max<int64_t>(1, config_.steps_per_global_plan - since_plan);
+    // A move's saving lasts until the layout changes again: amortised over the re-layout period
+    // (measured better than the steps left until the next plan, which undervalues moves that the
+    // next plan keeps; docs/cobalt-improvements.md).
+    const int64_t steps_left = config_.steps_per_global_plan;
     const auto new_mains = eval::next_main_ranks(rebalanced.layout, st.mains);
     const double copy_s =
         eval::link_time(eval::migration_bytes(diff(*st.layout, rebalanced.layout), st.mains,
@@ -281,11 +282,10 @@ class CobaltPolicy final : public Policy {
     const auto price_of = [&](const ExpertLayout& layout) {
       const auto exec = assign_sample(sample, layout);
       return price_layout(sample, exec, snap.step_scale, *snap.layout, snap.mains, layout, params,
-                          config_.steps_per_global_plan)
-          .per_step_s;
+                          config_.steps_per_global_plan);
     };
     PlannedLayout best{true, std::nullopt, {}};
-    double best_cost = price_of(*snap.layout);
+    double best_cost = price_of(*snap.layout).per_step_s;
     const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
     for (int budget : budgets) {
       plan::GlobalPlanInput input{config_.topology, config_.num_experts, budget, config_.eps,
@@ -320,7 +320,11 @@ class CobaltPolicy final : public Policy {
           budget_loads = std::move(loads);
         }
       }
-      const double cost = price_of(*budget_best);
+      const LayoutPrice price = price_of(*budget_best);
+      const double cost = price.per_step_s;
+      // Fewer replicas can save at most the full budget's gradient sync (plus some migration):
+      // when that is under 5% of its step, skip the smaller budgets' planning.
+      const bool smaller_budgets_may_pay = price.grad_sync_s > 0.05 * price.per_step_s;
       if (cost < best_cost) {
         best_cost = cost;
         std::vector<double> wide(static_cast<size_t>(num_ranks) * full, 0.0);
@@ -330,6 +334,7 @@ class CobaltPolicy final : public Policy {
         }
         best = PlannedLayout{false, std::move(budget_best), std::move(wide)};
       }
+      if (budget == full && !smaller_budgets_may_pay) break;
     }
     return best;
   }
