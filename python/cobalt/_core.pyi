@@ -262,6 +262,34 @@ def solve_topoep(demand: ArrayLike, topology: Topology, slots_per_rank: int, tok
     rank_loads [G], stats [4]."""
 
 # ---------------------------------------------------------------- policy
+class CostParams:
+    """The simulator's cost model parameters (cobalt/eval/cost_model.hpp)."""
+    nvlink_bytes_per_s: float
+    ib_bytes_per_s_per_node: float
+    achievable_flops: float
+    hidden_size: int
+    expert_ffn_size: int
+    bytes_per_element: int
+    matmuls_per_expert: int
+    fwd_bwd_flops_factor: float
+    exchanges_per_layer: int
+    overlap_fraction: float
+    grad_bytes_per_element: float
+    param_refresh: bool
+    optimizer_factor: float
+    planner_time_scale: float
+    planner_overlap: float
+    def __init__(self) -> None: ...
+    @staticmethod
+    def from_presets(cluster: str = "4x8-b200", model: str = "glm-4.5-air") -> CostParams: ...
+    @property
+    def token_bytes(self) -> float: ...
+    @property
+    def expert_param_bytes(self) -> float: ...
+    @property
+    def flops_per_task(self) -> float: ...
+    def validate(self) -> None: ...
+
 class PolicyConfig:
     topology: Topology
     num_experts: int
@@ -277,11 +305,13 @@ class PolicyConfig:
     planner_restarts: int
     token_bytes: float
     expert_param_bytes: float
+    cost_model: Optional[CostParams]
     def __init__(self, topology: Topology, num_experts: int, top_k: int, num_layers: int = 1,
                  slots_per_rank: int = 0, eps: float = 0.15, steps_per_global_plan: int = 10,
                  ema_decay: float = 0.9, seed: int = 0, num_threads: int = 1,
                  async_planning: bool = False, planner_restarts: int = 4,
-                 token_bytes: float = 14336.0, expert_param_bytes: float = 4.2e7) -> None: ...
+                 token_bytes: float = 14336.0, expert_param_bytes: float = 4.2e7,
+                 cost_model: Optional[CostParams] = None) -> None: ...
     def validate(self) -> None: ...
 
 class PolicyCounters:

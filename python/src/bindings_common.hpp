@@ -85,6 +85,7 @@ void bind_assign(py::module_& m);
 void bind_policy(py::module_& m);
 void bind_dispatch(py::module_& m);
 void bind_topoep(py::module_& m);
+void bind_cost(py::module_& m);
 void bind_eval(py::module_& m);
 void bind_io(py::module_& m);
 

@@ -43,7 +43,8 @@ void bind_policy(py::module_& m) {
       .def(py::init([](const Topology& topology, int num_experts, int top_k, int num_layers,
                        int slots_per_rank, double eps, int steps_per_global_plan, double ema_decay,
                        uint64_t seed, int num_threads, bool async_planning, int planner_restarts,
-                       double token_bytes, double expert_param_bytes) {
+                       double token_bytes, double expert_param_bytes,
+                       std::optional<eval::CostParams> cost_model) {
              PolicyConfig c;
              c.topology = topology;
              c.num_experts = num_experts;
@@ -59,6 +60,7 @@ void bind_policy(py::module_& m) {
              c.planner_restarts = planner_restarts;
              c.token_bytes = token_bytes;
              c.expert_param_bytes = expert_param_bytes;
+             c.cost_model = cost_model;
              return c;
            }),
            py::arg("topology"), py::arg("num_experts"), py::arg("top_k"), py::arg("num_layers") = 1,
@@ -66,7 +68,7 @@ void bind_policy(py::module_& m) {
            py::arg("steps_per_global_plan") = 10, py::arg("ema_decay") = 0.9, py::arg("seed") = 0,
            py::arg("num_threads") = 1, py::arg("async_planning") = false,
            py::arg("planner_restarts") = 4, py::arg("token_bytes") = 14336.0,
-           py::arg("expert_param_bytes") = 4.2e7)
+           py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none())
       .def_readwrite("topology", &PolicyConfig::topology)
       .def_readwrite("num_experts", &PolicyConfig::num_experts)
       .def_readwrite("top_k", &PolicyConfig::top_k)
@@ -81,6 +83,9 @@ void bind_policy(py::module_& m) {
       .def_readwrite("planner_restarts", &PolicyConfig::planner_restarts)
       .def_readwrite("token_bytes", &PolicyConfig::token_bytes)
       .def_readwrite("expert_param_bytes", &PolicyConfig::expert_param_bytes)
+      .def_readwrite("cost_model", &PolicyConfig::cost_model,
+                     "CostParams or None: with one, cobalt+ prices its layouts in modelled step "
+                     "time (cobalt/policy/layout_pricing.hpp)")
       .def("validate", &PolicyConfig::validate);
 
   py::class_<policy::PolicyCounters>(m, "PolicyCounters")

@@ -14,6 +14,7 @@ PYBIND11_MODULE(_core, m) {
   bind_assign(m);
   bind_dispatch(m);
   bind_topoep(m);
+  bind_cost(m);
   bind_policy(m);
   bind_eval(m);
   bind_io(m);

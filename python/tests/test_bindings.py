@@ -157,3 +157,28 @@ def test_trace_round_trip(tmp_path) -> None:
     (tmp_path / "junk.safetensors").write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00{oops")
     with pytest.raises(ValueError, match="junk.safetensors"):
         cobalt.TraceReader(str(tmp_path / "junk.safetensors"))
+
+
+def test_cobalt_plus_prices_layouts_with_a_cost_model() -> None:
+    topo = cobalt.Topology(2, 16)
+    cost = cobalt.CostParams.from_presets("4x8-b200", "glm-4.5-air")
+    assert cost.token_bytes == 4096 * 2 and cost.expert_param_bytes == 3 * 4096 * 1408 * 2
+    # Experts so large, and compute so cheap, that no replica, re-layout or move can pay.
+    cost.expert_ffn_size = 1 << 20
+    cost.achievable_flops = 1e30
+    config = cobalt.PolicyConfig(topo, 32, 4, slots_per_rank=3, steps_per_global_plan=2,
+                                 planner_restarts=2, cost_model=cost)
+    assert config.cost_model is not None and config.cost_model.expert_ffn_size == 1 << 20
+    policy = cobalt.make_policy("cobalt+", config)
+    static = cobalt.ExpertLayout.static_ep(topo, 32, 3)
+    for step in range(6):
+        layout, exec_rank = policy.run(step, 0, _batch(400, 32, 4, 16, seed=step))
+        assert layout == static
+    assert policy.counters.num_global_plans == 0 and policy.counters.intra_node_moves == 0
+    bad = cobalt.CostParams()
+    bad.ib_bytes_per_s_per_node = -1.0
+    with pytest.raises(ValueError, match="IB bandwidth"):
+        cobalt.make_policy("cobalt+", cobalt.PolicyConfig(topo, 32, 4, slots_per_rank=3,
+                                                          cost_model=bad))
+    with pytest.raises(ValueError, match="unknown"):
+        cobalt.CostParams.from_presets("nope")

@@ -35,7 +35,8 @@ class PolicyLayoutSource:
     the policy's byte sizes (token_bytes = 4 hidden, expert_param_bytes = 12 hidden ffn for fp32
     SwiGLU experts) for policies whose decisions weigh bytes. Other keyword arguments go to
     :class:`cobalt.PolicyConfig` (eps, steps_per_global_plan, ema_decay, seed, async_planning,
-    planner_restarts, ...).
+    planner_restarts, cost_model=cobalt.CostParams.from_presets(...) for cobalt+'s layout
+    pricing, ...).
     """
 
     def __init__(self, name: str, topology: cobalt.Topology, num_experts: int, top_k: int, *,
