@@ -87,6 +87,18 @@ TEST_F(SimulateCli, JsonFollowsTheSchema) {
     EXPECT_EQ(p["step_cross_node_tokens"].size(), 4u);
   }
   EXPECT_EQ(j["policies"][0]["speedup_vs_static"], 1.0);
+  EXPECT_EQ(s["layout_pricing"], false);
+  EXPECT_EQ(r.out.find("priced layouts"), std::string::npos);
+}
+
+TEST_F(SimulateCli, LayoutPricingIsReported) {
+  const auto r =
+      run("simulate --preset coactivated-late --steps 4 --tokens-per-step 2048 --cluster 2x8 "
+          "--policies static,cobalt+ --layout-pricing --json " +
+          path("sim.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("priced layouts"), std::string::npos) << r.out;
+  EXPECT_EQ(json("sim.json")["scenario"]["layout_pricing"], true);
 }
 
 TEST_F(SimulateCli, DumpRecomputedIndependentlyOnASyntheticPreset) {

@@ -152,6 +152,24 @@ TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
   EXPECT_NE(co.skipped.find("load-only"), std::string::npos) << co.skipped;
 }
 
+// With asynchronous planning a plan runs while the previous step trains: when every modelled
+// step lasts far longer than any plan, no planning time is charged, while synchronous planning
+// charges the measured planner time.
+TEST(Simulator, AsyncPlanningIsHiddenBehindTheStepItOverlaps) {
+  const auto data = testing::random_trace(4, 8, 1500, 2, 32, 4, 16);
+  auto source = make_step_source(data);
+  auto options = options_for(*source, Topology(2, 16), {"cobalt"});
+  options.cost.achievable_flops = 1e3;  // seconds of compute per step
+  options.policy_config.async_planning = false;
+  const auto sync = simulate(*source, options);
+  options.policy_config.async_planning = true;
+  const auto async = simulate(*source, options);
+  EXPECT_GT(sync.policies[0].time.planning_s, 0.0);
+  EXPECT_EQ(async.policies[0].time.planning_s, 0.0);
+  // Whatever the charge, the decisions are the ones of a background plan applied a step later.
+  EXPECT_GT(async.policies[0].counters.num_global_plans, 0);
+}
+
 TEST(Simulator, RejectsBadOptions) {
   const auto data = testing::random_trace(1, 3, 100, 1, 16, 2, 4);
   auto source = make_step_source(data);
