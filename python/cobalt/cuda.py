@@ -52,6 +52,14 @@ def _module() -> Any:
     return _cuda
 
 
+def _require_available() -> None:
+    if not is_available():
+        raise RuntimeError(
+            "cobalt.cuda: no usable CUDA device (cobalt._cuda built: "
+            f"{_cuda is not None}, torch with CUDA: {torch.cuda.is_available()}, device visible "
+            f"to the CUDA runtime: {bool(_cuda is not None and _cuda.device_available())})")
+
+
 def _require(t: torch.Tensor, name: str, dtype: torch.dtype, shape: tuple[Optional[int], ...],
              device: Optional[torch.device] = None) -> None:
     if not isinstance(t, torch.Tensor):
@@ -90,6 +98,7 @@ class DeviceLayout:
 
     def __init__(self, layout: cobalt.ExpertLayout,
                  device: Union[torch.device, str, int, None] = None) -> None:
+        _require_available()
         self.layout = layout
         self.device = torch.device("cuda", torch.cuda.current_device()) if device is None \
             else torch.device(device)

@@ -41,6 +41,13 @@ def test_wrappers_refuse_cpu_tensors() -> None:
         cobalt.cuda.solve_topoep(ids.long(), 1, 2, token_bytes=1.0, expert_param_bytes=1.0)
 
 
+@pytest.mark.skipif(cobalt.cuda.is_available(), reason="a CUDA device is usable here")
+def test_device_layout_without_a_device_says_why() -> None:
+    layout = cobalt.ExpertLayout.static_ep(cobalt.Topology(1, 2), 4, 2)
+    with pytest.raises(RuntimeError, match="no usable CUDA device"):
+        cobalt.cuda.DeviceLayout(layout)
+
+
 @needs_module
 def test_pointer_module_errors() -> None:
     from cobalt import _cuda
