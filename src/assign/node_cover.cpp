@@ -198,34 +198,28 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   auto run = [&](int /*chunk*/, int64_t begin, int64_t end) {
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> uncovered_masks;
-    std::array<int, kMaxTopK> uncovered_k;
     for (int64_t t = begin; t < end; ++t) {
       const NodeId src_node = node_of_rank[src[t]];
       const uint64_t src_bit = uint64_t{1} << src_node;
       const ExpertId* row = ids + t * top_k;
       RankId* out = exec_rank.data() + t * top_k;
       const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(key.token_offset + t));
+      // Pass 1 (branch-free): node masks, the uncovered experts, their common nodes.
+      std::array<uint64_t, kMaxTopK> masks;
       int num_uncovered = 0;
       uint64_t common = ~uint64_t{0};
       for (int k = 0; k < top_k; ++k) {
-        const ExpertId e = row[k];
-        const uint64_t mask = node_mask[e];
-        if (mask & src_bit) {
-          const size_t idx = static_cast<size_t>(e) * num_nodes + src_node;
-          const int32_t first = node_offsets[idx];
-          const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
-          out[k] = replica_ranks
-              [first +
-               (count == 1 ? 0 : uniform_below(mix64(task_hash_from_token(token_h, k)), count))];
-        } else {
-          uncovered_masks[num_uncovered] = mask;
-          uncovered_k[num_uncovered++] = k;
-          common &= mask;
-        }
+        const uint64_t mask = node_mask[row[k]];
+        const bool local = (mask & src_bit) != 0;
+        masks[k] = mask;
+        uncovered_masks[num_uncovered] = mask;
+        num_uncovered += local ? 0 : 1;
+        common &= local ? ~uint64_t{0} : mask;
       }
-      if (num_uncovered == 0) continue;
       uint64_t cover = 0;
-      if (common != 0) {
+      if (num_uncovered == 0) {
+        cover = 0;
+      } else if (common != 0) {
         cover = common & (~common + 1);  // lowest node holding every uncovered expert
       } else if (use_masks) {
         for (uint64_t b : multi_masks[src_node]) {
@@ -240,18 +234,18 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       } else {
         cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, {}, scratch);
       }
-      for (int i = 0; i < num_uncovered; ++i) {
-        const int k = uncovered_k[i];
-        const uint64_t options_mask = cover & uncovered_masks[i];
+      // Pass 2: every task's node (its source node when local, else uniform within cover & mask)
+      // and replica. uniform_below(h, 1) == 0, so single choices need no branch and draw the same
+      // values as the reference.
+      for (int k = 0; k < top_k; ++k) {
+        const uint64_t options_mask = (masks[k] & src_bit) ? src_bit : (cover & masks[k]);
         const uint64_t h = task_hash_from_token(token_h, k);
-        const NodeId n =
-            std::popcount(options_mask) == 1
-                ? std::countr_zero(options_mask)
-                : nth_set_bit(options_mask, uniform_below(h, std::popcount(options_mask)));
+        const NodeId n = nth_set_bit(
+            options_mask, uniform_below(h, static_cast<uint32_t>(std::popcount(options_mask))));
         const size_t idx = static_cast<size_t>(row[k]) * num_nodes + n;
         const int32_t first = node_offsets[idx];
         const uint32_t count = static_cast<uint32_t>(node_offsets[idx + 1] - first);
-        out[k] = replica_ranks[first + (count == 1 ? 0 : uniform_below(mix64(h), count))];
+        out[k] = replica_ranks[first + uniform_below(mix64(h), count)];
       }
     }
   };
