@@ -54,6 +54,7 @@ void BM_Assign_NodeCover(benchmark::State& state) {
 BENCHMARK(BM_Assign_NodeCover)
     ->Args({1 << 20, 8, 4})
     ->Args({1 << 20, 8, 2})
+    ->Args({1 << 20, 8, 8})
     ->Args({1 << 18, 8, 16})
     ->Unit(benchmark::kMillisecond);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <optional>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
@@ -29,6 +30,63 @@ inline int nth_set_bit(uint64_t mask, uint32_t i) {
   for (; i > 0; --i) mask &= mask - 1;
   return std::countr_zero(mask);
 }
+
+// The paper's mask enumeration as bitset algebra, for N <= 8 (2^N <= 256 candidate masks, at most
+// four 64-bit words): bit b of hits[m] says mask b meets node set m. The feasible masks of a token
+// are the AND of hits[] over its uncovered experts, restricted to masks without the source node;
+// the answer is the lowest feasible mask of the smallest popcount >= 2, i.e. exactly the first
+// feasible mask in (popcount, value) order that the enumeration finds.
+class MaskCoverTable {
+ public:
+  static constexpr int kMaxNodes = 8;
+  static constexpr int kMaxWords = 4;
+
+  explicit MaskCoverTable(int num_nodes)
+      : num_nodes_(num_nodes), words_(std::max(1, (1 << num_nodes) / 64)) {
+    const int num_masks = 1 << num_nodes;
+    hits_.assign(static_cast<size_t>(num_masks) * words_, 0);
+    by_popcount_.assign(static_cast<size_t>(num_nodes + 1) * words_, 0);
+    without_node_.assign(static_cast<size_t>(num_nodes) * words_, 0);
+    for (int b = 0; b < num_masks; ++b) {
+      const uint64_t bit = uint64_t{1} << (b % 64);
+      const int word = b / 64;
+      for (int m = 0; m < num_masks; ++m) {
+        if (b & m) hits_[static_cast<size_t>(m) * words_ + word] |= bit;
+      }
+      by_popcount_[static_cast<size_t>(std::popcount(static_cast<unsigned>(b))) * words_ + word] |=
+          bit;
+      for (int n = 0; n < num_nodes; ++n) {
+        if (!(b & (1 << n))) without_node_[static_cast<size_t>(n) * words_ + word] |= bit;
+      }
+    }
+  }
+
+  // The first feasible remote mask with >= 2 nodes for the uncovered node masks (none holds
+  // src_node); 0 when none is feasible.
+  uint64_t first_feasible(const uint64_t* uncovered_masks, int num_uncovered, int src_node) const {
+    std::array<uint64_t, kMaxWords> feasible{};
+    for (int w = 0; w < words_; ++w) feasible[w] = without_node_[src_node * words_ + w];
+    for (int i = 0; i < num_uncovered; ++i) {
+      const uint64_t* h = hits_.data() + static_cast<size_t>(uncovered_masks[i]) * words_;
+      for (int w = 0; w < words_; ++w) feasible[w] &= h[w];
+    }
+    for (int p = 2; p <= num_nodes_; ++p) {
+      const uint64_t* cls = by_popcount_.data() + static_cast<size_t>(p) * words_;
+      for (int w = 0; w < words_; ++w) {
+        const uint64_t x = feasible[w] & cls[w];
+        if (x != 0) return static_cast<uint64_t>(w * 64 + std::countr_zero(x));
+      }
+    }
+    return 0;
+  }
+
+ private:
+  int num_nodes_;
+  int words_;
+  std::vector<uint64_t> hits_;          // [2^N, words]
+  std::vector<uint64_t> by_popcount_;   // [N + 1, words]
+  std::vector<uint64_t> without_node_;  // [N, words]
+};
 
 // Minimum cover of `full` (a set over uncovered-expert indices) by the node covers `cover[n]`, n in
 // `nodes`. Returns the chosen node set as a mask. Exact DP over subsets; among equal-size covers
@@ -175,8 +233,11 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       num_nodes);
   // Per source node: the masks of >= 2 remote nodes in (popcount, value) order. Single-node covers
   // are found directly (the lowest node holding every uncovered expert is the first such mask).
-  std::vector<std::vector<uint64_t>> multi_masks(use_masks ? num_nodes : 0);
-  if (use_masks) {
+  const bool use_table = use_masks && num_nodes <= MaskCoverTable::kMaxNodes;
+  std::optional<MaskCoverTable> table;
+  if (use_table) table.emplace(num_nodes);
+  std::vector<std::vector<uint64_t>> multi_masks(use_masks && !use_table ? num_nodes : 0);
+  if (use_masks && !use_table) {
     const auto ordered = masks_by_popcount(num_nodes);
     for (NodeId n = 0; n < num_nodes; ++n) {
       for (uint64_t b : ordered) {
@@ -221,6 +282,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         cover = 0;
       } else if (common != 0) {
         cover = common & (~common + 1);  // lowest node holding every uncovered expert
+      } else if (use_table) {
+        cover = table->first_feasible(uncovered_masks.data(), num_uncovered, src_node);
       } else if (use_masks) {
         for (uint64_t b : multi_masks[src_node]) {
           bool feasible = true;
@@ -266,7 +329,11 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  const auto ordered = use_masks ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
+  const bool use_table = use_masks && num_nodes <= MaskCoverTable::kMaxNodes;
+  std::optional<MaskCoverTable> table;
+  if (use_table) table.emplace(num_nodes);
+  const auto ordered =
+      use_masks && !use_table ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
   const int top_k = batch.top_k();
   auto run = [&](int, int64_t begin, int64_t end) {
     TokenScratch scratch;
@@ -287,6 +354,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
         cover = 0;
       } else if (common != 0) {
         cover = common & (~common + 1);
+      } else if (use_table) {
+        cover = table->first_feasible(masks.data(), num_uncovered, std::countr_zero(src_bit));
       } else if (use_masks) {
         for (uint64_t b : ordered) {
           if (std::popcount(b) < 2 || (b & src_bit)) continue;

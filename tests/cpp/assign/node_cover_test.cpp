@@ -92,6 +92,49 @@ TEST(NodeCover, FastPathMatchesTheSimpleReferenceBitForBit) {
   }
 }
 
+// Every node count of the bitset search (N <= 8: one to four 64-bit words of masks) and of the
+// plain enumeration above it, sparse layouts (multi-node covers are common), K up to 16.
+TEST(NodeCover, MaskSearchMatchesTheReferenceForEveryNodeCount) {
+  for (int nodes = 1; nodes <= 11; ++nodes) {
+    for (int top_k : {1, 3, 8, 16}) {
+      const Topology topo(nodes, nodes * 2);
+      const int experts = std::max(top_k + 1, 3 * topo.num_ranks());
+      const int slots = (experts + topo.num_ranks() - 1) / topo.num_ranks() + 1;
+      auto layout = testing::random_layout(nodes * 7 + top_k, topo, experts, slots, 0.3);
+      auto owned =
+          testing::random_batch(nodes * 31 + top_k, 600, top_k, experts, topo.num_ranks(), 0.5);
+      auto batch = owned.view();
+      std::vector<RankId> fast(batch.num_tasks()), ref(batch.num_tasks());
+      const AssignKey key{static_cast<uint64_t>(nodes), 1, 0, 3};
+      assign_node_cover(batch, layout, key, {CoverSearch::kMaskEnumeration, 1}, fast);
+      assign_node_cover_reference(batch, layout, key, ref);
+      ASSERT_EQ(fast, ref) << "nodes " << nodes << " K " << top_k;
+      // The covers alone (cobalt+'s balanced assignment uses them): the remote node set with the
+      // fewest nodes, first in value order, by brute force.
+      std::vector<uint64_t> covers(batch.num_tokens());
+      remote_node_covers(batch, layout, {CoverSearch::kMaskEnumeration, 1}, covers);
+      for (int64_t t = 0; t < batch.num_tokens(); ++t) {
+        const uint64_t src_bit = uint64_t{1} << topo.node_of(batch.source_of(t));
+        uint64_t best = 0;
+        int best_size = nodes + 1;
+        for (uint64_t b = 0; b < (uint64_t{1} << nodes); ++b) {
+          if (b & src_bit) continue;
+          bool feasible = true;
+          for (ExpertId e : batch.experts_of(t)) {
+            const uint64_t m = layout.node_mask(e);
+            feasible = feasible && ((m & src_bit) || (m & b));
+          }
+          if (feasible && std::popcount(b) < best_size) {
+            best = b;
+            best_size = std::popcount(b);
+          }
+        }
+        ASSERT_EQ(covers[t], best) << "nodes " << nodes << " K " << top_k << " token " << t;
+      }
+    }
+  }
+}
+
 TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
   Topology topo(4, 16);
   auto layout = testing::random_layout(11, topo, 64, 6, 0.6);
