@@ -130,40 +130,57 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   std::vector<uint64_t> covers(batch.num_tokens());
   remote_node_covers(batch, layout, options, covers);
 
-  // Classes keyed by (expert, allowed node mask); ids in first-seen token order.
-  // Classes of each expert as (allowed node mask, class id); experts see few distinct masks, so a
-  // linear scan beats hashing.
-  std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(layout.num_experts());
+  // Classes keyed by (expert, allowed node mask); ids in first-seen token order. With N <= 8 a
+  // direct [E, 2^N] table finds a task's class; above, each expert's (mask, class id) list is
+  // scanned (experts see few distinct masks, so a linear scan beats hashing).
+  constexpr int kTableNodes = 8;
+  const bool use_table = num_nodes <= kTableNodes;
+  std::vector<int32_t> class_table(
+      use_table ? static_cast<size_t>(layout.num_experts()) << num_nodes : 0, -1);
+  std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(
+      use_table ? 0 : layout.num_experts());
   std::vector<TaskClass> classes;
+  std::vector<int64_t> class_count;  // tasks per class (kept apart from the classes: hot)
   std::vector<int32_t> task_class(batch.num_tasks());
+  const auto new_class = [&](ExpertId e, uint64_t allowed) {
+    TaskClass cls{e, allowed};
+    for (uint64_t m = allowed; m; m &= m - 1) {
+      auto ranks = layout.ranks_of(e, std::countr_zero(m));
+      cls.ranks.insert(cls.ranks.end(), ranks.begin(), ranks.end());
+    }
+    classes.push_back(std::move(cls));
+    class_count.push_back(0);
+    return static_cast<int32_t>(classes.size() - 1);
+  };
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const uint64_t reach = covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
     auto row = batch.experts_of(t);
     for (int k = 0; k < top_k; ++k) {
       const ExpertId e = row[k];
       const uint64_t allowed = reach & layout.node_mask(e);
-      auto& known = classes_of_expert[e];
       int32_t class_idx = -1;
-      for (const auto& [mask, idx] : known) {
-        if (mask == allowed) {
-          class_idx = idx;
-          break;
+      if (use_table) {
+        int32_t& slot = class_table[(static_cast<size_t>(e) << num_nodes) | allowed];
+        if (slot < 0) slot = new_class(e, allowed);
+        class_idx = slot;
+      } else {
+        auto& known = classes_of_expert[e];
+        for (const auto& [mask, idx] : known) {
+          if (mask == allowed) {
+            class_idx = idx;
+            break;
+          }
+        }
+        if (class_idx < 0) {
+          class_idx = new_class(e, allowed);
+          known.emplace_back(allowed, class_idx);
         }
       }
-      if (class_idx < 0) {
-        class_idx = static_cast<int32_t>(classes.size());
-        known.emplace_back(allowed, class_idx);
-        TaskClass cls{e, allowed};
-        for (uint64_t m = allowed; m; m &= m - 1) {
-          auto ranks = layout.ranks_of(e, std::countr_zero(m));
-          cls.ranks.insert(cls.ranks.end(), ranks.begin(), ranks.end());
-        }
-        classes.push_back(std::move(cls));
-      }
-      ++classes[class_idx].count;
+      ++class_count[class_idx];
       task_class[t * top_k + k] = class_idx;
     }
   }
+  for (size_t c = 0; c < classes.size(); ++c) classes[c].count = class_count[c];
   // Least flexible classes first.
   std::vector<int32_t> order(classes.size());
   std::iota(order.begin(), order.end(), 0);
