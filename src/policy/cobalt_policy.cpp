@@ -11,6 +11,7 @@
 // replicas land where their demand comes from — TopoEP's observation that demand differs per node,
 // which Eq. (3) ignores. With a cost model in the configuration, cobalt+ also plans with smaller
 // replica budgets and picks the candidate with the lowest modelled step time (layout_pricing.hpp).
+#include <algorithm>
 #include <future>
 #include <optional>
 
@@ -379,9 +380,17 @@ class CobaltPolicy final : public Policy {
     // Score every restart and the layout in force on the true objective.
     PlannedLayout best{true, std::nullopt, {}};
     int64_t best_cost = sampled_cost(snap, *snap.layout);
+    // Restarts often converge to the same layout; a repeat cannot win (ties keep the earlier
+    // candidate), so it is not scored again.
+    std::vector<ExpertLayout> scored;
     for (const auto& candidate : result.restart_plans) {
       std::vector<double> loads;
       ExpertLayout layout = plan::pack_ranks(input, candidate, snap.layout.get(), &loads);
+      if (layout == *snap.layout ||
+          std::find(scored.begin(), scored.end(), layout) != scored.end()) {
+        continue;
+      }
+      scored.push_back(layout);
       const int64_t cost = sampled_cost(snap, layout);
       if (cost < best_cost) {
         best_cost = cost;
