@@ -3,7 +3,9 @@
 Each function takes CUDA tensors, checks their device, dtype, shape and contiguity, allocates its
 outputs and workspace on the same device (through torch's caching allocator) and enqueues the
 kernels on the device's current stream (``torch.cuda.current_stream()``): no host
-synchronisation, except :class:`DeviceLayout`'s upload and :meth:`TopoEpPlan.check`. Results are
+synchronisation, except :class:`DeviceLayout`'s upload and release (``cudaFree`` waits for the
+device: keep one per layout version rather than passing an ExpertLayout on every call) and
+:meth:`TopoEpPlan.check`. Results are
 bitwise identical to the CPU references in :mod:`cobalt` (``assign_node_cover``,
 ``count_routing``, ``dispatch_layout``, ``solve_topoep``); :mod:`cobalt.torch.ops` picks the GPU
 or the CPU path by the tensors' device.
@@ -79,6 +81,15 @@ def _require(t: torch.Tensor, name: str, dtype: torch.dtype, shape: tuple[Option
         raise ValueError(f"cobalt.cuda: {name} must be contiguous")
 
 
+def _cuda_device(device: Union[torch.device, str, int, None]) -> torch.device:
+    """The device with its index ("cuda" means the current device)."""
+    d = torch.device("cuda", torch.cuda.current_device()) if device is None \
+        else torch.device(device) if not isinstance(device, int) else torch.device("cuda", device)
+    if d.type != "cuda":
+        raise ValueError(f"cobalt.cuda: expected a CUDA device, got {d}")
+    return d if d.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
 def _stream(device: torch.device) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
@@ -100,11 +111,7 @@ class DeviceLayout:
                  device: Union[torch.device, str, int, None] = None) -> None:
         _require_available()
         self.layout = layout
-        self.device = torch.device("cuda", torch.cuda.current_device()) if device is None \
-            else torch.device(device)
-        if self.device.type != "cuda":
-            raise ValueError(f"cobalt.cuda.DeviceLayout: device must be a CUDA device, got "
-                             f"{self.device}")
+        self.device = _cuda_device(device)
         with torch.cuda.device(self.device):
             self._handle = _module().DeviceLayout(
                 layout.topology.num_nodes, layout.num_ranks, layout.num_experts,
@@ -124,7 +131,7 @@ def assign_node_cover(topk_ids: torch.Tensor, source_rank: torch.Tensor,
     """
     _require(topk_ids, "topk_ids", torch.int32, (None, None))
     num_tokens, top_k = int(topk_ids.shape[0]), int(topk_ids.shape[1])
-    device = topk_ids.device
+    device = _cuda_device(topk_ids.device)
     dl = layout if isinstance(layout, DeviceLayout) else DeviceLayout(layout, device)
     if dl.device != device:
         raise ValueError(f"cobalt.cuda: layout is on {dl.device}, topk_ids on {device}")

@@ -83,13 +83,16 @@ void bind_policy(py::module_& m) {
       .def_readwrite("planner_restarts", &PolicyConfig::planner_restarts)
       .def_readwrite("token_bytes", &PolicyConfig::token_bytes)
       .def_readwrite("expert_param_bytes", &PolicyConfig::expert_param_bytes)
-      .def_readwrite("cost_model", &PolicyConfig::cost_model,
-                     "CostParams or None: with one, cobalt+ prices its layouts in modelled step "
-                     "time (cobalt/policy/layout_pricing.hpp)")
+      .def_property(
+          "cost_model", [](const PolicyConfig& c) { return c.cost_model; },  // a copy
+          [](PolicyConfig& c, std::optional<eval::CostParams> cost) { c.cost_model = cost; },
+          "CostParams or None: with one, cobalt+ prices its layouts in modelled step time "
+          "(cobalt/policy/layout_pricing.hpp). Reading returns a copy.")
       .def("validate", &PolicyConfig::validate);
 
   py::class_<policy::PolicyCounters>(m, "PolicyCounters")
       .def_readonly("planner_wall_ms", &policy::PolicyCounters::planner_wall_ms)
+      .def_readonly("async_wait_ms", &policy::PolicyCounters::async_wait_ms)
       .def_readonly("num_global_plans", &policy::PolicyCounters::num_global_plans)
       .def_readonly("intra_node_moves", &policy::PolicyCounters::intra_node_moves)
       .def_readonly("cross_node_moves", &policy::PolicyCounters::cross_node_moves)

@@ -2,7 +2,8 @@
 // nvcc is found; docs/gpu.md). Device pointers and streams are plain integers (a torch tensor's
 // data_ptr(), torch.cuda.current_stream().cuda_stream); the torch-facing wrappers that check
 // devices, dtypes and shapes and allocate outputs and workspaces are in python/cobalt/cuda.py.
-// Nothing here synchronises the host except DeviceLayout's upload; kernel launches release the GIL.
+// Nothing here synchronises the host except DeviceLayout's upload and release (cudaFree); kernel
+// launches release the GIL.
 // cobalt::Error raises the exceptions of cobalt._core (InvalidArgumentError, ...).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -169,6 +169,10 @@ def test_cobalt_plus_prices_layouts_with_a_cost_model() -> None:
     config = cobalt.PolicyConfig(topo, 32, 4, slots_per_rank=3, steps_per_global_plan=2,
                                  planner_restarts=2, cost_model=cost)
     assert config.cost_model is not None and config.cost_model.expert_ffn_size == 1 << 20
+    copy = cobalt.PolicyConfig(topo, 32, 4, slots_per_rank=3, cost_model=cost)
+    held = copy.cost_model  # a copy: stays valid when the config drops its cost model
+    copy.cost_model = None
+    assert copy.cost_model is None and held.expert_ffn_size == 1 << 20
     policy = cobalt.make_policy("cobalt+", config)
     static = cobalt.ExpertLayout.static_ep(topo, 32, 3)
     for step in range(6):

@@ -46,6 +46,10 @@ def test_assign_tasks_rejects_bad_input() -> None:
         ops.assign_tasks(ids, torch.zeros(1, dtype=torch.int32), layout, search="greedy")
     with pytest.raises(ValueError, match="must be an integer tensor"):
         ops.assign_tasks(ids.float(), torch.zeros(1, dtype=torch.int32), layout)
+    # int64 values beyond int32 are refused, not wrapped (2^32 + 1 would wrap to expert 1).
+    with pytest.raises(ValueError, match="outside int32"):
+        ops.assign_tasks(torch.tensor([[0, 2**32 + 1]]), torch.zeros(1, dtype=torch.int64),
+                         layout)
 
 
 def test_routing_counts_match_brute_force() -> None:

@@ -142,6 +142,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   double previous_busy_s = 0;  // modelled time of the previous step without planning
   for (int s = 0; s < num_steps; ++s) {
     const double planner_before = pol.counters().planner_wall_ms;
+    const double wait_before = pol.counters().async_wait_ms;
     const bool measured = s >= options.warmup_steps;
     TimeBreakdown step_time;
     for (int l = 0; l < num_layers; ++l) {
@@ -166,14 +167,14 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
       grad_sync_bytes += o.grad_sync_bytes;
       ++measured_layers;
     }
-    step_time.planning_s =
-        planning_time(pol.counters().planner_wall_ms - planner_before, options.cost);
-    if (config.async_planning) {
-      // A background plan launched during the previous step ran while that step trained: only
-      // what outlasts the previous step's modelled time stalls this one. (The replay itself takes
-      // almost no time, so the measured wait is nearly the whole planner time.)
-      step_time.planning_s = std::max(0.0, step_time.planning_s - previous_busy_s);
-    }
+    // A background plan launched during the previous step ran while that step trained: of the
+    // wait for it, only what outlasts the previous step's modelled time stalls this one (the
+    // replay itself takes almost no time, so the measured wait is nearly the whole planner time).
+    // Everything else a policy does to decide (synchronous planning) is on the critical path.
+    const double wait_ms = pol.counters().async_wait_ms - wait_before;
+    const double sync_ms = pol.counters().planner_wall_ms - planner_before - wait_ms;
+    step_time.planning_s = planning_time(sync_ms, options.cost) +
+                           std::max(0.0, planning_time(wait_ms, options.cost) - previous_busy_s);
     previous_busy_s = step_time.total() - step_time.planning_s;
     pr.step_time_s[s] = step_time.total();
     if (measured) {

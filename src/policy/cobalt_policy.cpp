@@ -59,7 +59,7 @@ struct PlanSnapshot {
   std::shared_ptr<const ExpertLayout> layout;
   std::vector<ExpertId> sample_ids;  // [T', K]
   std::vector<RankId> sample_src;    // [T']
-  double step_scale = 1.0;           // tokens per real step / tokens per sampled step
+  double step_scale = 1.0;           // tokens of one real step / tokens of the whole sample
   std::vector<RankId> mains;         // [E] under `layout`
 };
 
@@ -97,7 +97,14 @@ class CobaltPolicy final : public Policy {
     {
       WallTimer timer(counters_.planner_wall_ms);
       // Stage 1 result from a background plan launched last step.
-      if (st.pending.valid()) apply(st, st.pending.get());
+      if (st.pending.valid()) {
+        PlannedLayout planned;
+        {
+          WallTimer wait(counters_.async_wait_ms);
+          planned = st.pending.get();
+        }
+        apply(st, std::move(planned));
+      }
       const bool due =
           st.stats.num_updates() > 0 &&
           (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
@@ -155,7 +162,10 @@ class CobaltPolicy final : public Policy {
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
     std::vector<double> source_demand;  // EMA tokens from node n choosing e [N, E] (cobalt+)
-    std::vector<RankId> mains;  // main instance of every expert [E], tracked as the simulator does
+    // Main instance of every expert [E], moved with eval::next_main_ranks at every layout change
+    // (the simulator applies it once per step to the step's final layout; they can differ when a
+    // step has both a global plan and a stage-2 move).
+    std::vector<RankId> mains;
   };
 
   // Installs a new layout for the layer, moving main instances as eval::next_main_ranks does.
@@ -186,14 +196,14 @@ class CobaltPolicy final : public Policy {
     // A move's saving lasts until the layout changes again: amortised over the re-layout period
     // (measured better than the steps left until the next plan, which undervalues moves that the
     // next plan keeps; docs/cobalt-improvements.md).
-    const int64_t steps_left = config_.steps_per_global_plan;
+    const int64_t amortisation_steps = config_.steps_per_global_plan;
     const auto new_mains = eval::next_main_ranks(rebalanced.layout, st.mains);
     const double copy_s =
         eval::link_time(eval::migration_bytes(diff(*st.layout, rebalanced.layout), st.mains,
                                               new_mains, config_.topology, params),
                         params)
             .time_s();
-    return saved_s * static_cast<double>(steps_left) > copy_s;
+    return saved_s * static_cast<double>(amortisation_steps) > copy_s;
   }
 
   void update_source_demand(LayerState& st, const RoutingBatch& batch) const {
@@ -238,11 +248,15 @@ class CobaltPolicy final : public Policy {
   PlanSnapshot snapshot(const LayerState& st) const {
     auto load = st.stats.expert_load();
     auto coact = st.stats.coactivation();
+    // The sample holds up to kSampleSteps steps; price_layout scales the whole sample to one
+    // step: (mean tokens of a sampled step's batch) / (sampled tokens).
     int64_t sampled = 0, whole = 0;
     for (size_t i = 0; i < st.sample_sizes.size(); ++i) {
       sampled += st.sample_sizes[i];
       whole += st.sample_batch_tokens[i];
     }
+    const double num_sampled_steps =
+        static_cast<double>(std::max<size_t>(1, st.sample_sizes.size()));
     return PlanSnapshot{
         {load.begin(), load.end()},
         {coact.begin(), coact.end()},
@@ -250,7 +264,8 @@ class CobaltPolicy final : public Policy {
         st.layout,
         st.sample_ids,
         st.sample_src,
-        sampled > 0 ? static_cast<double>(whole) / static_cast<double>(sampled) : 1.0,
+        sampled > 0 ? static_cast<double>(whole) / num_sampled_steps / static_cast<double>(sampled)
+                    : 1.0,
         st.mains};
   }
 
@@ -295,7 +310,8 @@ class CobaltPolicy final : public Policy {
       input.source_weight = variant_.source_weight;
       plan::HeuristicOptions options;
       // The smaller budgets are alternatives to check, not the main search: a quarter of the
-      // restarts each keeps the planning time about 1.5x the unpriced one.
+      // restarts each (planning plus pricing measured at 1.4-3x the unpriced planner time,
+      // docs/cobalt-improvements.md).
       options.num_restarts =
           budget == full ? config_.planner_restarts : std::max(1, config_.planner_restarts / 4);
       options.seed = config_.seed;

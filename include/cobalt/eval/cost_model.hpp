@@ -31,8 +31,9 @@
 //               while its rank still holds the expert, else moves to the lowest holder on the
 //               same node, else to the lowest holder.
 //   planning  = planner wall time measured around each policy's planning on the replay thread
-//               x planner_time_scale x (1 - planner_overlap). With asynchronous planning only the
-//               wait for a background plan is measured, and the simulator charges only what of it
+//               x planner_time_scale x (1 - planner_overlap). A policy that plans in the
+//               background (cobalt, cobalt+ with asynchronous planning) reports its wait for a plan
+//               apart (PolicyCounters::async_wait_ms); the simulator charges only what of that wait
 //               exceeds the previous step's modelled time (the plan ran while that step trained).
 // Step time = sum over the replayed layers of (layer + grad sync + migration) + planning: the MoE
 // part of the step for the replayed layers only (attention, dense layers and the rest of the model

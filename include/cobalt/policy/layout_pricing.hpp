@@ -26,9 +26,9 @@ struct LayoutPrice {
 };
 
 // sample: recent tokens, exec_rank [T', K] their assignment under `candidate`; step_scale: tokens
-// per real step / tokens per sampled step (>= 0); current_mains [E]: the main instance of every
-// expert under `current` (eval::initial_main_ranks / next_main_ranks, as the simulator tracks
-// them); amortisation_steps >= 1.
+// of one real step / tokens in the sample (>= 0; the sample may span several steps); current_mains
+// [E]: the main instance of every expert under `current` (eval::initial_main_ranks /
+// next_main_ranks, as the simulator tracks them); amortisation_steps >= 1.
 LayoutPrice price_layout(const RoutingBatch& sample, std::span<const RankId> exec_rank,
                          double step_scale, const ExpertLayout& current,
                          std::span<const RankId> current_mains, const ExpertLayout& candidate,

@@ -46,6 +46,7 @@ struct PolicyConfig {
 
 struct PolicyCounters {
   double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls)
+  double async_wait_ms = 0;      // part of planner_wall_ms spent waiting for background plans
   int64_t num_global_plans = 0;  // global re-layouts applied
   int64_t intra_node_moves = 0;  // replica copies over NVLink
   int64_t cross_node_moves = 0;  // replica copies across nodes

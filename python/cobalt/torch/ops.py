@@ -12,6 +12,8 @@ training stack can call these on whatever device its router runs on:
 
 Inputs on CUDA are trusted by the kernels (ids in range, distinct per row); pass
 ``validate=True`` to check them first (a device-to-host sync). CPU inputs are always validated.
+int64 inputs (what ``torch.topk`` returns) are narrowed to int32: values outside int32 are an error
+(always on CPU, with ``validate=True`` on CUDA).
 """
 
 from __future__ import annotations
@@ -34,17 +36,30 @@ _SEARCH = {"auto": cobalt.CoverSearch.AUTO, "masks": cobalt.CoverSearch.MASK_ENU
            "subset_dp": cobalt.CoverSearch.SUBSET_DP}
 
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+def _check_int32_range(t: torch.Tensor, name: str) -> None:
+    if t.dtype == torch.int64 and t.numel() > 0:
+        lo, hi = int(t.min()), int(t.max())
+        if lo < _INT32_MIN or hi > _INT32_MAX:
+            raise ValueError(f"cobalt.torch.ops: {name} holds {lo if lo < _INT32_MIN else hi}, "
+                             f"outside int32 [{_INT32_MIN}, {_INT32_MAX}]")
+
+
 def _int32_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"cobalt.torch.ops: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"cobalt.torch.ops: {name} must be an integer tensor, got {t.dtype}")
+    _check_int32_range(t, name)
     return np.ascontiguousarray(t.detach().numpy(), dtype=np.int32)
 
 
 def _validate_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
     if topk_ids.numel() == 0:
         return
+    _check_int32_range(topk_ids, "topk_ids")
     lo, hi = int(topk_ids.min()), int(topk_ids.max())
     if lo < 0 or hi >= num_experts:
         raise ValueError(f"cobalt.torch.ops: expert id {lo if lo < 0 else hi} out of range "
@@ -58,6 +73,7 @@ def _validate_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
 def _validate_ranks(ranks: torch.Tensor, num_ranks: int, name: str) -> None:
     if ranks.numel() == 0:
         return
+    _check_int32_range(ranks, name)
     lo, hi = int(ranks.min()), int(ranks.max())
     if lo < 0 or hi >= num_ranks:
         raise ValueError(f"cobalt.torch.ops: {name} {lo if lo < 0 else hi} out of range "
@@ -142,16 +158,23 @@ class TopoEpPlan:
 
 
 def solve_topoep(demand: torch.Tensor, topology: cobalt.Topology, slots_per_rank: int, *,
-                 token_bytes: float, expert_param_bytes: float) -> TopoEpPlan:
+                 token_bytes: float, expert_param_bytes: float,
+                 max_moves_per_node: int = 4096) -> TopoEpPlan:
     """TopoEP's per-microbatch plan for demand Omega [G, E] on its device. On CUDA this reads the
-    status word and the quota count back (one sync) and raises like the CPU solver."""
+    status word and the quota count back (one sync) and raises ValueError for negative demand,
+    like the CPU solver; the CUDA solver also raises RuntimeError when a node needs more than
+    `max_moves_per_node` refinement moves (its move log's capacity; the CPU solver has no such
+    limit and ignores the argument)."""
     if demand.device.type == "cuda":
         p = cuda.solve_topoep(demand.to(torch.int64).contiguous(), topology.num_nodes,
                               slots_per_rank, token_bytes=token_bytes,
-                              expert_param_bytes=expert_param_bytes).check()
+                              expert_param_bytes=expert_param_bytes,
+                              max_moves_per_node=max_moves_per_node).check()
         q = int(p.source_offsets[-1])
-        return TopoEpPlan(p.slots, p.source_offsets, p.quota_expert[:q], p.quota_dst[:q],
-                          p.quota_count[:q], p.rank_loads, p.stats)
+        # Copies: the views would keep the whole G * G * S quota buffer alive.
+        return TopoEpPlan(p.slots, p.source_offsets, p.quota_expert[:q].clone(),
+                          p.quota_dst[:q].clone(), p.quota_count[:q].clone(), p.rank_loads,
+                          p.stats)
     d = cobalt.solve_topoep(np.ascontiguousarray(demand.detach().numpy(), dtype=np.int64),
                             topology, slots_per_rank, token_bytes, expert_param_bytes)
     return TopoEpPlan(**{k: torch.from_numpy(np.array(v)) for k, v in d.items()})
