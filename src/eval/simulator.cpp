@@ -173,8 +173,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
     // Everything else a policy does to decide (synchronous planning) is on the critical path.
     const double wait_ms = pol.counters().async_wait_ms - wait_before;
     const double sync_ms = pol.counters().planner_wall_ms - planner_before - wait_ms;
-    step_time.planning_s = planning_time(sync_ms, options.cost) +
-                           std::max(0.0, planning_time(wait_ms, options.cost) - previous_busy_s);
+    step_time.planning_s = step_planning_time(sync_ms, wait_ms, previous_busy_s, options.cost);
     previous_busy_s = step_time.total() - step_time.planning_s;
     pr.step_time_s[s] = step_time.total();
     if (measured) {

@@ -175,5 +175,10 @@ LinkBytes migration_bytes(const LayoutDiff& diff, std::span<const RankId> old_ma
 
 // Planner time on the critical path for `planner_ms` of measured planning wall time.
 double planning_time(double planner_ms, const CostParams& params);
+// Planner time on one step's critical path: synchronous planning (sync_ms) in full; of the wait
+// for a background plan (async_wait_ms), only what exceeds previous_busy_s, the previous step's
+// modelled time without planning (the plan ran while that step trained).
+double step_planning_time(double sync_ms, double async_wait_ms, double previous_busy_s,
+                          const CostParams& params);
 
 }  // namespace cobalt::eval

@@ -141,6 +141,12 @@ TEST(CostModel, PlanningAndValidation) {
   EXPECT_DOUBLE_EQ(planning_time(20, p), 0.02);
   p.planner_overlap = 0.75;
   EXPECT_DOUBLE_EQ(planning_time(20, p), 0.005);
+  // Background plans: the wait is hidden up to the previous step's modelled time.
+  p = CostParams{};
+  EXPECT_DOUBLE_EQ(step_planning_time(3, 0, 1.0, p), 0.003);     // synchronous: in full
+  EXPECT_DOUBLE_EQ(step_planning_time(0, 30, 0.010, p), 0.020);  // 30 ms wait, 10 ms step
+  EXPECT_DOUBLE_EQ(step_planning_time(2, 30, 0.050, p), 0.002);  // wait hidden entirely
+  EXPECT_DOUBLE_EQ(step_planning_time(2, 30, 0.0, p), 0.032);    // nothing to hide behind
   EXPECT_NO_THROW(p.validate());
   p.overlap_fraction = 1.5;
   EXPECT_THROW(p.validate(), Error);
