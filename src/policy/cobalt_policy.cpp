@@ -304,54 +304,89 @@ class CobaltPolicy final : public Policy {
     double best_cost = price_of(*snap.layout).per_step_s;
     const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
     for (int budget : budgets) {
-      plan::GlobalPlanInput input{config_.topology, config_.num_experts, budget, config_.eps,
-                                  snap.expert_load, snap.coactivation,   {},     0.0};
-      input.source_demand = snap.source_demand;
-      input.source_weight = variant_.source_weight;
-      plan::HeuristicOptions options;
       // The smaller budgets are alternatives to check, not the main search: a quarter of the
       // restarts each (planning plus pricing measured at 1.4-3x the unpriced planner time,
-      // docs/cobalt-improvements.md).
-      options.num_restarts =
-          budget == full ? config_.planner_restarts : std::max(1, config_.planner_restarts / 4);
-      options.seed = config_.seed;
-      options.num_threads = config_.num_threads;
-      // The incremental restart and the "stay on the previous rank" packing need the layout in
-      // force to fit the budget.
-      const bool same_shape = budget == full;
-      if (same_shape) options.initial = &current;
-      auto result = plan::plan_global_heuristic(input, options);
+      // docs/cobalt-improvements.md). The incremental restart needs the layout in force to fit.
+      const auto input = plan_input(snap, budget);
+      const auto result = plan::plan_global_heuristic(
+          input, budget == full
+                     ? heuristic_options(config_.planner_restarts, &current)
+                     : heuristic_options(std::max(1, config_.planner_restarts / 4), nullptr));
       // The budget's best restart by the true transfers (as unpriced selection), then its price.
-      std::optional<ExpertLayout> budget_best;
-      std::vector<double> budget_loads;
-      int64_t budget_cost = 0;
-      for (const auto& candidate : result.restart_plans) {
-        std::vector<double> loads;
-        ExpertLayout layout = widen_slots(
-            plan::pack_ranks(input, candidate, same_shape ? snap.layout.get() : nullptr, &loads),
-            full);
-        const int64_t cost = sampled_cost(snap, layout);
-        if (!budget_best || cost < budget_cost) {
-          budget_cost = cost;
-          budget_best = std::move(layout);
-          budget_loads = std::move(loads);
-        }
-      }
-      const LayoutPrice price = price_of(*budget_best);
-      const double cost = price.per_step_s;
+      auto candidate = best_restart(snap, input, result, nullptr);
+      const LayoutPrice price = price_of(candidate->layout);
       // Fewer replicas can save at most the full budget's gradient sync (plus some migration):
       // when that is under 5% of its step, skip the smaller budgets' planning.
       const bool smaller_budgets_may_pay = price.grad_sync_s > 0.05 * price.per_step_s;
-      if (cost < best_cost) {
-        best_cost = cost;
-        std::vector<double> wide(static_cast<size_t>(num_ranks) * full, 0.0);
-        for (int r = 0; r < num_ranks; ++r) {
-          std::copy_n(budget_loads.begin() + static_cast<size_t>(r) * budget, budget,
-                      wide.begin() + static_cast<size_t>(r) * full);
-        }
-        best = PlannedLayout{false, std::move(budget_best), std::move(wide)};
+      if (price.per_step_s < best_cost) {
+        best_cost = price.per_step_s;
+        best = PlannedLayout{false, std::move(candidate->layout), std::move(candidate->slot_loads)};
       }
       if (budget == full && !smaller_budgets_may_pay) break;
+    }
+    return best;
+  }
+
+  // Stage-1 input for a budget of `slots_per_rank` (source anchoring for cobalt+).
+  plan::GlobalPlanInput plan_input(const PlanSnapshot& snap, int slots_per_rank) const {
+    plan::GlobalPlanInput input{config_.topology,
+                                config_.num_experts,
+                                slots_per_rank,
+                                config_.eps,
+                                snap.expert_load,
+                                snap.coactivation,
+                                {},
+                                0.0};
+    if (variant_.source_weight > 0) {
+      input.source_demand = snap.source_demand;
+      input.source_weight = variant_.source_weight;
+    }
+    return input;
+  }
+
+  plan::HeuristicOptions heuristic_options(int num_restarts, const plan::NodePlan* initial) const {
+    plan::HeuristicOptions options;
+    options.num_restarts = num_restarts;
+    options.seed = config_.seed;
+    options.num_threads = config_.num_threads;
+    options.initial = initial;
+    return options;
+  }
+
+  struct Candidate {
+    ExpertLayout layout;             // S = config_.slots_per_rank slots per rank
+    std::vector<double> slot_loads;  // [G, S]
+    int64_t transfers = 0;           // V of the sample under `layout`
+  };
+
+  // Packs every restart of `result` (keeping replicas on their ranks in the layout in force when
+  // the budget is the full one), widens it to S slots and scores it by the true transfers V on the
+  // sample; returns the first with the lowest V. Repeats, and `skip` when given, are not scored:
+  // they cannot win a strict comparison.
+  std::optional<Candidate> best_restart(const PlanSnapshot& snap,
+                                        const plan::GlobalPlanInput& input,
+                                        const plan::HeuristicResult& result,
+                                        const ExpertLayout* skip) const {
+    const int full = config_.slots_per_rank, budget = input.slots_per_rank;
+    const ExpertLayout* previous = budget == full ? snap.layout.get() : nullptr;
+    std::optional<Candidate> best;
+    std::vector<ExpertLayout> scored;
+    for (const auto& plan : result.restart_plans) {
+      std::vector<double> loads;
+      ExpertLayout layout = widen_slots(plan::pack_ranks(input, plan, previous, &loads), full);
+      if ((skip != nullptr && layout == *skip) ||
+          std::find(scored.begin(), scored.end(), layout) != scored.end()) {
+        continue;
+      }
+      scored.push_back(layout);
+      const int64_t transfers = sampled_cost(snap, layout);
+      if (best && transfers >= best->transfers) continue;
+      std::vector<double> wide(static_cast<size_t>(config_.topology.num_ranks()) * full, 0.0);
+      for (int r = 0; r < config_.topology.num_ranks(); ++r) {
+        std::copy_n(loads.begin() + static_cast<size_t>(r) * budget, budget,
+                    wide.begin() + static_cast<size_t>(r) * full);
+      }
+      best = Candidate{std::move(layout), std::move(wide), transfers};
     }
     return best;
   }
@@ -369,51 +404,22 @@ class CobaltPolicy final : public Policy {
     if (variant_.priced_budgets && config_.cost_model && !snap.sample_src.empty()) {
       return plan_priced(snap);
     }
-    plan::GlobalPlanInput input{config_.topology,
-                                config_.num_experts,
-                                config_.slots_per_rank,
-                                config_.eps,
-                                snap.expert_load,
-                                snap.coactivation,
-                                {},
-                                0.0};
-    if (variant_.source_weight > 0) {
-      input.source_demand = snap.source_demand;
-      input.source_weight = variant_.source_weight;
-    }
-    plan::HeuristicOptions options;
-    options.num_restarts = config_.planner_restarts;
-    options.seed = config_.seed;
-    options.num_threads = config_.num_threads;
+    const auto input = plan_input(snap, config_.slots_per_rank);
     const plan::NodePlan current = plan::node_plan_of(*snap.layout, snap.expert_load);
-    options.initial = &current;
-    auto result = plan::plan_global_heuristic(input, options);
+    const auto result =
+        plan::plan_global_heuristic(input, heuristic_options(config_.planner_restarts, &current));
     if (!variant_.select_by_true_cost) {
       std::vector<double> loads;
       ExpertLayout layout = plan::pack_ranks(input, result.plan, snap.layout.get(), &loads);
       return PlannedLayout{false, std::move(layout), std::move(loads)};
     }
-    // Score every restart and the layout in force on the true objective.
-    PlannedLayout best{true, std::nullopt, {}};
-    int64_t best_cost = sampled_cost(snap, *snap.layout);
-    // Restarts often converge to the same layout; a repeat cannot win (ties keep the earlier
-    // candidate), so it is not scored again.
-    std::vector<ExpertLayout> scored;
-    for (const auto& candidate : result.restart_plans) {
-      std::vector<double> loads;
-      ExpertLayout layout = plan::pack_ranks(input, candidate, snap.layout.get(), &loads);
-      if (layout == *snap.layout ||
-          std::find(scored.begin(), scored.end(), layout) != scored.end()) {
-        continue;
-      }
-      scored.push_back(layout);
-      const int64_t cost = sampled_cost(snap, layout);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = PlannedLayout{false, std::move(layout), std::move(loads)};
-      }
+    // Every restart and the layout in force scored on the true objective; the layout in force wins
+    // ties.
+    auto best = best_restart(snap, input, result, snap.layout.get());
+    if (!best || best->transfers >= sampled_cost(snap, *snap.layout)) {
+      return PlannedLayout{true, std::nullopt, {}};
     }
-    return best;
+    return PlannedLayout{false, std::move(best->layout), std::move(best->slot_loads)};
   }
 
   void apply(LayerState& st, PlannedLayout planned) {
