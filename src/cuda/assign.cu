@@ -10,7 +10,8 @@ using detail::AssignTables;
 using detail::CoverMode;
 
 constexpr int kThreads = 256;
-constexpr int kFallbackThreads = 64;  // threads of the deferred-token pass (each owns a DP table)
+constexpr int kFallbackThreads = 64;  // threads per block of the deferred-token pass
+constexpr int kFallbackBlocks = 16;   // its blocks; each of the 1024 threads owns a 2^K DP table
 
 bool use_masks(assign::CoverSearch search, int num_nodes) {
   return search == assign::CoverSearch::kMaskEnumeration ||
@@ -95,8 +96,9 @@ __global__ void __launch_bounds__(kFallbackThreads)
                            const int64_t* __restrict__ deferred,
                            const int32_t* __restrict__ num_deferred, uint8_t* __restrict__ tables) {
   const int count = *num_deferred;
-  uint8_t* table = tables + (static_cast<size_t>(threadIdx.x) << top_k);
-  for (int i = threadIdx.x; i < count; i += kFallbackThreads) {
+  const int thread = static_cast<int>(blockIdx.x) * kFallbackThreads + static_cast<int>(threadIdx.x);
+  uint8_t* table = tables + (static_cast<size_t>(thread) << top_k);
+  for (int i = thread; i < count; i += kFallbackBlocks * kFallbackThreads) {
     const int64_t t = deferred[i];
     int32_t row[kMaxK];
     int32_t out[kMaxK];
@@ -140,7 +142,7 @@ void launch(const Launch& a, bool masks) {
   detail::check(cudaGetLastError(), "assign_kernel (subset DP)");
   if constexpr (kMaxK > detail::kAssignLocalDpBits) {
     if (a.top_k > detail::kAssignLocalDpBits) {
-      assign_deferred_kernel<kMaxK><<<1, kFallbackThreads, 0, a.stream>>>(
+      assign_deferred_kernel<kMaxK><<<kFallbackBlocks, kFallbackThreads, 0, a.stream>>>(
           a.tab, a.ids, a.src, a.top_k, a.prefix, a.token_offset, a.exec, a.deferred,
           a.num_deferred, a.tables);
       detail::check(cudaGetLastError(), "assign_deferred_kernel");
@@ -154,7 +156,7 @@ size_t assign_workspace_bytes(int64_t num_tokens, int top_k, int num_nodes,
                               assign::CoverSearch search) {
   if (use_masks(search, num_nodes) || top_k <= detail::kAssignLocalDpBits) return 0;
   return detail::carve_size<int32_t>(1) + detail::carve_size<int64_t>(num_tokens) +
-         detail::carve_size<uint8_t>(static_cast<size_t>(kFallbackThreads) << top_k);
+         detail::carve_size<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads) << top_k);
 }
 
 void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
@@ -194,7 +196,7 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
     detail::WorkspaceCarver carve(workspace, workspace_bytes);
     a.num_deferred = carve.take<int32_t>(1);
     a.deferred = carve.take<int64_t>(static_cast<size_t>(num_tokens));
-    a.tables = carve.take<uint8_t>(static_cast<size_t>(kFallbackThreads) << top_k);
+    a.tables = carve.take<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads) << top_k);
     detail::check(cudaMemsetAsync(a.num_deferred, 0, sizeof(int32_t), a.stream),
                   "cudaMemsetAsync (deferred count)");
   }

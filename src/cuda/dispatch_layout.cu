@@ -162,6 +162,12 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
                   "cuda dispatch layout: T * K must stay below 2^31 (int32 slots)");
   detail::require(workspace_bytes >= dispatch_layout_workspace_bytes(num_tokens, num_ranks),
                   "cuda dispatch layout: workspace smaller than dispatch_layout_workspace_bytes()");
+  for (const void* p : {static_cast<const void*>(out.rank_counts),
+                        static_cast<const void*>(out.node_counts),
+                        static_cast<const void*>(out.rank_offsets),
+                        static_cast<const void*>(out.pair_counts)}) {
+    detail::require_aligned(p, 8, "cuda dispatch layout: int64 outputs must be 8-byte aligned");
+  }
   cudaStream_t st = detail::as_stream(stream);
   const int64_t num_chunks = chunks_of(num_tokens);
   detail::WorkspaceCarver carve(workspace, workspace_bytes);
@@ -184,10 +190,8 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
   detail::require(slot_smem <= static_cast<size_t>(info.max_shared_per_block_optin),
                   "cuda dispatch layout: too many ranks for this device's shared memory");
   if (num_chunks > 0) {
-    detail::check(
-        cudaFuncSetAttribute(dispatch_count_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(count_smem)),
-        "cudaFuncSetAttribute (dispatch_count_kernel)");
+    detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_count_kernel),
+                                 count_smem, "dispatch_count_kernel");
     dispatch_count_kernel<<<static_cast<unsigned>(num_chunks), kThreads, count_smem, st>>>(
         shape, num_chunks, chunk_counts, out.node_counts, out.pair_counts);
     detail::check(cudaGetLastError(), "dispatch_count_kernel");
@@ -196,10 +200,8 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
                                                            out.rank_counts, out.rank_offsets, done);
   detail::check(cudaGetLastError(), "dispatch_scan_kernel");
   if (num_chunks > 0 && (out.slot != nullptr || out.token_in_rank != nullptr)) {
-    detail::check(
-        cudaFuncSetAttribute(dispatch_slot_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(slot_smem)),
-        "cudaFuncSetAttribute (dispatch_slot_kernel)");
+    detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_slot_kernel), slot_smem,
+                                 "dispatch_slot_kernel");
     dispatch_slot_kernel<<<static_cast<unsigned>(num_chunks), kThreads, slot_smem, st>>>(
         shape, num_chunks, chunk_counts, out.rank_offsets, out.slot, out.token_in_rank);
     detail::check(cudaGetLastError(), "dispatch_slot_kernel");

@@ -99,7 +99,9 @@ int run(const Options& opt) {
     std::printf("cobalt_gpu_check: no CUDA device visible; nothing checked\n");
     return 2;
   }
-  cuda_ok(cudaStreamCreateWithFlags(&ctx.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  // A blocking stream: ordered with the legacy default stream that the set-up copies and memsets
+  // use (they also wait for completion; DeviceBuffer).
+  cuda_ok(cudaStreamCreate(&ctx.stream), "cudaStreamCreate");
   cudaDeviceProp prop{};
   int device = 0;
   cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
@@ -115,7 +117,15 @@ int run(const Options& opt) {
               ctx.copy_bandwidth / 1e9, ctx.nominal_bandwidth / 1e9);
   std::printf("tokens %lld, %d timed reps after 3 warm-ups, host threads %u\n\n",
               static_cast<long long>(opt.tokens), opt.reps, std::thread::hardware_concurrency());
-  const int status = run_cases(ctx);
+  int status = 0;
+  try {
+    status = run_cases(ctx);
+  } catch (const ContextLost& e) {
+    std::printf("\nCUDA context lost (%s): the remaining checks cannot run; results so far:\n",
+                e.what());
+    print_table(ctx);
+    return 1;
+  }
   cudaStreamDestroy(ctx.stream);
   return status;
 }

@@ -36,33 +36,43 @@ std::vector<int32_t> check_assign(Context& ctx, const Batch& b, const ExpertLayo
     return cpu;
   }
 
-  const DeviceLayout dlayout(layout, ctx.stream);
-  const size_t pad = misaligned ? 1 : 0;
-  DeviceBuffer<int32_t> ids(b.ids.size() + pad), src(b.src.size()), exec(b.ids.size() + pad);
-  cuda_ok(cudaMemcpy(ids.get() + pad, b.ids.data(), b.ids.size() * 4, cudaMemcpyHostToDevice),
-          "upload ids");
-  src.upload(b.src);
-  const size_t ws_bytes =
-      assign_workspace_bytes(b.num_tokens(), b.top_k, layout.num_nodes(), search);
-  DeviceBuffer<unsigned char> ws(ws_bytes);
-  auto call = [&] {
-    assign_node_cover(dlayout.view(), ids.get() + pad, src.get(), b.num_tokens(), b.top_k, key,
-                      search, exec.get() + pad, ws.get(), ws_bytes, ctx.stream);
-  };
-  exec.poison();
-  call();
-  cuda_ok(cudaStreamSynchronize(ctx.stream), "assign");
-  std::vector<int32_t> gpu(b.ids.size());
-  cuda_ok(cudaMemcpy(gpu.data(), exec.get() + pad, gpu.size() * 4, cudaMemcpyDeviceToHost),
-          "download exec");
-  row.mismatches = count_mismatches(gpu, cpu, "exec_rank");
-  if (search == assign::CoverSearch::kMaskEnumeration && layout.num_nodes() <= 12 &&
-      b.num_tokens() <= 200000) {
-    std::vector<RankId> ref(b.ids.size());
-    assign::assign_node_cover_reference(b.view(), layout, key, ref);
-    row.mismatches += count_mismatches(gpu, ref, "exec_rank vs reference");
-  }
-  if (timed) time_calls(ctx, row, call);
+  guarded(ctx, row, [&] {
+    const DeviceLayout dlayout(layout, ctx.stream);
+    const size_t pad = misaligned ? 1 : 0;
+    DeviceBuffer<int32_t> ids(b.ids.size() + pad), src(b.src.size()), exec(b.ids.size() + pad);
+    cuda_ok(cudaMemcpy(ids.get() + pad, b.ids.data(), b.ids.size() * 4, cudaMemcpyHostToDevice),
+            "upload ids");
+    src.upload(b.src);
+    const size_t ws_bytes =
+        assign_workspace_bytes(b.num_tokens(), b.top_k, layout.num_nodes(), search);
+    DeviceBuffer<unsigned char> ws(ws_bytes);
+    auto call = [&] {
+      assign_node_cover(dlayout.view(), ids.get() + pad, src.get(), b.num_tokens(), b.top_k, key,
+                        search, exec.get() + pad, ws.get(), ws_bytes, ctx.stream);
+    };
+    auto compare = [&] {
+      cuda_ok(cudaStreamSynchronize(ctx.stream), "assign");
+      std::vector<int32_t> gpu(b.ids.size());
+      cuda_ok(cudaMemcpy(gpu.data(), exec.get() + pad, gpu.size() * 4, cudaMemcpyDeviceToHost),
+              "download exec");
+      int64_t bad = count_mismatches(gpu, cpu, "exec_rank");
+      if (search == assign::CoverSearch::kMaskEnumeration && layout.num_nodes() <= 12 &&
+          b.num_tokens() <= 200000) {
+        std::vector<RankId> ref(b.ids.size());
+        assign::assign_node_cover_reference(b.view(), layout, key, ref);
+        bad += count_mismatches(gpu, ref, "exec_rank vs reference");
+      }
+      return bad;
+    };
+    ws.poison();
+    exec.poison();
+    call();
+    row.mismatches = compare();
+    if (timed) {
+      time_calls(ctx, row, call);
+      row.mismatches += compare();  // the last timed call's output, too
+    }
+  });
   finish(ctx, std::move(row));
   return cpu;
 }
@@ -101,8 +111,8 @@ void check_stats(Context& ctx, const Batch& b, std::vector<StatsMethod> methods,
     return;
   }
   DeviceBuffer<int32_t> ids;
-  ids.upload(b.ids);
   DeviceBuffer<int64_t> d_loads(E), d_coact(static_cast<size_t>(E) * E);
+  ids.upload(b.ids);
   for (StatsMethod method : methods) {
     if (!routing_counts_supported(E, method)) continue;
     Row row;
@@ -110,20 +120,29 @@ void check_stats(Context& ctx, const Batch& b, std::vector<StatsMethod> methods,
     row.input = b.name;
     row.shape = fmt::format("E{} K{} T{} {}", E, b.top_k, b.num_tokens(), method_name(method));
     row.cpu_ms = cpu_ms;
-    const size_t ws_bytes = routing_counts_workspace_bytes(b.num_tokens(), b.top_k, E, method);
-    DeviceBuffer<unsigned char> ws(ws_bytes);
-    auto call = [&] {
-      count_routing(ids.get(), b.num_tokens(), b.top_k, E, d_loads.get(), d_coact.get(), ws.get(),
-                    ws_bytes, ctx.stream, method);
-    };
-    d_loads.poison();
-    d_coact.poison();
-    call();
-    cuda_ok(cudaStreamSynchronize(ctx.stream), "count_routing");
-    row.mismatches = count_mismatches(d_loads.download(), loads, "expert_counts") +
-                     count_mismatches(d_coact.download(), coact, "coactivation");
     row.bytes = 4.0 * b.num_tokens() * b.top_k + 8.0 * (E + static_cast<double>(E) * E);
-    if (timed) time_calls(ctx, row, call);
+    guarded(ctx, row, [&] {
+      const size_t ws_bytes = routing_counts_workspace_bytes(b.num_tokens(), b.top_k, E, method);
+      DeviceBuffer<unsigned char> ws(ws_bytes);
+      auto call = [&] {
+        count_routing(ids.get(), b.num_tokens(), b.top_k, E, d_loads.get(), d_coact.get(),
+                      ws.get(), ws_bytes, ctx.stream, method);
+      };
+      auto compare = [&] {
+        cuda_ok(cudaStreamSynchronize(ctx.stream), "count_routing");
+        return count_mismatches(d_loads.download(), loads, "expert_counts") +
+               count_mismatches(d_coact.download(), coact, "coactivation");
+      };
+      ws.poison();
+      d_loads.poison();
+      d_coact.poison();
+      call();
+      row.mismatches = compare();
+      if (timed) {
+        time_calls(ctx, row, call);
+        row.mismatches += compare();
+      }
+    });
     finish(ctx, std::move(row));
   }
 }
@@ -150,46 +169,56 @@ void check_dispatch(Context& ctx, const Batch& b, const std::vector<int32_t>& ex
     finish(ctx, std::move(row));
     return;
   }
-  DeviceBuffer<int32_t> d_exec, d_src;
-  d_exec.upload(exec);
-  d_src.upload(b.src);
-  DeviceBuffer<int64_t> rank_counts(G), node_counts(N), rank_offsets(G + 1),
-      pair_counts(static_cast<size_t>(G) * G);
-  DeviceBuffer<int32_t> slot(exec.size());
-  DeviceBuffer<uint8_t> token_in_rank(static_cast<size_t>(T) * G);
-  DispatchLayoutOutputs out;
-  out.rank_counts = rank_counts.get();
-  out.node_counts = node_counts.get();
-  out.rank_offsets = rank_offsets.get();
-  if (optional_outputs) {
-    out.slot = slot.get();
-    out.token_in_rank = token_in_rank.get();
-    out.pair_counts = pair_counts.get();
-  }
-  const size_t ws_bytes = dispatch_layout_workspace_bytes(T, G);
-  DeviceBuffer<unsigned char> ws(ws_bytes);
-  auto call = [&] {
-    dispatch_layout(d_exec.get(), d_src.get(), T, b.top_k, N, G, out, ws.get(), ws_bytes,
-                    ctx.stream);
-  };
-  rank_counts.poison();
-  node_counts.poison();
-  rank_offsets.poison();
-  pair_counts.poison();
-  slot.poison();
-  token_in_rank.poison();
-  call();
-  cuda_ok(cudaStreamSynchronize(ctx.stream), "dispatch_layout");
-  row.mismatches = count_mismatches(rank_counts.download(), cpu.rank_counts, "rank_counts") +
-                   count_mismatches(node_counts.download(), cpu.node_counts, "node_counts") +
-                   count_mismatches(rank_offsets.download(), cpu.rank_offsets, "rank_offsets");
-  if (optional_outputs) {
-    row.mismatches +=
-        count_mismatches(pair_counts.download(), cpu.pair_counts, "pair_counts") +
-        count_mismatches(slot.download(), cpu.slot, "slot") +
-        count_mismatches(token_in_rank.download(), cpu.token_in_rank, "token_in_rank");
-  }
-  if (timed) time_calls(ctx, row, call);
+  guarded(ctx, row, [&] {
+    DeviceBuffer<int32_t> d_exec, d_src;
+    d_exec.upload(exec);
+    d_src.upload(b.src);
+    DeviceBuffer<int64_t> rank_counts(G), node_counts(N), rank_offsets(G + 1),
+        pair_counts(static_cast<size_t>(G) * G);
+    DeviceBuffer<int32_t> slot(exec.size());
+    DeviceBuffer<uint8_t> token_in_rank(static_cast<size_t>(T) * G);
+    DispatchLayoutOutputs out;
+    out.rank_counts = rank_counts.get();
+    out.node_counts = node_counts.get();
+    out.rank_offsets = rank_offsets.get();
+    if (optional_outputs) {
+      out.slot = slot.get();
+      out.token_in_rank = token_in_rank.get();
+      out.pair_counts = pair_counts.get();
+    }
+    const size_t ws_bytes = dispatch_layout_workspace_bytes(T, G);
+    DeviceBuffer<unsigned char> ws(ws_bytes);
+    auto call = [&] {
+      dispatch_layout(d_exec.get(), d_src.get(), T, b.top_k, N, G, out, ws.get(), ws_bytes,
+                      ctx.stream);
+    };
+    auto compare = [&] {
+      cuda_ok(cudaStreamSynchronize(ctx.stream), "dispatch_layout");
+      int64_t bad =
+          count_mismatches(rank_counts.download(), cpu.rank_counts, "rank_counts") +
+          count_mismatches(node_counts.download(), cpu.node_counts, "node_counts") +
+          count_mismatches(rank_offsets.download(), cpu.rank_offsets, "rank_offsets");
+      if (optional_outputs) {
+        bad += count_mismatches(pair_counts.download(), cpu.pair_counts, "pair_counts") +
+               count_mismatches(slot.download(), cpu.slot, "slot") +
+               count_mismatches(token_in_rank.download(), cpu.token_in_rank, "token_in_rank");
+      }
+      return bad;
+    };
+    ws.poison();
+    rank_counts.poison();
+    node_counts.poison();
+    rank_offsets.poison();
+    pair_counts.poison();
+    slot.poison();
+    token_in_rank.poison();
+    call();
+    row.mismatches = compare();
+    if (timed) {
+      time_calls(ctx, row, call);
+      row.mismatches += compare();
+    }
+  });
   finish(ctx, std::move(row));
 }
 
@@ -209,79 +238,83 @@ void check_topoep(Context& ctx, const std::string& name, const plan::TopoEpInput
   const plan::TopoEpPlan cpu = plan::solve_topoep(in);
   row.cpu_ms = now_ms() - t0;
   row.bytes = 8.0 * G * E + 4.0 * G * S + 16.0 * cpu.quotas.size() + 8.0 * (2 * G + 1);
-  if (ctx.opt.dry_run) {
-    row.note = std::to_string(cpu.quotas.size()) + " quotas, " +
-               std::to_string(cpu.stats.num_inter_node_replicas) + "+" +
-               std::to_string(cpu.stats.num_intra_node_replicas) + " replicas, " +
-               std::to_string(cpu.stats.num_refinement_moves) + " moves";
-    finish(ctx, std::move(row), print);
-    return;
-  }
-  DeviceBuffer<int64_t> demand;
-  demand.upload(std::vector<int64_t>(in.demand.begin(), in.demand.end()));
-  TopoEpDeviceInput din;
-  din.num_nodes = in.topology.num_nodes();
-  din.num_ranks = G;
-  din.num_experts = E;
-  din.slots_per_rank = S;
-  din.token_bytes = in.token_bytes;
-  din.expert_param_bytes = in.expert_param_bytes;
-  din.demand = demand.get();
-  const int64_t capacity = topoep_quota_capacity(G, S);
-  DeviceBuffer<int32_t> slots(static_cast<size_t>(G) * S), status(1);
-  DeviceBuffer<int64_t> offsets(G + 1), loads(G), stats(4);
-  DeviceBuffer<TopoEpDeviceQuota> quotas(static_cast<size_t>(capacity));
-  TopoEpDeviceOutput out;
-  out.slots = slots.get();
-  out.source_offsets = offsets.get();
-  out.quotas = quotas.get();
-  out.quota_capacity = capacity;
-  out.rank_loads = loads.get();
-  out.stats = stats.get();
-  out.status = status.get();
-  const size_t ws_bytes = topoep_workspace_bytes(din);
-  DeviceBuffer<unsigned char> ws(ws_bytes);
-  ws.poison();  // the solver must not read workspace it did not write
-  auto call = [&] { solve_topoep(din, out, ws.get(), ws_bytes, ctx.stream); };
-  slots.poison();
-  offsets.poison();
-  loads.poison();
-  stats.poison();
-  status.poison();
-  quotas.poison();
-  call();
-  cuda_ok(cudaStreamSynchronize(ctx.stream), "solve_topoep");
-  const int32_t code = status.download()[0];
-  row.mismatches = code != 0 ? 1 : 0;
-  if (code != 0) std::fprintf(stderr, "  topoep status %d\n", code);
-  row.mismatches += count_mismatches(slots.download(), cpu.slots, "slots") +
-                    count_mismatches(offsets.download(), cpu.source_offsets, "source_offsets") +
-                    count_mismatches(loads.download(), cpu.rank_loads, "rank_loads");
-  const auto st = stats.download();
-  const std::vector<int64_t> cpu_stats = {
-      cpu.stats.num_inter_node_replicas, cpu.stats.num_intra_node_replicas,
-      cpu.stats.num_refinement_moves, cpu.stats.num_dropped_replicas};
-  row.mismatches += count_mismatches(st, cpu_stats, "stats");
-  auto gq = quotas.download();
-  gq.resize(std::min<size_t>(gq.size(), cpu.quotas.size()));
-  int64_t bad_quotas = gq.size() == cpu.quotas.size() ? 0 : 1;
-  for (size_t i = 0; i < gq.size(); ++i) {
-    if (gq[i].expert != cpu.quotas[i].expert || gq[i].dst != cpu.quotas[i].dst ||
-        gq[i].count != cpu.quotas[i].count) {
-      if (bad_quotas < 3) {
-        std::fprintf(stderr, "  quota %zu: gpu (%d,%d,%lld) cpu (%d,%d,%lld)\n", i, gq[i].expert,
-                     gq[i].dst, static_cast<long long>(gq[i].count), cpu.quotas[i].expert,
-                     cpu.quotas[i].dst, static_cast<long long>(cpu.quotas[i].count));
-      }
-      ++bad_quotas;
-    }
-  }
-  row.mismatches += bad_quotas;
   row.note = std::to_string(cpu.quotas.size()) + " quotas, " +
              std::to_string(cpu.stats.num_inter_node_replicas) + "+" +
              std::to_string(cpu.stats.num_intra_node_replicas) + " replicas, " +
              std::to_string(cpu.stats.num_refinement_moves) + " moves";
-  if (timed) time_calls(ctx, row, call);
+  if (ctx.opt.dry_run) {
+    finish(ctx, std::move(row), print);
+    return;
+  }
+  guarded(ctx, row, [&] {
+    DeviceBuffer<int64_t> demand;
+    demand.upload(std::vector<int64_t>(in.demand.begin(), in.demand.end()));
+    TopoEpDeviceInput din;
+    din.num_nodes = in.topology.num_nodes();
+    din.num_ranks = G;
+    din.num_experts = E;
+    din.slots_per_rank = S;
+    din.token_bytes = in.token_bytes;
+    din.expert_param_bytes = in.expert_param_bytes;
+    din.demand = demand.get();
+    const int64_t capacity = topoep_quota_capacity(G, S);
+    DeviceBuffer<int32_t> slots(static_cast<size_t>(G) * S), status(1);
+    DeviceBuffer<int64_t> offsets(G + 1), loads(G), stats(4);
+    DeviceBuffer<TopoEpDeviceQuota> quotas(static_cast<size_t>(capacity));
+    TopoEpDeviceOutput out;
+    out.slots = slots.get();
+    out.source_offsets = offsets.get();
+    out.quotas = quotas.get();
+    out.quota_capacity = capacity;
+    out.rank_loads = loads.get();
+    out.stats = stats.get();
+    out.status = status.get();
+    const size_t ws_bytes = topoep_workspace_bytes(din);
+    DeviceBuffer<unsigned char> ws(ws_bytes);
+    auto call = [&] { solve_topoep(din, out, ws.get(), ws_bytes, ctx.stream); };
+    auto compare = [&] {
+      cuda_ok(cudaStreamSynchronize(ctx.stream), "solve_topoep");
+      const int32_t code = status.download()[0];
+      int64_t bad = code != 0 ? 1 : 0;
+      if (code != 0) std::fprintf(stderr, "  topoep status %d\n", code);
+      bad += count_mismatches(slots.download(), cpu.slots, "slots") +
+             count_mismatches(offsets.download(), cpu.source_offsets, "source_offsets") +
+             count_mismatches(loads.download(), cpu.rank_loads, "rank_loads");
+      const std::vector<int64_t> cpu_stats = {
+          cpu.stats.num_inter_node_replicas, cpu.stats.num_intra_node_replicas,
+          cpu.stats.num_refinement_moves, cpu.stats.num_dropped_replicas};
+      bad += count_mismatches(stats.download(), cpu_stats, "stats");
+      auto gq = quotas.download();
+      gq.resize(std::min<size_t>(gq.size(), cpu.quotas.size()));
+      int64_t bad_quotas = gq.size() == cpu.quotas.size() ? 0 : 1;
+      for (size_t i = 0; i < gq.size(); ++i) {
+        if (gq[i].expert != cpu.quotas[i].expert || gq[i].dst != cpu.quotas[i].dst ||
+            gq[i].count != cpu.quotas[i].count) {
+          if (bad_quotas < 3) {
+            std::fprintf(stderr, "  quota %zu: gpu (%d,%d,%lld) cpu (%d,%d,%lld)\n", i,
+                         gq[i].expert, gq[i].dst, static_cast<long long>(gq[i].count),
+                         cpu.quotas[i].expert, cpu.quotas[i].dst,
+                         static_cast<long long>(cpu.quotas[i].count));
+          }
+          ++bad_quotas;
+        }
+      }
+      return bad + bad_quotas;
+    };
+    ws.poison();  // the solver must not read workspace it did not write
+    slots.poison();
+    offsets.poison();
+    loads.poison();
+    stats.poison();
+    status.poison();
+    quotas.poison();
+    call();
+    row.mismatches = compare();
+    if (timed) {
+      time_calls(ctx, row, call);
+      row.mismatches += compare();
+    }
+  });
   finish(ctx, std::move(row), print);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +57,9 @@ class DeviceBuffer {
     if (host.size() != count_) resize(host.size());
     cuda_ok(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
             "cudaMemcpy H2D");
+    // cudaMemcpy from pageable memory may return before the device has the data: wait, so a
+    // kernel on any stream sees it.
+    cuda_ok(cudaDeviceSynchronize(), "cudaMemcpy H2D");
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);
@@ -63,7 +67,12 @@ class DeviceBuffer {
             "cudaMemcpy D2H");
     return host;
   }
-  void poison() { cuda_ok(cudaMemset(ptr_, kPoison, count_ * sizeof(T)), "cudaMemset"); }
+  // Fills the buffer with kPoison bytes and waits for it (cudaMemset is asynchronous for device
+  // memory), so late poison can never land on a kernel's output.
+  void poison() {
+    cuda_ok(cudaMemset(ptr_, kPoison, count_ * sizeof(T)), "cudaMemset");
+    cuda_ok(cudaDeviceSynchronize(), "cudaMemset");
+  }
   T* get() const { return static_cast<T*>(ptr_); }
   size_t size() const { return count_; }
 
@@ -147,7 +156,34 @@ int64_t count_mismatches(const std::vector<T>& gpu, const std::vector<T>& cpu, c
   return bad;
 }
 
-inline void finish(Context& ctx, Row row, bool print = true) {
+// The CUDA context is unusable (a sticky error such as an illegal address): no further check can
+// run; the caller prints what it has.
+struct ContextLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs the GPU part of one check. An exception (a launcher's cobalt::Error, a failed CUDA call)
+// marks the row failed with the error as its note and lets the remaining checks run, unless the
+// context is lost afterwards: then the row is recorded and ContextLost thrown.
+inline void finish(Context& ctx, Row row, bool print = true);
+template <typename GpuPart>
+void guarded(Context& ctx, Row& row, GpuPart&& gpu_part) {
+  try {
+    gpu_part();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "  %s %s: %s\n", row.kernel.c_str(), row.input.c_str(), e.what());
+    row.mismatches = std::max<int64_t>(row.mismatches, 1);
+    row.note = std::string("error: ") + e.what();
+    const cudaError_t sticky = cudaDeviceSynchronize();
+    (void)cudaGetLastError();  // clear a non-sticky error
+    if (sticky != cudaSuccess) {
+      finish(ctx, row);
+      throw ContextLost(cudaGetErrorString(sticky));
+    }
+  }
+}
+
+inline void finish(Context& ctx, Row row, bool print) {
   if (row.mismatches > 0) ++ctx.failures;
   if (!print) {
     if (row.mismatches > 0)

@@ -110,9 +110,7 @@ int count_blocks(int64_t num_tokens, int top_k, int num_experts, StatsMethod met
   const void* kernel = select_kernel(top_k, method);
   const size_t smem = is_shared(method) ? shared_bytes(num_experts) : 0;
   if (is_shared(method)) {
-    detail::check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)),
-                  "cudaFuncSetAttribute (count_kernel)");
+    detail::allow_dynamic_shared(kernel, smem, "routing count kernel");
   }
   int per_sm = 0;
   detail::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
@@ -157,6 +155,8 @@ void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int n
   detail::require(
       workspace_bytes >= routing_counts_workspace_bytes(num_tokens, top_k, num_experts, method),
       "cuda count_routing: workspace smaller than routing_counts_workspace_bytes()");
+  detail::require_aligned(expert_counts, 8, "cuda count_routing: outputs must be 8-byte aligned");
+  detail::require_aligned(coactivation, 8, "cuda count_routing: outputs must be 8-byte aligned");
   cudaStream_t st = detail::as_stream(stream);
   const bool shared = is_shared(method);
   const int64_t entries = stats_num_counters(num_experts);

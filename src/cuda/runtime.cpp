@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/cuda/common.hpp"
@@ -44,6 +46,33 @@ const DeviceInfo& current_device_info() {
         "cudaDeviceGetAttribute (threads per SM)");
   cache.push_back(info);
   return cache.back();
+}
+
+void allow_dynamic_shared(const void* kernel, size_t bytes, const char* what) {
+  constexpr size_t kDefaultLimit = 48 * 1024;  // no attribute needed at or below this
+  if (bytes <= kDefaultLimit) return;
+  const DeviceInfo& info = current_device_info();
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> limits;  // (kernel, device) -> bytes
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = limits.find({kernel, info.device});
+  if (it == limits.end()) {
+    // Raise the kernel's limit once to everything the device allows next to its static shared
+    // memory; a process-wide attribute set per call would race between host threads.
+    cudaFuncAttributes attributes{};
+    check(cudaFuncGetAttributes(&attributes, kernel), what);
+    const size_t limit =
+        static_cast<size_t>(info.max_shared_per_block_optin) - attributes.sharedSizeBytes;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(limit)),
+          what);
+    it = limits.emplace(std::make_pair(kernel, info.device), limit).first;
+  }
+  if (bytes > it->second) {
+    fail(ErrorCode::kInvalidArgument,
+         "cuda: {} needs {} bytes of shared memory per block, the device allows {}", what, bytes,
+         it->second);
+  }
 }
 
 }  // namespace detail

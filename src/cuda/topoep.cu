@@ -141,6 +141,7 @@ void solve_topoep(const TopoEpDeviceInput& in, const TopoEpDeviceOutput& out, vo
       "cuda topoep: null output");
   detail::require(workspace_bytes >= topoep_workspace_bytes(in),
                   "cuda topoep: workspace smaller than topoep_workspace_bytes()");
+  detail::require_aligned(workspace, 256, "cuda topoep: the workspace must be 256-byte aligned");
   cudaStream_t st = detail::as_stream(stream);
   TopoWork w = detail::topo_carve(s, workspace, true).work;
   w.demand = in.demand;

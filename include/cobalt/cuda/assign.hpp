@@ -16,7 +16,8 @@
 namespace cobalt::cuda {
 
 // Workspace bytes assign_node_cover needs: 0 unless the subset DP may need more than the per-thread
-// table (search resolves to kSubsetDp and top_k > 8); then a deferred-token list and DP tables.
+// table (search resolves to kSubsetDp and top_k > 8); then a deferred-token list (8 bytes per
+// token) and 1024 DP tables of 2^K bytes (64 MiB at K = 16). The workspace is 256-byte aligned.
 size_t assign_workspace_bytes(int64_t num_tokens, int top_k, int num_nodes,
                               assign::CoverSearch search);
 

@@ -25,12 +25,25 @@ struct DeviceInfo {
 };
 const DeviceInfo& current_device_info();
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory: above the 48 KB default, raises the
+// kernel's limit on the current device once (thread-safe) to the device's opt-in maximum minus
+// the kernel's static shared memory. Throws kInvalidArgument (naming `what`) when `bytes` exceeds
+// that, kInternal when the runtime refuses.
+void allow_dynamic_shared(const void* kernel, size_t bytes, const char* what);
+
 inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
-// Carves 256-byte aligned sub-buffers out of a workspace.
+// Throws kInvalidArgument with `message` unless p is a multiple of `alignment` bytes.
+inline void require_aligned(const void* p, size_t alignment, const char* message) {
+  require(reinterpret_cast<uintptr_t>(p) % alignment == 0, message);
+}
+
+// Carves 256-byte aligned sub-buffers out of a workspace (whose base must be 256-byte aligned).
 class WorkspaceCarver {
  public:
-  WorkspaceCarver(void* base, size_t bytes) : base_(static_cast<char*>(base)), bytes_(bytes) {}
+  WorkspaceCarver(void* base, size_t bytes) : base_(static_cast<char*>(base)), bytes_(bytes) {
+    require_aligned(base, 256, "cuda: the workspace must be 256-byte aligned");
+  }
   template <typename T>
   T* take(size_t count) {
     const size_t size = carve_size<T>(count);
