@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kFallbackThreads)
                            const int64_t* __restrict__ deferred,
                            const int32_t* __restrict__ num_deferred, uint8_t* __restrict__ tables) {
   const int count = *num_deferred;
-  const int thread = static_cast<int>(blockIdx.x) * kFallbackThreads + static_cast<int>(threadIdx.x);
+  const int thread =
+      static_cast<int>(blockIdx.x) * kFallbackThreads + static_cast<int>(threadIdx.x);
   uint8_t* table = tables + (static_cast<size_t>(thread) << top_k);
   for (int i = thread; i < count; i += kFallbackBlocks * kFallbackThreads) {
     const int64_t t = deferred[i];
@@ -156,7 +157,8 @@ size_t assign_workspace_bytes(int64_t num_tokens, int top_k, int num_nodes,
                               assign::CoverSearch search) {
   if (use_masks(search, num_nodes) || top_k <= detail::kAssignLocalDpBits) return 0;
   return detail::carve_size<int32_t>(1) + detail::carve_size<int64_t>(num_tokens) +
-         detail::carve_size<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads) << top_k);
+         detail::carve_size<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads)
+                                     << top_k);
 }
 
 void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
@@ -196,7 +198,8 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
     detail::WorkspaceCarver carve(workspace, workspace_bytes);
     a.num_deferred = carve.take<int32_t>(1);
     a.deferred = carve.take<int64_t>(static_cast<size_t>(num_tokens));
-    a.tables = carve.take<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads) << top_k);
+    a.tables =
+        carve.take<uint8_t>(static_cast<size_t>(kFallbackBlocks * kFallbackThreads) << top_k);
     detail::check(cudaMemsetAsync(a.num_deferred, 0, sizeof(int32_t), a.stream),
                   "cudaMemsetAsync (deferred count)");
   }

@@ -162,10 +162,9 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
                   "cuda dispatch layout: T * K must stay below 2^31 (int32 slots)");
   detail::require(workspace_bytes >= dispatch_layout_workspace_bytes(num_tokens, num_ranks),
                   "cuda dispatch layout: workspace smaller than dispatch_layout_workspace_bytes()");
-  for (const void* p : {static_cast<const void*>(out.rank_counts),
-                        static_cast<const void*>(out.node_counts),
-                        static_cast<const void*>(out.rank_offsets),
-                        static_cast<const void*>(out.pair_counts)}) {
+  for (const void* p :
+       {static_cast<const void*>(out.rank_counts), static_cast<const void*>(out.node_counts),
+        static_cast<const void*>(out.rank_offsets), static_cast<const void*>(out.pair_counts)}) {
     detail::require_aligned(p, 8, "cuda dispatch layout: int64 outputs must be 8-byte aligned");
   }
   cudaStream_t st = detail::as_stream(stream);
@@ -190,8 +189,8 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
   detail::require(slot_smem <= static_cast<size_t>(info.max_shared_per_block_optin),
                   "cuda dispatch layout: too many ranks for this device's shared memory");
   if (num_chunks > 0) {
-    detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_count_kernel),
-                                 count_smem, "dispatch_count_kernel");
+    detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_count_kernel), count_smem,
+                                 "dispatch_count_kernel");
     dispatch_count_kernel<<<static_cast<unsigned>(num_chunks), kThreads, count_smem, st>>>(
         shape, num_chunks, chunk_counts, out.node_counts, out.pair_counts);
     detail::check(cudaGetLastError(), "dispatch_count_kernel");

@@ -125,8 +125,8 @@ void check_stats(Context& ctx, const Batch& b, std::vector<StatsMethod> methods,
       const size_t ws_bytes = routing_counts_workspace_bytes(b.num_tokens(), b.top_k, E, method);
       DeviceBuffer<unsigned char> ws(ws_bytes);
       auto call = [&] {
-        count_routing(ids.get(), b.num_tokens(), b.top_k, E, d_loads.get(), d_coact.get(),
-                      ws.get(), ws_bytes, ctx.stream, method);
+        count_routing(ids.get(), b.num_tokens(), b.top_k, E, d_loads.get(), d_coact.get(), ws.get(),
+                      ws_bytes, ctx.stream, method);
       };
       auto compare = [&] {
         cuda_ok(cudaStreamSynchronize(ctx.stream), "count_routing");
@@ -194,10 +194,9 @@ void check_dispatch(Context& ctx, const Batch& b, const std::vector<int32_t>& ex
     };
     auto compare = [&] {
       cuda_ok(cudaStreamSynchronize(ctx.stream), "dispatch_layout");
-      int64_t bad =
-          count_mismatches(rank_counts.download(), cpu.rank_counts, "rank_counts") +
-          count_mismatches(node_counts.download(), cpu.node_counts, "node_counts") +
-          count_mismatches(rank_offsets.download(), cpu.rank_offsets, "rank_offsets");
+      int64_t bad = count_mismatches(rank_counts.download(), cpu.rank_counts, "rank_counts") +
+                    count_mismatches(node_counts.download(), cpu.node_counts, "node_counts") +
+                    count_mismatches(rank_offsets.download(), cpu.rank_offsets, "rank_offsets");
       if (optional_outputs) {
         bad += count_mismatches(pair_counts.download(), cpu.pair_counts, "pair_counts") +
                count_mismatches(slot.download(), cpu.slot, "slot") +
