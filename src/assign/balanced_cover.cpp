@@ -8,6 +8,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
+#include "path_spill.hpp"
 
 namespace cobalt::assign {
 namespace {
@@ -61,62 +62,6 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
   std::sort(cls.quota.begin(), cls.quota.end());
 }
 
-// Spill: while a rank holds more than cap = ceil((1 + tolerance) * mean) tasks, move its tasks (in
-// token order) to the least loaded other rank holding the expert whose load stays below the
-// source's minus one, preferring ranks on nodes the token already reaches (free), else any node
-// (one more cross-node copy of that token, then free for its other tasks). Deterministic.
-void spill(const RoutingBatch& batch, const ExpertLayout& layout, std::span<const uint64_t> covers,
-           double tolerance, std::vector<int64_t>& load, std::span<RankId> exec_rank) {
-  const int num_ranks = layout.num_ranks(), per_node = layout.topology().ranks_per_node();
-  const int top_k = batch.top_k();
-  int64_t total = 0;
-  for (int64_t l : load) total += l;
-  const int64_t cap =
-      static_cast<int64_t>(std::ceil((1.0 + tolerance) * static_cast<double>(total) / num_ranks));
-  // Tasks per rank (counting sort, token order within a rank).
-  std::vector<int64_t> offsets(num_ranks + 1, 0);
-  for (RankId r : exec_rank) ++offsets[r + 1];
-  for (int r = 0; r < num_ranks; ++r) offsets[r + 1] += offsets[r];
-  std::vector<int64_t> tasks(exec_rank.size());
-  {
-    std::vector<int64_t> cursor(offsets.begin(), offsets.end() - 1);
-    for (size_t i = 0; i < exec_rank.size(); ++i)
-      tasks[cursor[exec_rank[i]]++] = static_cast<int64_t>(i);
-  }
-  std::vector<uint64_t> reach(batch.num_tokens());
-  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    reach[t] = covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
-  }
-  std::vector<RankId> by_load(num_ranks);
-  std::iota(by_load.begin(), by_load.end(), 0);
-  std::sort(by_load.begin(), by_load.end(),
-            [&](RankId a, RankId b) { return load[a] > load[b] || (load[a] == load[b] && a < b); });
-  for (RankId r : by_load) {
-    for (int64_t pos = offsets[r]; pos < offsets[r + 1] && load[r] > cap; ++pos) {
-      const int64_t task = tasks[pos];
-      const TokenIdx t = task / top_k;
-      const ExpertId e = batch.topk_ids()[task];
-      RankId best = -1;
-      bool best_free = false;
-      for (RankId cand : layout.ranks_of(e)) {
-        if (cand == r || load[cand] + 1 > cap || load[cand] + 1 >= load[r]) continue;
-        const bool free = (reach[t] >> (cand / per_node)) & 1;
-        if (best < 0 || (free && !best_free) ||
-            (free == best_free &&
-             (load[cand] < load[best] || (load[cand] == load[best] && cand < best)))) {
-          best = cand;
-          best_free = free;
-        }
-      }
-      if (best < 0) continue;
-      exec_rank[task] = best;
-      --load[r];
-      ++load[best];
-      reach[t] |= uint64_t{1} << (best / per_node);
-    }
-  }
-}
-
 }  // namespace
 
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
@@ -143,7 +88,7 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   std::vector<int64_t> class_count;  // tasks per class (kept apart from the classes: hot)
   std::vector<int32_t> task_class(batch.num_tasks());
   const auto new_class = [&](ExpertId e, uint64_t allowed) {
-    TaskClass cls{e, allowed};
+    TaskClass cls{e, allowed, 0, {}, {}, 0};
     for (uint64_t m = allowed; m; m &= m - 1) {
       auto ranks = layout.ranks_of(e, std::countr_zero(m));
       cls.ranks.insert(cls.ranks.end(), ranks.begin(), ranks.end());
@@ -200,7 +145,11 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     exec_rank[i] = cls.quota[cls.next].first;
     --cls.quota[cls.next].second;
   }
-  if (spill_tolerance >= 0) spill(batch, layout, covers, spill_tolerance, load, exec_rank);
+  if (spill_tolerance >= 0) {
+    const int64_t cap = static_cast<int64_t>(std::ceil(
+        (1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) / layout.num_ranks()));
+    detail::spill_along_paths(batch, layout, cap, load, exec_rank);
+  }
   (void)num_nodes;
 }
 

@@ -21,10 +21,14 @@
 
 namespace cobalt::assign {
 
-// spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: tasks leave
-// ranks above ceil((1 + spill_tolerance) * mean) for the least loaded other holder of their expert,
-// preferring nodes the token already reaches (free) over new ones (one more cross-node copy of that
-// token). < 0 (default): never adds cross-node transfers.
+// spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: while the
+// busiest rank is above cap = ceil((1 + spill_tolerance) * mean), tasks move along chains of
+// holders (rank u gives a task of expert e to rank v holding e, v gives one of its own experts'
+// tasks onward, ...) from it to a rank below the cap, or, when none is reachable, to one at least
+// two tasks lighter. Chains that add no cross-node copy (every moved task's token already reaches
+// the destination node) are preferred, then fewer copies, then shorter chains. The busiest rank
+// ends at max(cap, the lowest maximum load any assignment on the layout can reach) or at its load
+// without spill when that is lower. < 0 (default): never adds cross-node transfers.
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
                            const AssignOptions& options, std::span<RankId> exec_rank,
                            double spill_tolerance = -1.0);

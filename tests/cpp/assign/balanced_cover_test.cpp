@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
+#include <functional>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -10,6 +13,87 @@
 
 namespace cobalt::assign {
 namespace {
+
+// The smallest maximum rank load of any assignment on `layout` (tasks of expert e on any holder of
+// e), by brute force: for C = 0, 1, ... a max-flow check that every task fits under C per rank.
+int64_t optimal_max_load(const RoutingBatch& batch, const ExpertLayout& layout) {
+  const int num_experts = layout.num_experts(), num_ranks = layout.num_ranks();
+  std::vector<int64_t> demand(num_experts, 0);
+  for (ExpertId e : batch.topk_ids()) ++demand[e];
+  for (int64_t cap = 0;; ++cap) {
+    // Residual graph: source -> expert (demand), expert -> holder (inf), rank -> sink (cap).
+    const int n = num_experts + num_ranks + 2, s = n - 2, t = n - 1;
+    std::vector<std::vector<int64_t>> residual(n, std::vector<int64_t>(n, 0));
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      residual[s][e] = demand[e];
+      for (RankId r : layout.ranks_of(e)) residual[e][num_experts + r] = batch.num_tasks();
+    }
+    for (RankId r = 0; r < num_ranks; ++r) residual[num_experts + r][t] = cap;
+    int64_t flow = 0;
+    for (;;) {
+      std::vector<int> parent(n, -1);
+      parent[s] = s;
+      std::vector<int> stack{s};
+      while (!stack.empty() && parent[t] < 0) {
+        const int u = stack.back();
+        stack.pop_back();
+        for (int v = 0; v < n; ++v) {
+          if (parent[v] < 0 && residual[u][v] > 0) {
+            parent[v] = u;
+            stack.push_back(v);
+          }
+        }
+      }
+      if (parent[t] < 0) break;
+      int64_t push = batch.num_tasks();
+      for (int v = t; v != s; v = parent[v]) push = std::min(push, residual[parent[v]][v]);
+      for (int v = t; v != s; v = parent[v]) {
+        residual[parent[v]][v] -= push;
+        residual[v][parent[v]] += push;
+      }
+      flow += push;
+    }
+    if (flow == batch.num_tasks()) return cap;
+  }
+}
+
+TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
+  // Random small clusters, layouts and skewed batches: with spill the maximum load is exactly
+  // max(cap, the brute-force optimum on the layout), whatever the cap.
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    const int nodes = 1 + static_cast<int>(rng.below(3)),
+              per_node = 1 + static_cast<int>(rng.below(3));
+    Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(3));
+    const int experts = std::max(1, static_cast<int>(rng.below(topo.num_ranks() * slots)) + 1);
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 3)));
+    auto layout = testing::random_layout(seed, topo, experts, slots, 0.6);
+    auto owned = testing::random_batch(seed * 5, 1 + static_cast<int64_t>(rng.below(40)), top_k,
+                                       experts, topo.num_ranks(), 2.0);
+    auto batch = owned.view();
+    const int64_t optimum = optimal_max_load(batch, layout);
+    for (double tolerance : {0.0, 0.05, 0.3}) {
+      std::vector<RankId> plain(batch.num_tasks()), spilled(batch.num_tasks());
+      assign_balanced_cover(batch, layout, {}, plain);
+      assign_balanced_cover(batch, layout, {}, spilled, tolerance);
+      validate_assignment(batch, layout, spilled);
+      const auto plain_loads = eval::rank_loads(plain, topo.num_ranks());
+      const auto loads = eval::rank_loads(spilled, topo.num_ranks());
+      const int64_t cap = static_cast<int64_t>(
+          std::ceil((1.0 + tolerance) * static_cast<double>(batch.num_tasks()) / topo.num_ranks()));
+      const int64_t plain_max = *std::max_element(plain_loads.begin(), plain_loads.end());
+      const int64_t max_load = *std::max_element(loads.begin(), loads.end());
+      EXPECT_EQ(max_load, std::min(plain_max, std::max(cap, optimum)))
+          << "seed " << seed << " tolerance " << tolerance << " cap " << cap << " optimum "
+          << optimum << " without spill " << plain_max;
+      // Same result again (deterministic).
+      std::vector<RankId> again(batch.num_tasks());
+      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 3}, again, tolerance);
+      EXPECT_EQ(again, spilled);
+    }
+  }
+}
 
 TEST(BalancedCover, SameCrossNodeTransfersAsAlgorithmOneAndNoWorseBalance) {
   double sum_balanced = 0, sum_uniform = 0;
@@ -79,6 +163,24 @@ TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
   EXPECT_EQ(eval::cross_node_transfers(batch, plain, topo).dedup, 0);
   EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 10);
   validate_assignment(batch, layout, spilled);
+}
+
+TEST(BalancedCover, SpillFollowsChainsOfHolders) {
+  // 3 nodes x 1 rank. Expert 0 on ranks 0 and 1, expert 1 on ranks 1 and 2. Six tokens from node 0
+  // pick expert 0, three from node 1 pick expert 1: loads 6, 3, 0 without spill. With cap 3 a
+  // one-hop move of expert 0 to rank 1 would put rank 1 above the cap; the chain
+  // 0 -(expert 0)-> 1 -(expert 1)-> 2 levels every rank, at one cross-node copy per moved task.
+  Topology topo(3, 3);
+  ExpertLayout layout(topo, 2, 2, {0, -1, 0, 1, 1, -1});
+  std::vector<ExpertId> ids{0, 0, 0, 0, 0, 0, 1, 1, 1};
+  std::vector<RankId> src{0, 0, 0, 0, 0, 0, 1, 1, 1};
+  RoutingBatch batch(ids, src, 1, 2, 3);
+  std::vector<RankId> plain(9), spilled(9);
+  assign_balanced_cover(batch, layout, {}, plain);
+  assign_balanced_cover(batch, layout, {}, spilled, 0.0);
+  EXPECT_EQ(plain, (std::vector<RankId>{0, 0, 0, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(spilled, (std::vector<RankId>{1, 1, 1, 0, 0, 0, 2, 2, 2}));
+  EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 6);
 }
 
 }  // namespace

@@ -1,0 +1,238 @@
+#include "path_spill.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <limits>
+#include <queue>
+#include <tuple>
+
+namespace cobalt::assign::detail {
+namespace {
+
+// The bookkeeping of one spill run. A replica ("rep") is one (expert, rank) pair of the layout,
+// indexed like layout.replica_ranks(). Tasks are listed per replica; an entry is live while the
+// task still runs on that replica's rank (moved tasks leave stale entries behind and are appended
+// to their new replica's list, so a scan checks liveness).
+class PathSpill {
+ public:
+  PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
+            std::span<RankId> exec_rank)
+      : batch_(batch),
+        layout_(layout),
+        load_(load),
+        exec_rank_(exec_rank),
+        top_k_(batch.top_k()),
+        per_node_(layout.topology().ranks_per_node()),
+        num_nodes_(layout.num_nodes()),
+        num_reps_(layout.num_replicas()) {
+    rep_rank_.assign(layout.replica_ranks().begin(), layout.replica_ranks().end());
+    rep_expert_.resize(num_reps_);
+    for (ExpertId e = 0; e < layout.num_experts(); ++e) {
+      const int base = rep_base(e);
+      for (int i = 0; i < layout.num_replicas_of(e); ++i) rep_expert_[base + i] = e;
+    }
+    reps_of_rank_.resize(layout.num_ranks());
+    for (int a = 0; a < num_reps_; ++a) reps_of_rank_[rep_rank_[a]].push_back(a);
+    // Token reach: the source node and the nodes of its tasks.
+    reach_.resize(batch.num_tokens());
+    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+      uint64_t reach = node_bit(batch.source_of(t) / per_node_);
+      for (int k = 0; k < top_k_; ++k) reach |= node_bit(exec_rank_[t * top_k_ + k] / per_node_);
+      reach_[t] = reach;
+    }
+    // Tasks grouped by replica (counting sort, task order within a replica).
+    offsets_.assign(num_reps_ + 1, 0);
+    std::vector<int32_t> task_rep(exec_rank.size());
+    for (size_t i = 0; i < exec_rank.size(); ++i) {
+      task_rep[i] = rep_of(batch.topk_ids()[i], exec_rank[i]);
+      ++offsets_[task_rep[i] + 1];
+    }
+    for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] += offsets_[a];
+    tasks_.resize(exec_rank.size());
+    std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
+    for (size_t i = 0; i < exec_rank.size(); ++i) tasks_[cursor[task_rep[i]]++] = i;
+    scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
+    moved_in_.resize(num_reps_);
+    // Live tasks per replica, and per node how many of them have a token reaching it.
+    count_.assign(num_reps_, 0);
+    reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
+    for (size_t i = 0; i < exec_rank.size(); ++i) {
+      ++count_[task_rep[i]];
+      add_reach(task_rep[i], reach_[static_cast<int64_t>(i) / top_k_], +1);
+    }
+  }
+
+  void run(int64_t cap) {
+    const int num_ranks = layout_.num_ranks();
+    for (;;) {
+      RankId source = 0;
+      for (RankId r = 1; r < num_ranks; ++r) {
+        if (load_[r] > load_[source]) source = r;
+      }
+      if (load_[source] <= cap) return;
+      if (!augment(source, cap)) return;
+    }
+  }
+
+ private:
+  struct Dist {
+    int paid = std::numeric_limits<int>::max();
+    int hops = 0;
+    auto key() const { return std::make_pair(paid, hops); }
+  };
+
+  static uint64_t node_bit(int node) { return uint64_t{1} << node; }
+  int rep_base(ExpertId e) const {
+    return static_cast<int>(layout_.ranks_of(e).data() - layout_.replica_ranks().data());
+  }
+  int rep_of(ExpertId e, RankId rank) const {
+    const auto ranks = layout_.ranks_of(e);
+    return rep_base(e) +
+           static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  }
+  void add_reach(int rep, uint64_t reach, int delta) {
+    int64_t* row = reach_count_.data() + static_cast<size_t>(rep) * num_nodes_;
+    for (uint64_t m = reach; m; m &= m - 1) row[std::countr_zero(m)] += delta;
+  }
+  int64_t free_tasks(int rep, int node) const {
+    return reach_count_[static_cast<size_t>(rep) * num_nodes_ + node];
+  }
+
+  // One augmentation from `source`; false when no target is reachable.
+  bool augment(RankId source, int64_t cap) {
+    const int num_ranks = layout_.num_ranks();
+    std::vector<Dist> dist(num_ranks);
+    std::vector<int> parent_rep(num_ranks, -1);  // rep moved along the edge into this rank
+    std::vector<char> done(num_ranks, 0);
+    using Entry = std::tuple<int, int, RankId>;  // (paid, hops, rank), smallest first
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+    dist[source] = {0, 0};
+    queue.emplace(0, 0, source);
+    while (!queue.empty()) {
+      const auto [paid, hops, u] = queue.top();
+      queue.pop();
+      if (done[u]) continue;
+      done[u] = 1;
+      for (int a : reps_of_rank_[u]) {
+        if (count_[a] == 0) continue;
+        for (RankId v : layout_.ranks_of(rep_expert_[a])) {
+          if (v == u || done[v]) continue;
+          const Dist next{paid + (free_tasks(a, v / per_node_) > 0 ? 0 : 1), hops + 1};
+          if (next.key() < dist[v].key()) {
+            dist[v] = next;
+            parent_rep[v] = a;
+            queue.emplace(next.paid, next.hops, v);
+          }
+        }
+      }
+    }
+    const int64_t source_load = load_[source];
+    auto pick = [&](auto eligible) {
+      RankId best = -1;
+      for (RankId v = 0; v < num_ranks; ++v) {
+        if (v == source || !done[v] || !eligible(load_[v])) continue;
+        if (best < 0 || std::make_tuple(dist[v].paid, dist[v].hops, load_[v]) <
+                            std::make_tuple(dist[best].paid, dist[best].hops, load_[best])) {
+          best = v;
+        }
+      }
+      return best;
+    };
+    RankId target = pick([&](int64_t l) { return l < cap; });
+    int64_t delta = 0;
+    if (target >= 0) {
+      delta = std::min(source_load - cap, cap - load_[target]);
+    } else {
+      target = pick([&](int64_t l) { return l <= source_load - 2; });
+      if (target < 0) return false;
+      delta = (source_load - load_[target]) / 2;
+    }
+    // The path, target back to source, and its edge capacities.
+    std::vector<std::pair<int, RankId>> path;  // (rep on the sending rank, receiving rank)
+    for (RankId v = target; v != source;) {
+      const int a = parent_rep[v];
+      const bool free = free_tasks(a, v / per_node_) > 0;
+      delta = std::min(delta, free ? free_tasks(a, v / per_node_) : count_[a]);
+      path.emplace_back(a, v);
+      v = rep_rank_[a];
+    }
+    for (const auto& [a, v] : path) move_tasks(a, v, delta);
+    load_[source] -= delta;
+    load_[target] += delta;
+    return true;
+  }
+
+  // Moves `num` live tasks of replica `from` to the replica of the same expert on `to_rank`: tasks
+  // whose token reaches to_rank's node first, then any (each adds that node to its token's reach).
+  void move_tasks(int from, RankId to_rank, int64_t num) {
+    const int to = rep_of(rep_expert_[from], to_rank);
+    const int to_node = to_rank / per_node_;
+    for (int pass = 0; pass < 2 && num > 0; ++pass) {
+      const bool want_free = pass == 0;
+      auto visit = [&](int64_t task) {
+        if (num == 0 || exec_rank_[task] != rep_rank_[from]) return;
+        const bool free = (reach_[task / top_k_] >> to_node) & 1;
+        if (free != want_free) return;
+        move_one(task, from, to);
+        --num;
+      };
+      // Stale entries at the front of the original list are skipped for good.
+      int64_t& begin = scan_begin_[from];
+      while (begin < offsets_[from + 1] && exec_rank_[tasks_[begin]] != rep_rank_[from]) ++begin;
+      for (int64_t pos = begin; pos < offsets_[from + 1] && num > 0; ++pos) visit(tasks_[pos]);
+      const auto& extra = moved_in_[from];  // visit() appends to other replicas' lists only
+      for (size_t i = 0; i < extra.size() && num > 0; ++i) visit(extra[i]);
+    }
+  }
+
+  void move_one(int64_t task, int from, int to) {
+    const TokenIdx t = task / top_k_;
+    const int src_node = batch_.source_of(t) / per_node_;
+    const int64_t row = t * top_k_;
+    // The task leaves its replica's counts with the token's current reach.
+    --count_[from];
+    add_reach(from, reach_[t], -1);
+    exec_rank_[task] = rep_rank_[to];
+    moved_in_[to].push_back(task);
+    // Update the token's reach and, for its other tasks, their replicas' per-node counts.
+    uint64_t new_reach = node_bit(src_node);
+    for (int k = 0; k < top_k_; ++k) new_reach |= node_bit(exec_rank_[row + k] / per_node_);
+    const uint64_t changed = new_reach ^ reach_[t];
+    if (changed != 0) {
+      for (int k = 0; k < top_k_; ++k) {
+        if (row + k == task) continue;
+        const int rep = rep_of(batch_.topk_ids()[row + k], exec_rank_[row + k]);
+        add_reach(rep, changed & reach_[t], -1);
+        add_reach(rep, changed & new_reach, +1);
+      }
+      reach_[t] = new_reach;
+    }
+    ++count_[to];
+    add_reach(to, reach_[t], +1);
+  }
+
+  const RoutingBatch& batch_;
+  const ExpertLayout& layout_;
+  std::vector<int64_t>& load_;
+  std::span<RankId> exec_rank_;
+  const int top_k_, per_node_, num_nodes_, num_reps_;
+  std::vector<RankId> rep_rank_;                // [reps]
+  std::vector<ExpertId> rep_expert_;            // [reps]
+  std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
+  std::vector<uint64_t> reach_;                 // [T] nodes each token reaches
+  std::vector<int64_t> offsets_;                // [reps + 1] into tasks_
+  std::vector<int64_t> tasks_;                  // task indices grouped by original replica
+  std::vector<int64_t> scan_begin_;             // [reps] first possibly live entry
+  std::vector<std::vector<int64_t>> moved_in_;  // [reps] tasks moved onto each replica
+  std::vector<int64_t> count_;                  // [reps] live tasks
+  std::vector<int64_t> reach_count_;            // [reps, N] live tasks whose token reaches n
+};
+
+}  // namespace
+
+void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                       std::vector<int64_t>& load, std::span<RankId> exec_rank) {
+  PathSpill(batch, layout, load, exec_rank).run(cap);
+}
+
+}  // namespace cobalt::assign::detail

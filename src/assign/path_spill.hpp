@@ -1,0 +1,37 @@
+// Internal: the second spill phase of the balanced assignment (assign/balanced_cover.hpp).
+//
+// After water-filling and the one-hop spill, the busiest rank can stay above the cap although the
+// layout could balance it: every other holder of its experts is at the cap, but their experts have
+// holders below it. This phase moves tasks along chains of holders (augmenting paths).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/routing_batch.hpp"
+
+namespace cobalt::assign::detail {
+
+// Lowers the maximum rank load of exec_rank [T, K] (a valid assignment on `layout`) towards `cap`.
+//
+// Repeatedly takes the most loaded rank r (ties: lowest id), load L > cap, and searches the graph
+// "rank u -> rank v when u runs a movable task of an expert that v holds" for a target: a rank
+// below `cap` if one is reachable, else one at or below L - 2. Among targets it takes the cheapest
+// path (fewest edges that must add a cross-node copy of some token, i.e. move a task to a node its
+// token does not reach yet; then fewest edges), then the least loaded target, then the lowest id,
+// and moves delta tasks along every edge of the path, so only the two ends change load (delta: the
+// smallest of r's excess over cap, or half the gap when levelling, the target's room and every
+// edge's movable tasks). A free edge moves tasks whose token already reaches the destination node
+// first. Stops when the busiest rank is at or below `cap` or has no path to a target.
+//
+// Guarantees: a valid assignment again (every task on a holder of its expert); loads [G] updated;
+// no rank ends above max(cap, the busiest rank's load on entry); when it stops above `cap` because
+// the busiest rank has no target, the ranks that rank reaches average more than L - 1 tasks and
+// must keep them, so L is the optimum for this layout: the result's maximum load is
+// max(cap, optimum) (tests check it against brute force). Deterministic.
+void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                       std::vector<int64_t>& load, std::span<RankId> exec_rank);
+
+}  // namespace cobalt::assign::detail
