@@ -32,8 +32,9 @@ namespace {
 // Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic
 // presets and the shared real traces; docs/cobalt-improvements.md).
 constexpr double kSourceWeight = 1.0;
-// cobalt+'s balance/transfer trade: tasks spill off ranks above ceil(1.05 * mean) load, adding at
-// most one cross-node copy per moved token (docs/cobalt-improvements.md has the measured trade).
+// cobalt+'s balance/transfer trade: while the busiest rank is above ceil(1.05 * mean) load, tasks
+// move along chains of replica holders, preferring moves that add no cross-node copy
+// (assign/balanced_cover.hpp; docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
 
 struct CobaltVariant {
