@@ -145,12 +145,15 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     exec_rank[i] = cls.quota[cls.next].first;
     --cls.quota[cls.next].second;
   }
-  if (spill_tolerance >= 0) {
-    const int64_t cap = static_cast<int64_t>(std::ceil(
-        (1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) / layout.num_ranks()));
-    detail::spill_along_paths(batch, layout, cap, load, exec_rank);
+  const double cap = std::ceil((1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) /
+                               layout.num_ranks());
+  // (A cap at or above every task, an infinite or NaN tolerance included, leaves nothing to do.)
+  if (spill_tolerance >= 0 && cap < static_cast<double>(batch.num_tasks())) {
+    // The spill's own bookkeeping is O(T K): free the classes' first.
+    std::vector<int32_t>().swap(task_class);
+    std::vector<uint64_t>().swap(covers);
+    detail::spill_along_paths(batch, layout, static_cast<int64_t>(cap), load, exec_rank);
   }
-  (void)num_nodes;
 }
 
 }  // namespace cobalt::assign

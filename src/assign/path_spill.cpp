@@ -33,11 +33,17 @@ class PathSpill {
     }
     reps_of_rank_.resize(layout.num_ranks());
     for (int a = 0; a < num_reps_; ++a) reps_of_rank_[rep_rank_[a]].push_back(a);
+    rep_index_.assign(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
+    for (int a = 0; a < num_reps_; ++a) {
+      rep_index_[static_cast<size_t>(rep_expert_[a]) * layout.num_ranks() + rep_rank_[a]] = a;
+    }
+    node_of_rank_.resize(layout.num_ranks());
+    for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank_[r] = r / per_node_;
     // Token reach: the source node and the nodes of its tasks.
     reach_.resize(batch.num_tokens());
     for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-      uint64_t reach = node_bit(batch.source_of(t) / per_node_);
-      for (int k = 0; k < top_k_; ++k) reach |= node_bit(exec_rank_[t * top_k_ + k] / per_node_);
+      uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
+      for (int k = 0; k < top_k_; ++k) reach |= node_bit(node_of_rank_[exec_rank_[t * top_k_ + k]]);
       reach_[t] = reach;
     }
     // Tasks grouped by replica (counting sort, task order within a replica).
@@ -86,9 +92,7 @@ class PathSpill {
     return static_cast<int>(layout_.ranks_of(e).data() - layout_.replica_ranks().data());
   }
   int rep_of(ExpertId e, RankId rank) const {
-    const auto ranks = layout_.ranks_of(e);
-    return rep_base(e) +
-           static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
+    return rep_index_[static_cast<size_t>(e) * layout_.num_ranks() + rank];
   }
   void add_reach(int rep, uint64_t reach, int delta) {
     int64_t* row = reach_count_.data() + static_cast<size_t>(rep) * num_nodes_;
@@ -169,8 +173,11 @@ class PathSpill {
     const int to_node = to_rank / per_node_;
     for (int pass = 0; pass < 2 && num > 0; ++pass) {
       const bool want_free = pass == 0;
+      // Moving a free task lowers free_tasks(from, to_node) by exactly one (a token's other tasks
+      // are on other replicas), so the free pass stops when none is left.
+      const auto wanted = [&] { return num > 0 && (!want_free || free_tasks(from, to_node) > 0); };
       auto visit = [&](int64_t task) {
-        if (num == 0 || exec_rank_[task] != rep_rank_[from]) return;
+        if (exec_rank_[task] != rep_rank_[from]) return;
         const bool free = (reach_[task / top_k_] >> to_node) & 1;
         if (free != want_free) return;
         move_one(task, from, to);
@@ -179,15 +186,15 @@ class PathSpill {
       // Stale entries at the front of the original list are skipped for good.
       int64_t& begin = scan_begin_[from];
       while (begin < offsets_[from + 1] && exec_rank_[tasks_[begin]] != rep_rank_[from]) ++begin;
-      for (int64_t pos = begin; pos < offsets_[from + 1] && num > 0; ++pos) visit(tasks_[pos]);
+      for (int64_t pos = begin; pos < offsets_[from + 1] && wanted(); ++pos) visit(tasks_[pos]);
       const auto& extra = moved_in_[from];  // visit() appends to other replicas' lists only
-      for (size_t i = 0; i < extra.size() && num > 0; ++i) visit(extra[i]);
+      for (size_t i = 0; i < extra.size() && wanted(); ++i) visit(extra[i]);
     }
   }
 
   void move_one(int64_t task, int from, int to) {
     const TokenIdx t = task / top_k_;
-    const int src_node = batch_.source_of(t) / per_node_;
+    const int src_node = node_of_rank_[batch_.source_of(t)];
     const int64_t row = t * top_k_;
     // The task leaves its replica's counts with the token's current reach.
     --count_[from];
@@ -196,7 +203,7 @@ class PathSpill {
     moved_in_[to].push_back(task);
     // Update the token's reach and, for its other tasks, their replicas' per-node counts.
     uint64_t new_reach = node_bit(src_node);
-    for (int k = 0; k < top_k_; ++k) new_reach |= node_bit(exec_rank_[row + k] / per_node_);
+    for (int k = 0; k < top_k_; ++k) new_reach |= node_bit(node_of_rank_[exec_rank_[row + k]]);
     const uint64_t changed = new_reach ^ reach_[t];
     if (changed != 0) {
       for (int k = 0; k < top_k_; ++k) {
@@ -219,10 +226,12 @@ class PathSpill {
   std::vector<RankId> rep_rank_;                // [reps]
   std::vector<ExpertId> rep_expert_;            // [reps]
   std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
-  std::vector<uint64_t> reach_;                 // [T] nodes each token reaches
-  std::vector<int64_t> offsets_;                // [reps + 1] into tasks_
-  std::vector<int64_t> tasks_;                  // task indices grouped by original replica
-  std::vector<int64_t> scan_begin_;             // [reps] first possibly live entry
+  std::vector<int32_t> rep_index_;   // [E, G] replica of (expert, rank), -1 when not held
+  std::vector<int> node_of_rank_;    // [G]
+  std::vector<uint64_t> reach_;      // [T] nodes each token reaches
+  std::vector<int64_t> offsets_;     // [reps + 1] into tasks_
+  std::vector<int64_t> tasks_;       // task indices grouped by original replica
+  std::vector<int64_t> scan_begin_;  // [reps] first possibly live entry
   std::vector<std::vector<int64_t>> moved_in_;  // [reps] tasks moved onto each replica
   std::vector<int64_t> count_;                  // [reps] live tasks
   std::vector<int64_t> reach_count_;            // [reps, N] live tasks whose token reaches n
@@ -232,6 +241,8 @@ class PathSpill {
 
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank) {
+  // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
+  if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
   PathSpill(batch, layout, load, exec_rank).run(cap);
 }
 

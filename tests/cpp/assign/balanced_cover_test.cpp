@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -181,6 +182,22 @@ TEST(BalancedCover, SpillFollowsChainsOfHolders) {
   EXPECT_EQ(plain, (std::vector<RankId>{0, 0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(spilled, (std::vector<RankId>{1, 1, 1, 0, 0, 0, 2, 2, 2}));
   EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 6);
+}
+
+TEST(BalancedCover, HugeOrNonFiniteToleranceMeansNoSpill) {
+  Topology topo(2, 2);
+  ExpertLayout layout(topo, 2, 2, {0, 1, 0, -1});
+  std::vector<ExpertId> ids;
+  for (int t = 0; t < 10; ++t) ids.insert(ids.end(), {0, 1});
+  std::vector<RankId> src(10, 0);
+  RoutingBatch batch(ids, src, 2, 2, 2);
+  std::vector<RankId> plain(20), spilled(20);
+  assign_balanced_cover(batch, layout, {}, plain);
+  for (double tolerance :
+       {1e300, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    assign_balanced_cover(batch, layout, {}, spilled, tolerance);
+    EXPECT_EQ(spilled, plain) << tolerance;
+  }
 }
 
 }  // namespace
