@@ -42,7 +42,8 @@ struct SimulateArgs {
   std::optional<int> steps, layers;
   std::optional<int64_t> tokens_per_step;
   std::optional<double> holdout;
-  int warmup_steps = 1, steps_per_global_plan = 10, threads = 1;
+  std::optional<int> warmup_steps;  // default 1 (0 on a one-step trace)
+  int steps_per_global_plan = 10, threads = 1;
   uint64_t seed = 0;
   bool async_planning = false;
   bool layout_pricing = false;
@@ -152,7 +153,13 @@ int measured_from(const SimulateArgs& args, int num_steps) {
     const int h = static_cast<int>(std::lround(f * num_steps));
     return std::clamp(h, 1, num_steps - 1);
   }
-  return std::min(args.warmup_steps, std::max(0, num_steps - 1));
+  if (!args.warmup_steps) return std::min(1, num_steps - 1);
+  if (*args.warmup_steps >= num_steps) {
+    throw UsageError(fmt::format(
+        "simulate: --warmup-steps {} leaves no step to measure: it must be < the {} steps",
+        *args.warmup_steps, num_steps));
+  }
+  return *args.warmup_steps;
 }
 
 void run_simulate(const SimulateArgs& args) {
@@ -286,8 +293,9 @@ void register_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   auto* warmup =
-      cmd->add_option("--warmup-steps", args->warmup_steps, "steps replayed but not measured")
-          ->capture_default_str()
+      cmd->add_option("--warmup-steps", args->warmup_steps,
+                      "steps replayed but not measured (default 1, or 0 on a one-step trace; "
+                      "must be < the number of steps)")
           ->check(CLI::NonNegativeNumber);
   auto* holdout = cmd->add_option("--holdout", args->holdout,
                                   "plan on the first fraction F of the steps, measure the rest "

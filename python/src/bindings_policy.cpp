@@ -92,7 +92,7 @@ void bind_policy(py::module_& m) {
 
   py::class_<policy::PolicyCounters>(m, "PolicyCounters")
       .def_readonly("planner_wall_ms", &policy::PolicyCounters::planner_wall_ms)
-      .def_readonly("async_wait_ms", &policy::PolicyCounters::async_wait_ms)
+      .def_readonly("async_plan_ms", &policy::PolicyCounters::async_plan_ms)
       .def_readonly("num_global_plans", &policy::PolicyCounters::num_global_plans)
       .def_readonly("intra_node_moves", &policy::PolicyCounters::intra_node_moves)
       .def_readonly("cross_node_moves", &policy::PolicyCounters::cross_node_moves)

@@ -301,10 +301,10 @@ double planning_time(double planner_ms, const CostParams& params) {
   return planner_ms * 1e-3 * params.planner_time_scale * (1.0 - params.planner_overlap);
 }
 
-double step_planning_time(double sync_ms, double async_wait_ms, double previous_busy_s,
+double step_planning_time(double sync_ms, double async_plan_ms, double previous_busy_s,
                           const CostParams& params) {
   return planning_time(sync_ms, params) +
-         std::max(0.0, planning_time(async_wait_ms, params) - previous_busy_s);
+         std::max(0.0, planning_time(async_plan_ms, params) - previous_busy_s);
 }
 
 }  // namespace cobalt::eval

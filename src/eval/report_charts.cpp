@@ -139,6 +139,7 @@ std::string per_step(const SimulationResult& r, StepMetric metric) {
     if (!p.skipped.empty()) continue;
     std::string pts;
     for (int s = 0; s < r.num_steps; ++s) {
+      if (!std::isfinite(value(p, s))) continue;  // a step without tasks has no imbalance
       pts += fmt::format("{:.1f},{:.1f} ", f.px(s), f.py(value(p, s)));
     }
     const std::string color = svg::category_color(static_cast<int>(i));
@@ -148,6 +149,7 @@ std::string per_step(const SimulationResult& r, StepMetric metric) {
         pts, color, svg::esc(p.name));
     if (r.num_steps <= 60) {
       for (int s = 0; s < r.num_steps; ++s) {
+        if (!std::isfinite(value(p, s))) continue;
         out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>", f.px(s),
                            f.py(value(p, s)), color);
       }

@@ -67,7 +67,9 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
       continue;
     }
     out += tok ? cell(std::to_string(p.cross_node_tokens), p.cross_node_tokens == bv) : cell("n/a");
-    out += tok ? cell(fmt::format("{:.1f}%", 100 * p.cross_node_reduction_vs_static)) : cell("n/a");
+    out += tok && p.has_reduction_vs_static
+               ? cell(fmt::format("{:.1f}%", 100 * p.cross_node_reduction_vs_static))
+               : cell("n/a");
     out += tok ? cell(fmt::format("{:.2f}", p.cross_node_bytes / 1e9)) : cell("n/a");
     out += cell(fmt::format("{:.3f}", p.imbalance_mean), p.imbalance_mean == bi);
     out += cell(fmt::format("{:.3f}", p.imbalance_max), p.imbalance_max == bx);

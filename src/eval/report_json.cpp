@@ -79,7 +79,8 @@ nlohmann::json policy_json(const PolicyResult& p) {
   o["cross_node_tokens_no_dedup"] =
       tok ? nlohmann::json(p.cross_node_tokens_no_dedup) : nlohmann::json(nullptr);
   o["cross_node_bytes"] = maybe(tok, p.cross_node_bytes);
-  o["cross_node_reduction_vs_static"] = maybe(tok, p.cross_node_reduction_vs_static);
+  o["cross_node_reduction_vs_static"] =
+      maybe(tok && p.has_reduction_vs_static, p.cross_node_reduction_vs_static);
   o["imbalance_mean"] = maybe(ran, p.imbalance_mean);
   o["imbalance_max"] = maybe(ran, p.imbalance_max);
   o["maxvio_mean"] = maybe(ran, p.maxvio_mean);

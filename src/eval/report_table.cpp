@@ -52,14 +52,15 @@ std::string metrics_table(const SimulationResult& r) {
     const std::string v =
         tok ? fmt::format("{:>14}{}", p.cross_node_tokens, mark(p.cross_node_tokens, best_v))
             : fmt::format("{:>15}", "n/a");
-    const std::string vs = tok ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
+    const std::string vs = tok && p.has_reduction_vs_static
+                               ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
                                : fmt::format("{:>9}", "n/a");
     const std::string gb =
         tok ? fmt::format("{:>13.2f}", p.cross_node_bytes / 1e9) : fmt::format("{:>13}", "n/a");
     out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>11.1f}  {:>6}/{}\n", p.name,
                        v, vs, gb, p.imbalance_mean, mark(p.imbalance_mean, best_im),
                        p.imbalance_max, mark(p.imbalance_max, best_ix), p.planner_wall_ms,
-                       p.counters.cross_node_moves, p.counters.intra_node_moves);
+                       p.migrated_replicas_cross_node, p.migrated_replicas_intra_node);
   }
   return out;
 }

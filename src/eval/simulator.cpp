@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "cobalt/core/assignment.hpp"
@@ -15,6 +16,7 @@ namespace {
 // What one (step, layer) of one policy produced.
 struct LayerOutcome {
   CrossNodeTransfers transfers;
+  bool has_tasks = true;  // imbalance and MaxVio are undefined for a layer without tasks
   double imbalance = 1, max_violation = 0;
   TimeBreakdown time;  // this layer's share of the step (planning is per step)
   double migration_bytes = 0, migration_cross_node_bytes = 0, grad_sync_bytes = 0;
@@ -76,6 +78,7 @@ LayerOutcome run_token_layer(policy::Policy& pol, const StepSource& source, int 
   auto layout = pol.run(step, layer, batch, exec);
   validate_assignment(batch, *layout, exec);
   LayerOutcome out;
+  out.has_tasks = batch.num_tasks() > 0;
   const StepMetrics m = step_metrics(batch, exec, config.topology);
   out.transfers = m.transfers;
   out.imbalance = m.imbalance;
@@ -102,6 +105,7 @@ LayerOutcome run_load_layer(policy::Policy& pol, const StepSource& source, int s
                         "policy {}: rank loads of step {} layer {} do not add up to {} tasks",
                         pol.name(), step, layer, total);
   LayerOutcome out;
+  out.has_tasks = total > 0;
   out.imbalance = imbalance(loads);
   out.max_violation = max_violation(expert_counts);
   add_layer_time(loads, nullptr, options.cost, out);
@@ -139,26 +143,35 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   std::vector<int64_t> counts;
   double imbalance_sum = 0, maxvio_sum = 0, replicas_sum = 0, grad_sync_bytes = 0;
   int64_t measured_layers = 0, measured_steps = 0;
+  int64_t balance_layers = 0;  // measured layers with tasks (imbalance and MaxVio are defined)
   double previous_busy_s = 0;  // modelled time of the previous step without planning
   for (int s = 0; s < num_steps; ++s) {
     const double planner_before = pol.counters().planner_wall_ms;
-    const double wait_before = pol.counters().async_wait_ms;
+    const double async_before = pol.counters().async_plan_ms;
     const bool measured = s >= options.warmup_steps;
     TimeBreakdown step_time;
+    double step_imbalance_sum = 0;
+    int step_layers_with_tasks = 0;
     for (int l = 0; l < num_layers; ++l) {
       const LayerOutcome o =
           source.has_tokens()
               ? run_token_layer(pol, source, s, l, options, scratch, exec, states[l])
               : run_load_layer(pol, source, s, l, options, scratch, counts, states[l]);
       pr.step_cross_node_tokens[s] += o.transfers.dedup;
-      pr.step_imbalance[s] += o.imbalance / num_layers;
+      if (o.has_tasks) {
+        step_imbalance_sum += o.imbalance;
+        ++step_layers_with_tasks;
+      }
       add_time(step_time, o.time);
       if (!measured) continue;
       pr.cross_node_tokens += o.transfers.dedup;
       pr.cross_node_tokens_no_dedup += o.transfers.no_dedup;
-      imbalance_sum += o.imbalance;
-      pr.imbalance_max = std::max(pr.imbalance_max, o.imbalance);
-      maxvio_sum += o.max_violation;
+      if (o.has_tasks) {
+        imbalance_sum += o.imbalance;
+        pr.imbalance_max = std::max(pr.imbalance_max, o.imbalance);
+        maxvio_sum += o.max_violation;
+        ++balance_layers;
+      }
       replicas_sum += o.replicas_per_expert;
       pr.migration_bytes += o.migration_bytes;
       pr.migration_cross_node_bytes += o.migration_cross_node_bytes;
@@ -167,13 +180,16 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
       grad_sync_bytes += o.grad_sync_bytes;
       ++measured_layers;
     }
-    // A background plan launched during the previous step ran while that step trained: of the
-    // wait for it, only what outlasts the previous step's modelled time stalls this one (the
-    // replay itself takes almost no time, so the measured wait is nearly the whole planner time).
-    // Everything else a policy does to decide (synchronous planning) is on the critical path.
-    const double wait_ms = pol.counters().async_wait_ms - wait_before;
-    const double sync_ms = pol.counters().planner_wall_ms - planner_before - wait_ms;
-    step_time.planning_s = step_planning_time(sync_ms, wait_ms, previous_busy_s, options.cost);
+    pr.step_imbalance[s] = step_layers_with_tasks > 0 ? step_imbalance_sum / step_layers_with_tasks
+                                                      : std::numeric_limits<double>::quiet_NaN();
+    // A background plan launched during the previous step ran while that step trained: of its run
+    // time (measured on its own thread, not the replay's wait for it, which shrinks with however
+    // long the replay took meanwhile), only what outlasts the previous step's modelled time
+    // stalls this one. Everything else a policy does to decide (synchronous planning) is on the
+    // critical path.
+    const double async_ms = pol.counters().async_plan_ms - async_before;
+    const double sync_ms = pol.counters().planner_wall_ms - planner_before - async_ms;
+    step_time.planning_s = step_planning_time(sync_ms, async_ms, previous_busy_s, options.cost);
     previous_busy_s = step_time.total() - step_time.planning_s;
     pr.step_time_s[s] = step_time.total();
     if (measured) {
@@ -183,11 +199,11 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
     tick();
   }
   if (options.observer) options.observer->end_policy(pr.name);
-  if (measured_layers > 0) {
-    pr.imbalance_mean = imbalance_sum / measured_layers;
-    pr.maxvio_mean = maxvio_sum / measured_layers;
-    pr.replicas_per_expert_mean = replicas_sum / measured_layers;
+  if (balance_layers > 0) {
+    pr.imbalance_mean = imbalance_sum / balance_layers;
+    pr.maxvio_mean = maxvio_sum / balance_layers;
   }
+  if (measured_layers > 0) pr.replicas_per_expert_mean = replicas_sum / measured_layers;
   if (measured_steps > 0) {
     TimeBreakdown mean;
     add_time(mean, pr.time, 1.0 / measured_steps);
@@ -260,6 +276,7 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
       if (base.cross_node_tokens > 0) {
         p.cross_node_reduction_vs_static = 1.0 - static_cast<double>(p.cross_node_tokens) /
                                                      static_cast<double>(base.cross_node_tokens);
+        p.has_reduction_vs_static = true;
       }
       if (p.sim_step_time_s > 0) p.speedup_vs_static = base.sim_step_time_s / p.sim_step_time_s;
     }

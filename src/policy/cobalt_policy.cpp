@@ -50,6 +50,7 @@ struct PlannedLayout {
   bool keep_current = false;  // the layout in force scored best: nothing to apply
   std::optional<ExpertLayout> layout;
   std::vector<double> slot_loads;  // w'_er re-keyed to slots [G, S]
+  double plan_ms = 0;              // run time of a background plan (set on its thread)
 };
 
 // Everything a global plan reads, copied so a background plan never races the step loop.
@@ -95,15 +96,19 @@ class CobaltPolicy final : public Policy {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
     LayerState& st = layers_[layer];
+    double wait_ms = 0;
     {
       WallTimer timer(counters_.planner_wall_ms);
-      // Stage 1 result from a background plan launched last step.
+      // Stage 1 result from a background plan launched last step: counted by its own run time
+      // (measured on its thread), not by the wait for it, which overlaps that run.
       if (st.pending.valid()) {
         PlannedLayout planned;
         {
-          WallTimer wait(counters_.async_wait_ms);
+          WallTimer wait(wait_ms);
           planned = st.pending.get();
         }
+        counters_.async_plan_ms += planned.plan_ms;
+        counters_.planner_wall_ms += planned.plan_ms;
         apply(st, std::move(planned));
       }
       const bool due =
@@ -112,8 +117,16 @@ class CobaltPolicy final : public Policy {
       if (due) {
         st.last_plan_step = step;
         if (config_.async_planning) {
-          st.pending = std::async(std::launch::async,
-                                  [this, snap = snapshot(st)] { return plan_global(snap); });
+          st.pending = std::async(std::launch::async, [this, snap = snapshot(st)] {
+            double plan_ms = 0;
+            PlannedLayout planned;
+            {
+              WallTimer run(plan_ms);
+              planned = plan_global(snap);
+            }
+            planned.plan_ms = plan_ms;
+            return planned;
+          });
         } else {
           apply(st, plan_global(snapshot(st)));
         }
@@ -131,6 +144,7 @@ class CobaltPolicy final : public Policy {
         }
       }
     }
+    counters_.planner_wall_ms -= wait_ms;  // overlaps the background plan's run, counted above
     if (variant_.balanced_assignment) {
       assign::assign_balanced_cover(batch, *st.layout,
                                     {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank,

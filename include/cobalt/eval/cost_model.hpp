@@ -32,8 +32,8 @@
 //               same node, else to the lowest holder.
 //   planning  = planner wall time measured around each policy's planning on the replay thread
 //               x planner_time_scale x (1 - planner_overlap). A policy that plans in the
-//               background (cobalt, cobalt+ with asynchronous planning) reports its wait for a plan
-//               apart (PolicyCounters::async_wait_ms); the simulator charges only what of that wait
+//               background (cobalt, cobalt+ with asynchronous planning) reports the plans' own run
+//               time apart (PolicyCounters::async_plan_ms); the simulator charges only what of it
 //               exceeds the previous step's modelled time (the plan ran while that step trained).
 // Step time = sum over the replayed layers of (layer + grad sync + migration) + planning: the MoE
 // part of the step for the replayed layers only (attention, dense layers and the rest of the model
@@ -175,10 +175,10 @@ LinkBytes migration_bytes(const LayoutDiff& diff, std::span<const RankId> old_ma
 
 // Planner time on the critical path for `planner_ms` of measured planning wall time.
 double planning_time(double planner_ms, const CostParams& params);
-// Planner time on one step's critical path: synchronous planning (sync_ms) in full; of the wait
-// for a background plan (async_wait_ms), only what exceeds previous_busy_s, the previous step's
-// modelled time without planning (the plan ran while that step trained).
-double step_planning_time(double sync_ms, double async_wait_ms, double previous_busy_s,
+// Planner time on one step's critical path: synchronous planning (sync_ms) in full; of a
+// background plan's run time (async_plan_ms), only what exceeds previous_busy_s, the previous
+// step's modelled time without planning (the plan ran while that step trained).
+double step_planning_time(double sync_ms, double async_plan_ms, double previous_busy_s,
                           const CostParams& params);
 
 }  // namespace cobalt::eval

@@ -60,7 +60,8 @@ struct PolicyResult {
   int64_t cross_node_tokens = 0;  // sum of V (node dedup) over measured steps and layers
   int64_t cross_node_tokens_no_dedup = 0;  // sum over tasks of [node(exec) != node(src)]
   double cross_node_bytes = 0;             // cross_node_tokens x token_bytes x exchanges_per_layer
-  double cross_node_reduction_vs_static = 0;  // 1 - V / V_static (0 when static is not simulated)
+  double cross_node_reduction_vs_static = 0;     // 1 - V / V_static, when has_reduction_vs_static
+  bool has_reduction_vs_static = false;          // static simulated, with V_static > 0
   double imbalance_mean = 1, imbalance_max = 1;  // over measured (step, layer)
   double maxvio_mean = 0;
   double planner_wall_ms = 0;
@@ -75,9 +76,9 @@ struct PolicyResult {
   double grad_sync_bytes = 0;           // per measured step, mean
   double replicas_per_expert_mean = 1;  // over measured (step, layer) layouts
   policy::PolicyCounters counters;
-  std::vector<int64_t> step_cross_node_tokens;                     // [S] summed over layers
-  std::vector<double> step_imbalance;                              // [S] mean over layers
-  std::vector<double> step_time_s;                                 // [S] modelled step time
+  std::vector<int64_t> step_cross_node_tokens;  // [S] summed over layers
+  std::vector<double> step_imbalance;  // [S] mean over layers with tasks; NaN (JSON null) if none
+  std::vector<double> step_time_s;     // [S] modelled step time
   std::vector<std::shared_ptr<const ExpertLayout>> final_layouts;  // [L] after the last step
 };
 

@@ -45,8 +45,9 @@ struct PolicyConfig {
 };
 
 struct PolicyCounters {
-  double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls)
-  double async_wait_ms = 0;      // part of planner_wall_ms spent waiting for background plans
+  double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls;
+                                 // background plans by their own run time, not the wait)
+  double async_plan_ms = 0;      // part of planner_wall_ms: background plans' own run time
   int64_t num_global_plans = 0;  // global re-layouts applied
   int64_t intra_node_moves = 0;  // replica copies over NVLink
   int64_t cross_node_moves = 0;  // replica copies across nodes

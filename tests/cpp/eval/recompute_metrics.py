@@ -72,7 +72,8 @@ def check_policy(errors, name, reported, routing, dump, scenario):
     v_dedup = v_no_dedup = 0
     imb_sum, imb_max, maxvio_sum, measured = 0.0, 1.0, 0.0, 0
     step_v = [0] * num_steps
-    step_imb = [0.0] * num_steps
+    step_imb_sum = [0.0] * num_steps
+    step_imb_layers = [0] * num_steps
     for s in range(num_steps):
         a, b = int(offsets[s]), int(offsets[s + 1])
         for l in range(num_layers):
@@ -96,20 +97,25 @@ def check_policy(errors, name, reported, routing, dump, scenario):
             imb = imbalance(loads, num_ranks)
             maxvio = imbalance(np.bincount(e_ids.ravel(), minlength=num_experts), num_experts) - 1.0
             step_v[s] += dedup
-            step_imb[s] += imb / num_layers
+            if b > a:  # imbalance and MaxVio are undefined without tasks
+                step_imb_sum[s] += imb
+                step_imb_layers[s] += 1
             if s >= first:
                 v_dedup += dedup
                 v_no_dedup += no_dedup
-                imb_sum += imb
-                imb_max = max(imb_max, imb)
-                maxvio_sum += maxvio
-                measured += 1
+                if b > a:
+                    imb_sum += imb
+                    imb_max = max(imb_max, imb)
+                    maxvio_sum += maxvio
+                    measured += 1
     expect("cross_node_tokens", v_dedup, reported["cross_node_tokens"])
     expect("cross_node_tokens_no_dedup", v_no_dedup, reported["cross_node_tokens_no_dedup"])
-    expect("imbalance_mean", imb_sum / measured, reported["imbalance_mean"])
+    expect("imbalance_mean", imb_sum / measured if measured else 1.0, reported["imbalance_mean"])
     expect("imbalance_max", imb_max, reported["imbalance_max"])
-    expect("maxvio_mean", maxvio_sum / measured, reported["maxvio_mean"])
+    expect("maxvio_mean", maxvio_sum / measured if measured else 0.0, reported["maxvio_mean"])
     expect("step_cross_node_tokens", step_v, reported["step_cross_node_tokens"])
+    step_imb = [step_imb_sum[s] / step_imb_layers[s] if step_imb_layers[s] else None
+                for s in range(num_steps)]
     expect("step_imbalance", step_imb, reported["step_imbalance"])
     cost = scenario["cost_model"]
     expect("cross_node_bytes", float(v_dedup) * cost["token_bytes"] * cost["exchanges_per_layer"],

@@ -168,12 +168,18 @@ TEST_F(SimulateCli, HoldoutAndCycling) {
 
 TEST_F(SimulateCli, UsageErrors) {
   const std::string base = "simulate --preset uniform --steps 2 --tokens-per-step 100 ";
-  for (const char* bad :
-       {"--model gpt-5", "--cluster-preset 2x2-tpu", "--holdout 1.5",
-        "--holdout 0.5 --warmup-steps 1", "--policies static,nope", "--overlap 2"}) {
+  for (const char* bad : {"--model gpt-5", "--cluster-preset 2x2-tpu", "--holdout 1.5",
+                          "--holdout 0.5 --warmup-steps 1", "--policies static,nope", "--overlap 2",
+                          "--warmup-steps 2"}) {
     const auto r = run(base + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
   }
+  const auto measured = run(base + "--warmup-steps 2");
+  EXPECT_NE(measured.err.find("--warmup-steps 2 leaves no step to measure"), std::string::npos)
+      << measured.err;
+  // Without static, the reduction against it is n/a (null), not 0.
+  ASSERT_EQ(run(base + "--policies cobalt --json " + path("no_static.json")).exit_code, 0);
+  EXPECT_TRUE(json("no_static.json")["policies"][0]["cross_node_reduction_vs_static"].is_null());
   const auto trace = shared_traces() / "olmoe-1b-7b_layer0.safetensors";
   if (fs::exists(trace)) {
     EXPECT_EQ(run("simulate --trace '" + trace.string() + "' --layers 2").exit_code, 2);

@@ -175,16 +175,51 @@ TEST(Simulator, AsyncPlanningIsHiddenBehindTheStepItOverlaps) {
     const auto& cobalt = run->policies[0];
     const auto& topoep = run->policies[1];
     EXPECT_GT(cobalt.counters.num_global_plans, 0);
-    // Cobalt: synchronous planning in full, the wait for background plans hidden.
+    // Cobalt: synchronous planning in full, background plans (seconds-long steps) hidden.
     EXPECT_TRUE(near(charged_s(cobalt),
-                     (cobalt.counters.planner_wall_ms - cobalt.counters.async_wait_ms) * 1e-3))
+                     (cobalt.counters.planner_wall_ms - cobalt.counters.async_plan_ms) * 1e-3))
         << charged_s(cobalt) << " vs " << cobalt.counters.planner_wall_ms << " - "
-        << cobalt.counters.async_wait_ms << " ms";
+        << cobalt.counters.async_plan_ms << " ms";
     // TopoEP plans synchronously every step: nothing hidden.
-    EXPECT_EQ(topoep.counters.async_wait_ms, 0.0);
+    EXPECT_EQ(topoep.counters.async_plan_ms, 0.0);
     EXPECT_TRUE(near(charged_s(topoep), topoep.counters.planner_wall_ms * 1e-3));
   }
-  EXPECT_EQ(sync.policies[0].counters.async_wait_ms, 0.0);
+  EXPECT_EQ(sync.policies[0].counters.async_plan_ms, 0.0);
+}
+
+TEST(Simulator, StepsWithoutTasksAreLeftOutOfTheBalanceMeans) {
+  // Three steps of 600 tokens, the middle one made empty: imbalance and MaxVio are undefined there
+  // (mean load 0), so the means cover steps 0 and 2 only and the per-step value is NaN (null).
+  auto data = testing::random_trace(7, 3, 600, 2, 32, 4, 16);
+  auto full_source = make_step_source(data);
+  auto options = options_for(*full_source, Topology(2, 16), {"static", "cobalt"});
+  options.warmup_steps = 0;
+  const auto full = simulate(*full_source, options);
+  // Drop step 1's tokens: offsets [0, 600, 600, 1200].
+  io::TraceData gapped = data;
+  const int64_t tokens = 600;
+  gapped.num_tokens = 2 * tokens;
+  gapped.step_offsets = {0, tokens, tokens, 2 * tokens};
+  gapped.source_rank.erase(gapped.source_rank.begin() + tokens,
+                           gapped.source_rank.begin() + 2 * tokens);
+  gapped.topk_ids.clear();
+  for (int l = 0; l < data.num_layers; ++l) {
+    const auto layer = data.topk_ids.begin() + static_cast<ptrdiff_t>(l) * 3 * tokens * 4;
+    gapped.topk_ids.insert(gapped.topk_ids.end(), layer, layer + tokens * 4);
+    gapped.topk_ids.insert(gapped.topk_ids.end(), layer + 2 * tokens * 4, layer + 3 * tokens * 4);
+  }
+  auto gapped_source = make_step_source(gapped);
+  const auto result = simulate(*gapped_source, options);
+  const auto& st = result.policies[0];  // static: the same layout every step
+  ASSERT_EQ(st.step_imbalance.size(), 3u);
+  EXPECT_TRUE(std::isnan(st.step_imbalance[1]));
+  EXPECT_DOUBLE_EQ(st.step_imbalance[0], full.policies[0].step_imbalance[0]);
+  EXPECT_DOUBLE_EQ(st.step_imbalance[2], full.policies[0].step_imbalance[2]);
+  EXPECT_NEAR(st.imbalance_mean, (st.step_imbalance[0] + st.step_imbalance[2]) / 2,
+              1e-12);  // equal layer counts
+  EXPECT_GT(st.imbalance_mean, 1.0);
+  EXPECT_GT(st.maxvio_mean, 0.0);
+  for (const auto& p : result.policies) EXPECT_TRUE(std::isnan(p.step_imbalance[1])) << p.name;
 }
 
 TEST(Simulator, RejectsBadOptions) {
