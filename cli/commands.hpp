@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "cobalt/core/error.hpp"
+
 namespace cobalt::cli {
 
 // A bad combination or value of command-line options that CLI11 cannot check by itself.
@@ -14,6 +16,26 @@ class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// Runs fn; a cobalt::Error(kInvalidArgument) it throws (a bad option value) becomes a UsageError.
+template <typename Fn>
+auto as_usage_error(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument) throw;
+    throw UsageError(e.what());
+  }
+}
+
+// Option validators with one-line messages naming the valid range (CLI11's NonNegativeNumber and
+// PositiveNumber print "in range 0.000000 to 1.79...e308", the latter even for 0).
+const CLI::Validator& non_negative();  // a finite number >= 0
+const CLI::Validator& positive();      // a finite number > 0
+
+// Throws UsageError unless `path`'s directory exists, so a long run does not end in an error
+// writing its output. `option` names the flag in the message.
+void require_output_directory(const std::string& path, const std::string& option);
 
 void register_trace_commands(CLI::App& app);
 void register_simulate_command(CLI::App& app);

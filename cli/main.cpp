@@ -1,11 +1,41 @@
 // The `cobalt` command: subcommands registered by cli/*_command.cpp.
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cobalt/core/error.hpp"
 #include "commands.hpp"
+
+namespace {
+
+// "unknown subcommand 'X' (valid: ...)" when a word on the command line is neither an option nor
+// a subcommand of the command before it (CLI11 would only say that a subcommand is required);
+// empty otherwise.
+std::string unknown_subcommand(CLI::App& app, int argc, char** argv) {
+  CLI::App* current = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    const auto subcommands = current->get_subcommands({});
+    if (word.empty() || word[0] == '-' || subcommands.empty()) return {};
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : subcommands) {
+      if (sub->get_name() == word) next = sub;
+    }
+    if (next == nullptr) {
+      std::vector<std::string> names;
+      for (CLI::App* sub : subcommands) names.push_back(sub->get_name());
+      return fmt::format("unknown subcommand '{}' (valid: {})", word, fmt::join(names, ", "));
+    }
+    current = next;
+  }
+  return {};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -25,7 +55,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints the message
+    const std::string unknown = unknown_subcommand(app, argc, argv);
+    fmt::print(stderr, "cobalt: usage error: {} (see --help)\n",
+               unknown.empty() ? e.what() : unknown);
     return 2;
   } catch (const cobalt::cli::UsageError& e) {
     fmt::print(stderr, "cobalt: usage error: {}\n", e.what());

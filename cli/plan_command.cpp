@@ -40,6 +40,8 @@ void run_plan(const PlanArgs& args) {
     throw UsageError(
         fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
   }
+  const Topology topology = as_usage_error([&] { return Topology::parse(args.cluster); });
+  if (!args.out_path.empty()) require_output_directory(args.out_path, "--out");
   workload::PresetOverrides overrides;
   overrides.num_steps = args.steps;
   overrides.tokens_per_step = args.tokens_per_step;
@@ -56,9 +58,10 @@ void run_plan(const PlanArgs& args) {
         spec.num_domains = std::min(spec.num_domains, num_groups);
       });
   const auto& source = workload_input.source;
-  COBALT_CHECK_ARG(args.layer >= 0 && args.layer < source->num_layers(),
-                   "layer {} out of range [0, {})", args.layer, source->num_layers());
-  const Topology topology = Topology::parse(args.cluster);
+  if (args.layer < 0 || args.layer >= source->num_layers()) {
+    throw UsageError(
+        fmt::format("--layer {} out of range [0, {})", args.layer, source->num_layers()));
+  }
   // Exact statistics over the whole trace for the chosen layer.
   RoutingStats stats = RoutingStats::exact_counts(source->num_experts());
   eval::StepScratch scratch;
@@ -124,24 +127,23 @@ void register_plan_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--rho", args->rho, "replica budget rho")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--eps", args->eps, "load tolerance eps")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_option("--backend", args->backend,
                   "heuristic | milp | both (MILP warm-started by the heuristic)")
       ->capture_default_str();
   cmd->add_option("--time-limit", args->time_limit_s,
                   "CBC time limit in seconds (a hard watchdog adds 50%+5 s)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--restarts", args->restarts, "heuristic restarts")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", args->steps, "steps to generate (presets)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--steps", args->steps, "steps to generate (presets)")->check(positive());
   cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--experts", args->experts,
                   "presets: override the number of experts (top-k capped at E/2)")
       ->check(CLI::Range(2, 65536));

@@ -35,8 +35,8 @@ constexpr const char* kDefaultClusterPreset = "4x8-b200";
 constexpr const char* kDefaultModel = "glm-4.5-air";
 
 struct SimulateArgs {
-  std::string trace_path, preset, cluster, cluster_preset, model, policies, json_path, report_path,
-      dump_dir;
+  std::string trace_path, preset, cluster, cluster_preset, model, json_path, report_path, dump_dir;
+  std::optional<std::string> policies;  // default: all
   double rho = 0.5, eps = 0.15, overlap = 0.0;
   std::optional<int> replica_slots;
   std::optional<int> steps, layers;
@@ -56,32 +56,34 @@ void write_file(const std::string& path, const std::string& text) {
   if (!out) fail(ErrorCode::kInvalidArgument, "failed writing '{}'", path);
 }
 
-template <typename Fn>
-auto as_usage_error(Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kInvalidArgument) throw;
-    throw UsageError(e.what());
-  }
-}
-
-std::vector<std::string> parse_policies(const std::string& list) {
+std::vector<std::string> parse_policies(const std::optional<std::string>& list) {
   const auto known = policy::policy_names();
-  if (list.empty() || list == "all") return known;
+  if (!list || *list == "all") return known;
   std::vector<std::string> names;
   std::string name;
-  for (char c : list + ",") {
+  for (char c : *list + ",") {
     if (c != ',') {
       name += c;
       continue;
     }
-    if (!name.empty()) names.push_back(name);
+    if (name.empty()) {
+      throw UsageError(
+          fmt::format("--policies '{}': empty policy name (valid: all, or a comma-"
+                      "separated list of {})",
+                      *list, fmt::join(known, ", ")));
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      throw UsageError(fmt::format("--policies '{}': policy '{}' listed twice", *list, name));
+    }
+    names.push_back(name);
     name.clear();
   }
   for (const auto& n : names) {
     if (std::find(known.begin(), known.end(), n) == known.end()) {
-      throw UsageError(fmt::format("unknown policy '{}' (valid: {})", n, fmt::join(known, ", ")));
+      throw UsageError(
+          fmt::format("unknown policy '{}' (valid: all, or a comma-separated list of "
+                      "{})",
+                      n, fmt::join(known, ", ")));
     }
   }
   return names;
@@ -219,6 +221,10 @@ void run_simulate(const SimulateArgs& args) {
   options.policies = parse_policies(args.policies);
   options.warmup_steps = measured_from(args, source.num_steps());
   options.cost = cost;
+  // Outputs that cannot be written are found before the run, not after it.
+  if (!args.json_path.empty()) require_output_directory(args.json_path, "--json");
+  if (!args.report_path.empty()) require_output_directory(args.report_path, "--report");
+  if (!args.dump_dir.empty()) require_output_directory(args.dump_dir, "--dump");
   std::unique_ptr<eval::DumpWriter> dump;
   if (!args.dump_dir.empty()) {
     if (!source.has_tokens()) {
@@ -284,19 +290,19 @@ void register_simulate_command(CLI::App& app) {
   auto* rho =
       cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
           ->capture_default_str()
-          ->check(CLI::NonNegativeNumber);
+          ->check(non_negative());
   auto* extra = cmd->add_option("--replica-slots", args->replica_slots,
                                 "replica budget: S = ceil(E/G) + N slots per rank")
-                    ->check(CLI::NonNegativeNumber);
+                    ->check(non_negative());
   rho->excludes(extra);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   auto* warmup =
       cmd->add_option("--warmup-steps", args->warmup_steps,
                       "steps replayed but not measured (default 1, or 0 on a one-step trace; "
                       "must be < the number of steps)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(non_negative());
   auto* holdout = cmd->add_option("--holdout", args->holdout,
                                   "plan on the first fraction F of the steps, measure the rest "
                                   "(0 < F < 1; replaces --warmup-steps)");
@@ -304,14 +310,14 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--steps", args->steps,
                   "steps: generated (presets) or re-chunked / cycled (traces)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_option("--tokens-per-step", args->tokens_per_step,
                   "tokens per step: generated (presets) or re-chunked / cycled (traces)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--layers", args->layers, "MoE layers (presets)")->check(CLI::PositiveNumber);
+      ->check(positive());
+  cmd->add_option("--layers", args->layers, "MoE layers (presets)")->check(positive());
   cmd->add_option("--overlap", args->overlap,
                   "cost model: fraction of min(compute, exchange) hidden by overlap, in [0, 1]")
       ->capture_default_str()
@@ -320,7 +326,7 @@ void register_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "worker threads (results do not depend on it)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive());
   cmd->add_flag("--async-planning", args->async_planning,
                 "plan on a background thread; layouts apply one step later (planning overlapped)");
   cmd->add_flag("--layout-pricing", args->layout_pricing,

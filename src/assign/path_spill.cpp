@@ -15,6 +15,8 @@ namespace {
 // to their new replica's list, so a scan checks liveness).
 class PathSpill {
  public:
+  static constexpr int64_t kMaxDenseEntries = int64_t{1} << 24;  // 64 MiB of int32
+
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
             std::span<RankId> exec_rank)
       : batch_(batch),
@@ -33,9 +35,13 @@ class PathSpill {
     }
     reps_of_rank_.resize(layout.num_ranks());
     for (int a = 0; a < num_reps_; ++a) reps_of_rank_[rep_rank_[a]].push_back(a);
-    rep_index_.assign(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
-    for (int a = 0; a < num_reps_; ++a) {
-      rep_index_[static_cast<size_t>(rep_expert_[a]) * layout.num_ranks() + rep_rank_[a]] = a;
+    // Dense (expert, rank) -> replica table when it is small (it is at any realistic E and G);
+    // otherwise a binary search in ranks_of(e).
+    if (static_cast<int64_t>(layout.num_experts()) * layout.num_ranks() <= kMaxDenseEntries) {
+      rep_index_.assign(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
+      for (int a = 0; a < num_reps_; ++a) {
+        rep_index_[static_cast<size_t>(rep_expert_[a]) * layout.num_ranks() + rep_rank_[a]] = a;
+      }
     }
     node_of_rank_.resize(layout.num_ranks());
     for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank_[r] = r / per_node_;
@@ -92,7 +98,10 @@ class PathSpill {
     return static_cast<int>(layout_.ranks_of(e).data() - layout_.replica_ranks().data());
   }
   int rep_of(ExpertId e, RankId rank) const {
-    return rep_index_[static_cast<size_t>(e) * layout_.num_ranks() + rank];
+    if (!rep_index_.empty()) return rep_index_[static_cast<size_t>(e) * layout_.num_ranks() + rank];
+    const auto ranks = layout_.ranks_of(e);
+    return rep_base(e) +
+           static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
   }
   void add_reach(int rep, uint64_t reach, int delta) {
     int64_t* row = reach_count_.data() + static_cast<size_t>(rep) * num_nodes_;

@@ -1,5 +1,6 @@
 #include "cobalt/core/expert_layout.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -12,7 +13,10 @@ int slots_for_rho(int num_experts, int num_ranks, double rho) {
   COBALT_CHECK_ARG(rho >= 0 && std::isfinite(rho), "replica budget rho {} must be >= 0", rho);
   COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
                    num_experts, num_ranks);
-  const int slots = static_cast<int>(std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9));
+  // More than E slots cannot be used (a rank never holds two replicas of one expert): capped at E,
+  // computed in double so a huge rho cannot overflow.
+  const int slots = static_cast<int>(
+      std::min<double>(num_experts, std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9)));
   COBALT_CHECK(
       static_cast<int64_t>(slots) * num_ranks >= num_experts, kFailedPrecondition,
       "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
@@ -27,7 +31,9 @@ int slots_for_extra(int num_experts, int num_ranks, int extra_slots) {
   COBALT_CHECK_ARG(extra_slots >= 0, "extra replica slots {} must be >= 0", extra_slots);
   COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
                    num_experts, num_ranks);
-  return (num_experts + num_ranks - 1) / num_ranks + extra_slots;
+  // Capped at E, as slots_for_rho.
+  return static_cast<int>(std::min<int64_t>(
+      num_experts, int64_t{(num_experts + num_ranks - 1) / num_ranks} + extra_slots));
 }
 
 ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_rank,

@@ -10,7 +10,8 @@ Topology::Topology(int num_nodes, int num_ranks, LinkParams links)
     : num_nodes_(num_nodes), num_ranks_(num_ranks), ranks_per_node_(0), links_(links) {
   COBALT_CHECK_ARG(num_nodes >= 1 && num_nodes <= kMaxNodes,
                    "number of nodes {} out of range [1, {}]", num_nodes, kMaxNodes);
-  COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);
+  COBALT_CHECK_ARG(num_ranks >= 1 && num_ranks <= kMaxRanks,
+                   "number of ranks {} out of range [1, {}]", num_ranks, kMaxRanks);
   COBALT_CHECK_ARG(num_ranks % num_nodes == 0,
                    "number of ranks {} is not divisible by the number of nodes {}", num_ranks,
                    num_nodes);
@@ -35,7 +36,11 @@ Topology Topology::parse(const std::string& spec, LinkParams links) {
                    spec);
   const int nodes = parse_int(std::string_view(spec).substr(0, x));
   const int per_node = parse_int(std::string_view(spec).substr(x + 1));
-  COBALT_CHECK_ARG(per_node >= 1, "cluster '{}': ranks per node must be >= 1", spec);
+  COBALT_CHECK_ARG(nodes >= 1 && nodes <= kMaxNodes, "cluster '{}': nodes {} out of range [1, {}]",
+                   spec, nodes, kMaxNodes);
+  COBALT_CHECK_ARG(per_node >= 1 && per_node <= kMaxRanks / nodes,
+                   "cluster '{}': ranks per node {} out of range [1, {}] ({} ranks at most)", spec,
+                   per_node, kMaxRanks / nodes, kMaxRanks);
   return Topology(nodes, nodes * per_node, links);
 }
 

@@ -102,8 +102,10 @@ StepPlan plan_steps(const TokenStore& store, const ChunkOptions& chunks) {
   plan.info.trace_tokens = total;
   COBALT_CHECK_ARG(!chunks.num_steps || *chunks.num_steps >= 1, "steps {} must be >= 1",
                    chunks.num_steps.value_or(0));
-  COBALT_CHECK_ARG(!chunks.tokens_per_step || *chunks.tokens_per_step >= 1,
-                   "tokens per step {} must be >= 1", chunks.tokens_per_step.value_or(0));
+  // A replayed step is materialised per layer: 2^28 tokens (10^7 is the largest target) bounds it.
+  COBALT_CHECK_ARG(!chunks.tokens_per_step || (*chunks.tokens_per_step >= 1 &&
+                                               *chunks.tokens_per_step <= (int64_t{1} << 28)),
+                   "tokens per step {} out of range [1, 2^28]", chunks.tokens_per_step.value_or(0));
   if (!chunks.num_steps && !chunks.tokens_per_step) {
     for (size_t s = 0; s + 1 < store.offsets.size(); ++s) {
       plan.begin.push_back(store.offsets[s]);
@@ -127,7 +129,7 @@ StepPlan plan_steps(const TokenStore& store, const ChunkOptions& chunks) {
   const int64_t per_step = *chunks.tokens_per_step;
   const int64_t num_steps =
       chunks.num_steps ? *chunks.num_steps : std::max<int64_t>(1, total / per_step);
-  COBALT_CHECK_ARG(num_steps <= (int64_t{1} << 30), "too many steps: {}", num_steps);
+  COBALT_CHECK_ARG(num_steps <= (int64_t{1} << 30), "too many steps: {} (at most 2^30)", num_steps);
   for (int64_t s = 0; s < num_steps; ++s) {
     plan.begin.push_back(s * per_step);
     plan.end.push_back((s + 1) * per_step);

@@ -33,9 +33,11 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// A metadata value that must be a positive int (decimal digits). nullopt when absent and optional.
+// A metadata value that must be an int in [1, max_value] (decimal digits). nullopt when absent and
+// optional.
 std::optional<int> metadata_int(const std::map<std::string, std::string>& metadata,
-                                std::string_view key, bool required, std::string_view context) {
+                                std::string_view key, bool required, std::string_view context,
+                                int64_t max_value) {
   const auto it = metadata.find(std::string(key));
   if (it == metadata.end()) {
     COBALT_CHECK_ARG(!required, "{}: __metadata__: {} missing (a positive integer string)", context,
@@ -45,10 +47,10 @@ std::optional<int> metadata_int(const std::map<std::string, std::string>& metada
   const std::string& text = it->second;
   int value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  COBALT_CHECK_ARG(
-      !text.empty() && ec == std::errc() && ptr == text.data() + text.size() && value >= 1,
-      "{}: __metadata__: {} = \"{}\" is not a positive integer (valid range [1, {}])", context, key,
-      printable(text), kIntMax);
+  COBALT_CHECK_ARG(!text.empty() && ec == std::errc() && ptr == text.data() + text.size() &&
+                       value >= 1 && value <= max_value,
+                   "{}: __metadata__: {} = \"{}\" out of range (an integer in [1, {}])", context,
+                   key, printable(text), max_value);
   return value;
 }
 
@@ -131,10 +133,11 @@ void check_step_offsets(std::span<const int64_t> offsets, int64_t num_tokens,
                    context, offsets.back(), num_tokens);
 }
 
-// Source ranks in [0, num_sources) (or [0, INT_MAX) when num_sources is 0); returns the largest.
+// Source ranks in [0, num_sources) (or [0, kMaxSources) when num_sources is 0); returns the
+// largest.
 RankId check_source_ranks(std::span<const RankId> ranks, int64_t first_token, int num_sources,
                           std::string_view context) {
-  const int64_t limit = num_sources > 0 ? num_sources : kIntMax;
+  const int64_t limit = num_sources > 0 ? num_sources : kMaxSources;
   RankId max_rank = -1;
   for (size_t i = 0; i < ranks.size(); ++i) {
     COBALT_CHECK_ARG(
@@ -202,14 +205,15 @@ bool is_reserved(std::string_view key) {
 // Writer
 
 void validate_trace_data(const TraceData& data, std::string_view context) {
-  COBALT_CHECK_ARG(data.num_experts >= 1, "{}: __metadata__: num_experts {} (valid range [1, {}])",
-                   context, data.num_experts, kIntMax);
+  COBALT_CHECK_ARG(data.num_experts >= 1 && data.num_experts <= kMaxExperts,
+                   "{}: __metadata__: num_experts {} (valid range [1, {}])", context,
+                   data.num_experts, kMaxExperts);
   COBALT_CHECK_ARG(data.top_k >= 1 && data.top_k <= data.num_experts,
                    "{}: __metadata__: top_k {} out of range (valid range [1, {}])", context,
                    data.top_k, data.num_experts);
-  COBALT_CHECK_ARG(data.num_sources >= 0,
-                   "{}: __metadata__: num_sources {} negative (valid range [0, {}])", context,
-                   data.num_sources, kIntMax);
+  COBALT_CHECK_ARG(data.num_sources >= 0 && data.num_sources <= kMaxSources,
+                   "{}: __metadata__: num_sources {} out of range (valid range [0, {}])", context,
+                   data.num_sources, kMaxSources);
   COBALT_CHECK_ARG(data.num_layers >= 1, "{}: num_layers {} out of range (valid range [1, {}])",
                    context, data.num_layers, kIntMax);
 
@@ -362,12 +366,13 @@ void TraceReader::Impl::open() {
   COBALT_CHECK_ARG(version->second == kVersion,
                    "{}: __metadata__: version \"{}\" not supported (valid: \"{}\")", context,
                    printable(version->second), kVersion);
-  num_experts = *metadata_int(metadata, "num_experts", true, context);
-  top_k = *metadata_int(metadata, "top_k", true, context);
+  num_experts = *metadata_int(metadata, "num_experts", true, context, kMaxExperts);
+  top_k = *metadata_int(metadata, "top_k", true, context, kIntMax);
   COBALT_CHECK_ARG(top_k <= num_experts,
                    "{}: __metadata__: top_k {} out of range (valid range [1, {}], num_experts)",
                    context, top_k, num_experts);
-  const std::optional<int> meta_sources = metadata_int(metadata, "num_sources", false, context);
+  const std::optional<int> meta_sources =
+      metadata_int(metadata, "num_sources", false, context, kMaxSources);
 
   for (const TensorInfo& tensor : header.tensors) {
     COBALT_CHECK_ARG(
@@ -403,7 +408,7 @@ void TraceReader::Impl::open() {
     const int num_count_steps = static_cast<int>(check_dim(*counts, 0, "S", 1, kIntMax, context));
     num_layers = static_cast<int>(check_dim(*counts, 1, "L", 1, kIntMax, context));
     const int64_t lo_sources = meta_sources.value_or(1);
-    const int64_t hi_sources = meta_sources.has_value() ? *meta_sources : kIntMax;
+    const int64_t hi_sources = meta_sources.has_value() ? *meta_sources : kMaxSources;
     num_sources = static_cast<int>(check_dim(*counts, 2, "R", lo_sources, hi_sources, context));
     check_dim(*counts, 3, "E (num_experts)", num_experts, num_experts, context);
     counts_bytes = tensor_bytes(file.bytes(), header, *counts);

@@ -16,7 +16,8 @@ namespace cobalt {
 // Slots per rank for Cobalt's budget: S = floor((1 + rho) * E / G). Throws kFailedPrecondition when
 // S * G < E (not every expert can have a replica) and kInvalidArgument when rho < 0.
 int slots_for_rho(int num_experts, int num_ranks, double rho);
-// Slots per rank for TopoEP's budget: S = ceil(E / G) + extra_slots (extra_slots >= 0).
+// Slots per rank for TopoEP's budget: S = ceil(E / G) + extra_slots (extra_slots >= 0). Both are
+// capped at E: a rank never holds two replicas of one expert, so more slots cannot be used.
 int slots_for_extra(int num_experts, int num_ranks, int extra_slots);
 
 class ExpertLayout {

@@ -15,11 +15,12 @@ struct LinkParams {
 
 class Topology {
  public:
-  // Throws kInvalidArgument unless num_nodes in [1, 64], num_ranks >= 1 and num_ranks % num_nodes
-  // == 0.
+  // Throws kInvalidArgument unless num_nodes in [1, 64], num_ranks in [1, kMaxRanks] and
+  // num_ranks % num_nodes == 0.
   Topology(int num_nodes, int num_ranks, LinkParams links = {});
 
-  // Parses "NxM" (N nodes, M ranks per node), e.g. "4x8".
+  // Parses "NxM" (N nodes, M ranks per node), e.g. "4x8"; kInvalidArgument naming the valid
+  // ranges otherwise (no integer overflow: N <= 64, N x M <= kMaxRanks).
   static Topology parse(const std::string& spec, LinkParams links = {});
 
   int num_nodes() const { return num_nodes_; }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "cobalt/core/error.hpp"
 
 namespace cobalt {
@@ -64,6 +66,12 @@ TEST(ExpertLayout, SlotBudgets) {
   EXPECT_EQ(slots_for_extra(640, 32, 2), 22);  // 20 + 2
   EXPECT_EQ(slots_for_extra(60, 16, 1), 5);    // ceil(3.75) + 1
   EXPECT_THROW(slots_for_rho(60, 16, -0.1), Error);
+  // More slots than experts cannot be used (a rank holds each expert at most once): capped, and a
+  // huge budget does not overflow.
+  EXPECT_EQ(slots_for_rho(64, 8, 1e300), 64);
+  EXPECT_EQ(slots_for_rho(64, 8, 1e9), 64);
+  EXPECT_EQ(slots_for_extra(64, 8, 2147483647), 64);
+  EXPECT_THROW(slots_for_rho(64, 8, std::numeric_limits<double>::quiet_NaN()), Error);
   try {
     slots_for_rho(60, 16, 0.0);  // floor(3.75) = 3 slots x 16 = 48 < 60
     FAIL();

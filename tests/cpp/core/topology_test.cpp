@@ -22,7 +22,9 @@ TEST(Topology, ParseSpec) {
   Topology topo = Topology::parse("2x8");
   EXPECT_EQ(topo.num_nodes(), 2);
   EXPECT_EQ(topo.num_ranks(), 16);
-  for (const char* bad : {"", "2", "x8", "2x", "2x0", "0x8", "axb", "2x8x", "65x1"}) {
+  // Including sizes whose product overflows int32 (4 x 1073741826 would wrap to 8 ranks).
+  for (const char* bad : {"", "2", "x8", "2x", "2x0", "0x8", "axb", "2x8x", "65x1", "4x1073741826",
+                          "64x2147483647", "1x100000", "3x1431655766", "2x99999999999"}) {
     EXPECT_THROW(Topology::parse(bad), Error) << bad;
   }
 }

@@ -168,9 +168,11 @@ TEST_F(SimulateCli, HoldoutAndCycling) {
 
 TEST_F(SimulateCli, UsageErrors) {
   const std::string base = "simulate --preset uniform --steps 2 --tokens-per-step 100 ";
-  for (const char* bad : {"--model gpt-5", "--cluster-preset 2x2-tpu", "--holdout 1.5",
-                          "--holdout 0.5 --warmup-steps 1", "--policies static,nope", "--overlap 2",
-                          "--warmup-steps 2"}) {
+  for (const char* bad :
+       {"--model gpt-5", "--cluster-preset 2x2-tpu", "--holdout 1.5",
+        "--holdout 0.5 --warmup-steps 1", "--policies static,nope", "--overlap 2",
+        "--warmup-steps 2", "--policies static,static", "--policies ,", "--policies static,,cobalt",
+        "--cluster 4x1073741826", "--json /nonexistent-dir/x.json", "--dump /nonexistent-dir/d"}) {
     const auto r = run(base + bad);
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.err;
   }

@@ -133,7 +133,9 @@ TEST_F(TraceReject, WrongVersion) {
 }
 
 TEST_F(TraceReject, NumExpertsMissingOrNotPositive) {
-  for (const char* bad : {"0", "-3", "eight", "8.0", "", " 8", "99999999999"}) {
+  // 65537 and 2^31-1 are integers but beyond kMaxExperts (a 1 KB file must not allocate GBs).
+  for (const char* bad :
+       {"0", "-3", "eight", "8.0", "", " 8", "99999999999", "65537", "2147483647"}) {
     Json meta = trace_meta();
     meta["num_experts"] = bad;
     expect_tensors_rejected(small_tensors(), "num_experts", meta);

@@ -1,0 +1,58 @@
+// Option validators and output checks shared by the subcommands (commands.hpp).
+#include <fmt/core.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "commands.hpp"
+
+namespace cobalt::cli {
+namespace {
+
+// The value as a finite double, or NaN when it is not a number.
+double as_number(const std::string& text) {
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    return used == text.size() ? value : std::nan("");
+  } catch (const std::exception&) {
+    return std::nan("");
+  }
+}
+
+}  // namespace
+
+const CLI::Validator& non_negative() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        const double value = as_number(text);
+        if (std::isfinite(value) && value >= 0) return {};
+        return fmt::format("value {} out of range (a finite number >= 0)", text);
+      },
+      "NUMBER >= 0");
+  return validator;
+}
+
+const CLI::Validator& positive() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        const double value = as_number(text);
+        if (std::isfinite(value) && value > 0) return {};
+        return fmt::format("value {} out of range (a finite number > 0)", text);
+      },
+      "NUMBER > 0");
+  return validator;
+}
+
+void require_output_directory(const std::string& path, const std::string& option) {
+  if (path.empty()) throw UsageError(fmt::format("{}: empty path", option));
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
+    throw UsageError(
+        fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
+  }
+}
+
+}  // namespace cobalt::cli
