@@ -118,9 +118,15 @@ class CobaltPolicy final : public Policy {
         st.last_plan_step = step;
         if (config_.async_planning) {
           st.pending = std::async(std::launch::async, [this, snap = snapshot(st)] {
+            // The plan's cost: its thread's CPU time (on a shared machine its wall time would also
+            // count the replay and the other layers' plans it competes with); with several
+            // planner threads, its wall time.
             double plan_ms = 0;
             PlannedLayout planned;
-            {
+            if (config_.num_threads == 1) {
+              ThreadCpuTimer run(plan_ms);
+              planned = plan_global(snap);
+            } else {
               WallTimer run(plan_ms);
               planned = plan_global(snap);
             }

@@ -47,7 +47,8 @@ struct PolicyConfig {
 struct PolicyCounters {
   double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls;
                                  // background plans by their own run time, not the wait)
-  double async_plan_ms = 0;      // part of planner_wall_ms: background plans' own run time
+  double async_plan_ms = 0;      // part of planner_wall_ms: background plans' cost (thread CPU
+                                 // time with num_threads 1, else wall time)
   int64_t num_global_plans = 0;  // global re-layouts applied
   int64_t intra_node_moves = 0;  // replica copies over NVLink
   int64_t cross_node_moves = 0;  // replica copies across nodes
