@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/ids.hpp"
 #include "cobalt/plan/eplb.hpp"
 #include "commands.hpp"
 
@@ -62,6 +63,10 @@ Weights read_weights(const std::string& path) {
 void run_eplb(const EplbArgs& args) {
   if (args.replicas < 1 || args.groups < 1 || args.nodes < 1 || args.gpus < 1) {
     throw UsageError("--replicas, --groups, --nodes and --gpus must all be >= 1");
+  }
+  if (args.gpus > kMaxRanks || args.replicas / args.gpus > kMaxExperts) {
+    throw UsageError(fmt::format("--gpus {} out of range [1, {}] or --replicas {} above {} per GPU",
+                                 args.gpus, kMaxRanks, args.replicas, kMaxExperts));
   }
   if (args.gpus % args.nodes != 0) {
     throw UsageError(

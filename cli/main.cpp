@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const cobalt::Error& e) {
     fmt::print(stderr, "cobalt: {}: {}\n", cobalt::error_code_name(e.code()), e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "cobalt: error: out of memory (the input or options need more memory than this "
+               "machine has; try fewer tokens, steps or layers)\n");
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "cobalt: error: {}\n", e.what());

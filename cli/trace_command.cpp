@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/ids.hpp"
 #include "cobalt/eval/trace_stats.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/synthetic.hpp"
@@ -146,8 +147,11 @@ void print_stats_text(const io::TraceReader& trace, const eval::TraceStats& s) {
 
 void run_info(const InfoArgs& args) {
   if (args.hot_count < 1) throw UsageError("trace info: --hot-count must be >= 1");
-  if (args.num_ranks < 0)
-    throw UsageError("trace info: --ranks must be >= 0 (0 = the trace's sources)");
+  if (args.num_ranks < 0 || args.num_ranks > kMaxRanks) {
+    throw UsageError(
+        fmt::format("trace info: --ranks {} out of range [0, {}] (0 = the trace's sources)",
+                    args.num_ranks, kMaxRanks));
+  }
   if (args.num_threads < 0) throw UsageError("trace info: --threads must be >= 0 (0 = all cores)");
   const io::TraceReader trace(args.file);
   eval::TraceStatsOptions options;

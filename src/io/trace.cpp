@@ -124,6 +124,9 @@ void check_step_offsets(std::span<const int64_t> offsets, int64_t num_tokens,
   COBALT_CHECK_ARG(offsets.front() == 0, "{}: tensor step_offsets: first offset {} must be 0",
                    context, offsets.front());
   for (size_t step_idx = 1; step_idx < offsets.size(); ++step_idx) {
+    COBALT_CHECK_ARG(offsets[step_idx] >= 0 && offsets[step_idx] <= num_tokens,
+                     "{}: tensor step_offsets: offset {} = {} out of range [0, {}] (the tokens)",
+                     context, step_idx, offsets[step_idx], num_tokens);
     COBALT_CHECK_ARG(offsets[step_idx] >= offsets[step_idx - 1],
                      "{}: tensor step_offsets: offset {} = {} decreases (valid range [{}, {}])",
                      context, step_idx, offsets[step_idx], offsets[step_idx - 1], num_tokens);
