@@ -328,7 +328,10 @@ TEST_F(TraceReject, StepOffsetsDecreasing) {
 TEST_F(TraceReject, StepOffsetsNotEndingAtT) {
   expect_tensors_rejected(with_offsets({0, 2, 5}),
                           "last offset 5 must equal the number of tokens 6");
-  expect_tensors_rejected(with_offsets({0, 2, 7}), "last offset 7");
+  expect_tensors_rejected(with_offsets({0, 2, 7}), "offset 2 = 7 out of range [0, 6]");
+  // A huge middle offset is named itself (the decrease after it is a consequence).
+  expect_tensors_rejected(with_offsets({0, int64_t{1} << 62, 6}),
+                          "offset 1 = 4611686018427387904 out of range [0, 6]");
 }
 
 TEST_F(TraceReject, SourceRankOutOfRange) {
