@@ -41,6 +41,11 @@ void run_plan(const PlanArgs& args) {
         fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
   }
   const Topology topology = as_usage_error([&] { return Topology::parse(args.cluster); });
+  if (!args.trace_path.empty() && (args.steps || args.tokens_per_step || args.experts)) {
+    throw UsageError(
+        "plan: --steps, --tokens-per-step and --experts apply to --preset only (a trace has its "
+        "own)");
+  }
   if (!args.out_path.empty()) require_output_directory(args.out_path, "--out");
   workload::PresetOverrides overrides;
   overrides.num_steps = args.steps;

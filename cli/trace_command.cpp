@@ -9,6 +9,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/ids.hpp"
 #include "cobalt/eval/trace_stats.hpp"
+#include "cobalt/io/safetensors.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
@@ -124,7 +125,10 @@ void print_stats_text(const io::TraceReader& trace, const eval::TraceStats& s) {
   fmt::print("trace {}\n", trace.path());
   for (const char* key : {"model", "dataset", "workload"}) {
     const auto it = trace.metadata().find(key);
-    if (it != trace.metadata().end()) fmt::print("  {:<26} {}\n", key, it->second);
+    // Trace metadata is untrusted text: control characters escaped, long values cut.
+    if (it != trace.metadata().end()) {
+      fmt::print("  {:<26} {}\n", key, io::printable(it->second, 200));
+    }
   }
   fmt::print("  {:<26} E={} K={} L={} T={} S={}{}\n", "shape", s.num_experts, s.top_k, s.num_layers,
              s.num_tokens, s.num_steps, s.load_only ? " (load-only counts)" : "");
