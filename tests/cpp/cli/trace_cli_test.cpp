@@ -115,6 +115,8 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
                                           "trace info --hot-count 0 " + out,
                                           "trace bogus",
                                           "frobnicate",
+                                          "plan --preset uniform --cluster 0x4",
+                                          "plan --trace " + out + " --experts 8",
                                           "simulate --rho -1 --preset uniform"};
   for (const std::string& args : cases) {
     const auto r = run(args);
