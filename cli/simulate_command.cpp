@@ -323,7 +323,8 @@ void register_simulate_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(seed_value());
   cmd->add_option("--threads", args->threads, "worker threads (results do not depend on it)")
       ->capture_default_str()
       ->check(positive());

@@ -186,7 +186,7 @@ void register_trace_commands(CLI::App& app) {
                   "Tokens per step over all source ranks (default: the preset's)");
   gen->add_option("--layers", gen_args->num_layers, "MoE layers L (default: the preset's)");
   gen->add_option("--sources", gen_args->num_sources, "Source ranks R (default: the preset's)");
-  gen->add_option("--seed", gen_args->seed, "Random seed (default 0)");
+  gen->add_option("--seed", gen_args->seed, "Random seed (default 0)")->check(seed_value());
   gen->add_option("--threads", gen_args->num_threads,
                   "Generator threads, 0 = all cores; the output does not depend on it")
       ->capture_default_str();

@@ -1,7 +1,9 @@
 // Option validators and output checks shared by the subcommands (commands.hpp).
 #include <fmt/core.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 
@@ -42,6 +44,18 @@ const CLI::Validator& positive() {
         return fmt::format("value {} out of range (a finite number > 0)", text);
       },
       "NUMBER > 0");
+  return validator;
+}
+
+const CLI::Validator& seed_value() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) return {};
+        return fmt::format("value {} out of range (an integer in [0, 2^64 - 1])", text);
+      },
+      "UINT64");
   return validator;
 }
 

@@ -116,6 +116,7 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
                                           "trace bogus",
                                           "frobnicate",
                                           "plan --preset uniform --cluster 0x4",
+                                          "trace gen --preset uniform --seed -1 --out " + out,
                                           "plan --trace " + out + " --experts 8",
                                           "simulate --rho -1 --preset uniform"};
   for (const std::string& args : cases) {
