@@ -66,12 +66,7 @@ std::vector<int32_t> check_assign(Context& ctx, const Batch& b, const ExpertLayo
     };
     ws.poison();
     exec.poison();
-    call();
-    row.mismatches = compare();
-    if (timed) {
-      time_calls(ctx, row, call);
-      row.mismatches += compare();  // the last timed call's output, too
-    }
+    check_then_time(ctx, row, call, compare, timed);
   });
   finish(ctx, std::move(row));
   return cpu;
@@ -136,12 +131,7 @@ void check_stats(Context& ctx, const Batch& b, std::vector<StatsMethod> methods,
       ws.poison();
       d_loads.poison();
       d_coact.poison();
-      call();
-      row.mismatches = compare();
-      if (timed) {
-        time_calls(ctx, row, call);
-        row.mismatches += compare();
-      }
+      check_then_time(ctx, row, call, compare, timed);
     });
     finish(ctx, std::move(row));
   }
@@ -211,12 +201,7 @@ void check_dispatch(Context& ctx, const Batch& b, const std::vector<int32_t>& ex
     pair_counts.poison();
     slot.poison();
     token_in_rank.poison();
-    call();
-    row.mismatches = compare();
-    if (timed) {
-      time_calls(ctx, row, call);
-      row.mismatches += compare();
-    }
+    check_then_time(ctx, row, call, compare, timed);
   });
   finish(ctx, std::move(row));
 }
@@ -307,12 +292,7 @@ void check_topoep(Context& ctx, const std::string& name, const plan::TopoEpInput
     stats.poison();
     status.poison();
     quotas.poison();
-    call();
-    row.mismatches = compare();
-    if (timed) {
-      time_calls(ctx, row, call);
-      row.mismatches += compare();
-    }
+    check_then_time(ctx, row, call, compare, timed);
   });
   finish(ctx, std::move(row), print);
 }

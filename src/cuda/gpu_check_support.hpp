@@ -137,6 +137,18 @@ inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call
   row.min_us = us.front();
 }
 
+// One checked call (outputs poisoned by the caller), then, when timed, the timing loop and a second
+// comparison of the last timed call's outputs. compare() synchronises and returns mismatches.
+template <typename Call, typename Compare>
+void check_then_time(Context& ctx, Row& row, const Call& call, const Compare& compare, bool timed) {
+  call();
+  row.mismatches = compare();
+  if (timed) {
+    time_calls(ctx, row, call);
+    row.mismatches += compare();
+  }
+}
+
 template <typename T>
 int64_t count_mismatches(const std::vector<T>& gpu, const std::vector<T>& cpu, const char* what) {
   if (gpu.size() != cpu.size()) {
