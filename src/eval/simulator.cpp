@@ -182,11 +182,11 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
     }
     pr.step_imbalance[s] = step_layers_with_tasks > 0 ? step_imbalance_sum / step_layers_with_tasks
                                                       : std::numeric_limits<double>::quiet_NaN();
-    // A background plan launched during the previous step ran while that step trained: of its run
-    // time (measured on its own thread, not the replay's wait for it, which shrinks with however
-    // long the replay took meanwhile), only what outlasts the previous step's modelled time
-    // stalls this one. Everything else a policy does to decide (synchronous planning) is on the
-    // critical path.
+    // A background plan launched during the previous step ran while that step trained: of its cost
+    // (PolicyCounters::async_plan_ms: its thread's CPU time, not the replay's wait for it, which
+    // shrinks with however long the replay took meanwhile), only what outlasts the previous step's
+    // modelled time stalls this one. Everything else a policy does to decide (synchronous
+    // planning) is on the critical path.
     const double async_ms = pol.counters().async_plan_ms - async_before;
     const double sync_ms = pol.counters().planner_wall_ms - planner_before - async_ms;
     step_time.planning_s = step_planning_time(sync_ms, async_ms, previous_busy_s, options.cost);

@@ -50,7 +50,7 @@ struct PlannedLayout {
   bool keep_current = false;  // the layout in force scored best: nothing to apply
   std::optional<ExpertLayout> layout;
   std::vector<double> slot_loads;  // w'_er re-keyed to slots [G, S]
-  double plan_ms = 0;              // run time of a background plan (set on its thread)
+  double plan_ms = 0;              // cost of a background plan (set on its thread; see launch)
 };
 
 // Everything a global plan reads, copied so a background plan never races the step loop.
