@@ -60,13 +60,16 @@ void BM_Assign_BalancedCover(benchmark::State& state) {
   auto layout = planned_layout(topo, num_experts, w, top_k);
   auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
   std::vector<RankId> exec(batch.num_tasks());
+  const int num_threads = static_cast<int>(state.range(0));
   for (auto _ : state) {
-    assign::assign_balanced_cover(batch, layout, {}, exec, 0.05);
+    assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
+                                  0.05);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-BENCHMARK(BM_Assign_BalancedCover)->Unit(benchmark::kMillisecond);
+// Arg: threads (the result is the same for any).
+BENCHMARK(BM_Assign_BalancedCover)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Rebalance_IntraNode(benchmark::State& state) {
   const Topology topo(8, 64);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
 #include "path_spill.hpp"
 
@@ -19,7 +20,6 @@ struct TaskClass {
   int64_t count = 0;
   std::vector<RankId> ranks;                      // allowed ranks, ascending
   std::vector<std::pair<RankId, int64_t>> quota;  // (rank, tasks), ascending rank
-  size_t next = 0;                                // mapping cursor into quota
 };
 
 // Integer water-filling of `count` tasks onto `ranks` given current loads: repeatedly raise the
@@ -75,40 +75,86 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   std::vector<uint64_t> covers(batch.num_tokens());
   remote_node_covers(batch, layout, options, covers);
 
-  // Classes keyed by (expert, allowed node mask); ids in first-seen token order. With N <= 8 a
-  // direct [E, 2^N] table finds a task's class; above, each expert's (mask, class id) list is
-  // scanned (experts see few distinct masks, so a linear scan beats hashing).
+  // Classes keyed by (expert, allowed node mask). Their ids do not matter for the result: the
+  // water-filling order is a total order on (flexibility, count, expert, mask), and each class's
+  // tasks take its quotas in token order.
+  //   N <= 8 (when the per-chunk tables fit): a task's key is (e << N) | allowed; keys are counted
+  //     per token chunk in parallel, classes are the used keys in key order, and the mapping runs
+  //     per chunk from each class's count in the chunks before it.
+  //   Otherwise: each expert's (mask, class id) list is scanned (experts see few distinct masks,
+  //     so a linear scan beats hashing), sequentially, ids in first-seen token order.
+  const int num_threads = resolve_threads(options.num_threads);
+  const int64_t num_tokens = batch.num_tokens();
+  const int num_chunks =
+      static_cast<int>(std::clamp<int64_t>(num_tokens / 8192, 1, 4 * num_threads));
   constexpr int kTableNodes = 8;
-  const bool use_table = num_nodes <= kTableNodes;
-  std::vector<int32_t> class_table(
-      use_table ? static_cast<size_t>(layout.num_experts()) << num_nodes : 0, -1);
-  std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(
-      use_table ? 0 : layout.num_experts());
+  constexpr size_t kMaxCountEntries = size_t{1} << 24;  // per-chunk key counts: 64 MiB of int32
+  const size_t num_keys =
+      num_nodes <= kTableNodes ? static_cast<size_t>(layout.num_experts()) << num_nodes : 0;
+  const bool use_keys =
+      num_nodes <= kTableNodes && num_keys * static_cast<size_t>(num_chunks) <= kMaxCountEntries;
+  const auto reach_of = [&](TokenIdx t) {
+    return covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
+  };
   std::vector<TaskClass> classes;
-  std::vector<int64_t> class_count;  // tasks per class (kept apart from the classes: hot)
-  std::vector<int32_t> task_class(batch.num_tasks());
   const auto new_class = [&](ExpertId e, uint64_t allowed) {
-    TaskClass cls{e, allowed, 0, {}, {}, 0};
+    TaskClass cls{e, allowed, 0, {}, {}};
     for (uint64_t m = allowed; m; m &= m - 1) {
       auto ranks = layout.ranks_of(e, std::countr_zero(m));
       cls.ranks.insert(cls.ranks.end(), ranks.begin(), ranks.end());
     }
     classes.push_back(std::move(cls));
-    class_count.push_back(0);
     return static_cast<int32_t>(classes.size() - 1);
   };
-  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    const uint64_t reach = covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
-    auto row = batch.experts_of(t);
-    for (int k = 0; k < top_k; ++k) {
-      const ExpertId e = row[k];
-      const uint64_t allowed = reach & layout.node_mask(e);
-      int32_t class_idx = -1;
-      if (use_table) {
-        int32_t& slot = class_table[(static_cast<size_t>(e) << num_nodes) | allowed];
-        if (slot < 0) slot = new_class(e, allowed);
-        class_idx = slot;
-      } else {
+  std::vector<int32_t> task_class(batch.num_tasks());  // key (use_keys) or class id
+  std::vector<int32_t> class_of_key;                   // [keys] (use_keys)
+  std::vector<int64_t> chunk_start;  // [chunks, classes]: tasks of a class in earlier chunks
+  int mapping_chunks = 1;
+  if (use_keys) {
+    std::vector<int32_t> counts(num_keys * static_cast<size_t>(num_chunks), 0);
+    parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+      int32_t* local = counts.data() + static_cast<size_t>(c) * num_keys;
+      for (TokenIdx t = begin; t < end; ++t) {
+        const uint64_t reach = reach_of(t);
+        auto row = batch.experts_of(t);
+        for (int k = 0; k < top_k; ++k) {
+          const int32_t key = static_cast<int32_t>((static_cast<uint64_t>(row[k]) << num_nodes) |
+                                                   (reach & layout.node_mask(row[k])));
+          task_class[t * top_k + k] = key;
+          ++local[key];
+        }
+      }
+    });
+    class_of_key.assign(num_keys, -1);
+    std::vector<size_t> key_of_class;
+    for (size_t key = 0; key < num_keys; ++key) {
+      int64_t total = 0;
+      for (int c = 0; c < num_chunks; ++c) total += counts[static_cast<size_t>(c) * num_keys + key];
+      if (total == 0) continue;
+      class_of_key[key] = new_class(static_cast<ExpertId>(key >> num_nodes),
+                                    key & ((uint64_t{1} << num_nodes) - 1));
+      classes.back().count = total;
+      key_of_class.push_back(key);
+    }
+    chunk_start.assign(static_cast<size_t>(num_chunks) * classes.size(), 0);
+    for (size_t k = 0; k < classes.size(); ++k) {
+      int64_t before = 0;
+      for (int c = 0; c < num_chunks; ++c) {
+        chunk_start[static_cast<size_t>(c) * classes.size() + k] = before;
+        before += counts[static_cast<size_t>(c) * num_keys + key_of_class[k]];
+      }
+    }
+    mapping_chunks = num_chunks;
+  } else {
+    std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(layout.num_experts());
+    std::vector<int64_t> class_count;  // tasks per class (kept apart from the classes: hot)
+    for (TokenIdx t = 0; t < num_tokens; ++t) {
+      const uint64_t reach = reach_of(t);
+      auto row = batch.experts_of(t);
+      for (int k = 0; k < top_k; ++k) {
+        const ExpertId e = row[k];
+        const uint64_t allowed = reach & layout.node_mask(e);
+        int32_t class_idx = -1;
         auto& known = classes_of_expert[e];
         for (const auto& [mask, idx] : known) {
           if (mask == allowed) {
@@ -118,14 +164,16 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
         }
         if (class_idx < 0) {
           class_idx = new_class(e, allowed);
+          class_count.push_back(0);
           known.emplace_back(allowed, class_idx);
         }
+        ++class_count[class_idx];
+        task_class[t * top_k + k] = class_idx;
       }
-      ++class_count[class_idx];
-      task_class[t * top_k + k] = class_idx;
     }
+    for (size_t c = 0; c < classes.size(); ++c) classes[c].count = class_count[c];
+    chunk_start.assign(classes.size(), 0);
   }
-  for (size_t c = 0; c < classes.size(); ++c) classes[c].count = class_count[c];
   // Least flexible classes first.
   std::vector<int32_t> order(classes.size());
   std::iota(order.begin(), order.end(), 0);
@@ -138,13 +186,31 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   });
   std::vector<int64_t> load(layout.num_ranks(), 0);
   for (int32_t c : order) water_fill(classes[c], load);
-  // Tasks take quotas in token order.
-  for (size_t i = 0; i < task_class.size(); ++i) {
-    TaskClass& cls = classes[task_class[i]];
-    while (cls.quota[cls.next].second == 0) ++cls.next;
-    exec_rank[i] = cls.quota[cls.next].first;
-    --cls.quota[cls.next].second;
+  // Tasks take their class's quotas in token order: the p-th task of a class (p counted from the
+  // class's first task) runs on the rank of the quota covering position p.
+  std::vector<std::vector<int64_t>> quota_end(classes.size());  // cumulative quota sizes
+  for (size_t k = 0; k < classes.size(); ++k) {
+    int64_t sum = 0;
+    for (const auto& [rank, tasks] : classes[k].quota) quota_end[k].push_back(sum += tasks);
   }
+  parallel_chunks(num_tokens, mapping_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+    const size_t num_classes = classes.size();
+    std::vector<int64_t> position(
+        chunk_start.begin() + static_cast<ptrdiff_t>(c * num_classes),
+        chunk_start.begin() + static_cast<ptrdiff_t>((c + 1) * num_classes));
+    std::vector<int32_t> quota_idx(num_classes, -1);
+    for (int64_t i = begin * top_k; i < end * top_k; ++i) {
+      const int32_t k = use_keys ? class_of_key[task_class[i]] : task_class[i];
+      const int64_t p = position[k]++;
+      const auto& ends = quota_end[k];
+      int32_t& q = quota_idx[k];
+      if (q < 0) {
+        q = static_cast<int32_t>(std::upper_bound(ends.begin(), ends.end(), p) - ends.begin());
+      }
+      while (ends[q] <= p) ++q;
+      exec_rank[i] = classes[k].quota[q].first;
+    }
+  });
   const double cap = std::ceil((1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) /
                                layout.num_ranks());
   // (A cap at or above every task, an infinite or NaN tolerance included, leaves nothing to do.)

@@ -12,7 +12,8 @@
 //      ranks first (ties: lowest rank id).
 //   4. mapping: tasks take their class's quotas in token order (ranks ascending).
 //
-// Deterministic and independent of the thread count (only step 1 runs in parallel).
+// Deterministic and independent of the thread count (options.num_threads): steps 1, 2 and 4 run
+// in parallel over fixed token chunks for N <= 8 (step 1 for any N); 3 and the spill are serial.
 #pragma once
 
 #include <span>

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -188,6 +189,65 @@ TEST(BalancedCover, SpillFollowsChainsOfHolders) {
   EXPECT_EQ(plain, (std::vector<RankId>{0, 0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(spilled, (std::vector<RankId>{1, 1, 1, 0, 0, 0, 2, 2, 2}));
   EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 6);
+}
+
+TEST(BalancedCover, QuotasAreTakenInTokenOrderAcrossChunks) {
+  // One expert on both ranks of one node, 40000 tokens (4 token chunks): quotas 20000 + 20000, so
+  // the first half of the tokens runs on rank 0 and the second half on rank 1, whatever the chunks.
+  Topology topo(1, 2);
+  ExpertLayout layout(topo, 1, 1, {0, 0});
+  const int64_t num_tokens = 40000;
+  std::vector<ExpertId> ids(num_tokens, 0);
+  std::vector<RankId> src(num_tokens, 0);
+  RoutingBatch batch(ids, src, 1, 1, 2);
+  std::vector<RankId> expected(num_tokens, 0);
+  std::fill(expected.begin() + num_tokens / 2, expected.end(), 1);
+  for (int threads : {1, 2, 3}) {
+    std::vector<RankId> exec(num_tokens);
+    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, threads}, exec);
+    EXPECT_EQ(exec, expected) << threads << " threads";
+  }
+}
+
+TEST(BalancedCover, SameResultForAnyChunkingAndBothClassPaths) {
+  // 100000 tokens: 4 token chunks with one thread, 12 with three (the class counts and the quota
+  // mapping run per chunk); 3 nodes use the per-chunk key tables, 10 nodes the per-expert lists.
+  for (int nodes : {3, 10}) {
+    Topology topo(nodes, nodes * 2);
+    const int experts = 3 * topo.num_ranks();
+    auto layout = testing::random_layout(static_cast<uint64_t>(nodes), topo, experts, 5, 0.7);
+    auto owned = testing::random_batch(11, 100000, 4, experts, topo.num_ranks(), 1.5);
+    auto batch = owned.view();
+    for (double tolerance : {-1.0, 0.05}) {
+      std::vector<RankId> one(batch.num_tasks()), three(batch.num_tasks());
+      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 1}, one, tolerance);
+      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 3}, three, tolerance);
+      EXPECT_EQ(one, three) << nodes << " nodes, tolerance " << tolerance;
+      validate_assignment(batch, layout, one);
+      if (tolerance < 0) {
+        std::vector<uint64_t> covers(batch.num_tokens());
+        remote_node_covers(batch, layout, {}, covers);
+        int64_t cover_total = 0;
+        for (uint64_t c : covers) cover_total += std::popcount(c);
+        EXPECT_EQ(eval::cross_node_transfers(batch, one, topo).dedup, cover_total);
+        // Tasks of a class (expert, allowed nodes) take its quotas, ascending by rank, in token
+        // order: along the tokens, a class's ranks never go down (across chunk boundaries too).
+        std::map<std::pair<ExpertId, uint64_t>, RankId> last_rank;
+        int64_t decreases = 0;
+        for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+          const uint64_t reach = covers[t] | (uint64_t{1} << topo.node_of(batch.source_of(t)));
+          for (int k = 0; k < batch.top_k(); ++k) {
+            const ExpertId e = batch.experts_of(t)[k];
+            auto [it, fresh] = last_rank.try_emplace({e, reach & layout.node_mask(e)}, -1);
+            const RankId r = one[t * batch.top_k() + k];
+            decreases += r < it->second ? 1 : 0;
+            it->second = r;
+          }
+        }
+        EXPECT_EQ(decreases, 0) << nodes << " nodes";
+      }
+    }
+  }
 }
 
 }  // namespace
