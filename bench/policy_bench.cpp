@@ -61,15 +61,22 @@ void BM_Assign_BalancedCover(benchmark::State& state) {
   auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
   std::vector<RankId> exec(batch.num_tasks());
   const int num_threads = static_cast<int>(state.range(0));
+  const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
   for (auto _ : state) {
     assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
-                                  0.05);
+                                  spill_tolerance);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-// Arg: threads (the result is the same for any).
-BENCHMARK(BM_Assign_BalancedCover)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Args: threads (the result is the same for any), spill (1: cobalt+'s 0.05, 0: none).
+BENCHMARK(BM_Assign_BalancedCover)
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Rebalance_IntraNode(benchmark::State& state) {
   const Topology topo(8, 64);
