@@ -30,9 +30,10 @@ auto as_usage_error(Fn&& fn) -> decltype(fn()) {
 
 // Option validators with one-line messages naming the valid range (CLI11's NonNegativeNumber and
 // PositiveNumber print "in range 0.000000 to 1.79...e308", the latter even for 0).
-const CLI::Validator& non_negative();  // a finite number >= 0
-const CLI::Validator& positive();      // a finite number > 0
-const CLI::Validator& seed_value();    // an integer in [0, 2^64 - 1] (no wrap of -1)
+const CLI::Validator& non_negative();    // a finite number >= 0
+const CLI::Validator& positive();        // a finite number > 0
+const CLI::Validator& seed_value();      // an integer in [0, 2^64 - 1] (no wrap of -1)
+const CLI::Validator& non_empty_path();  // a path that is not "" (an empty --json was ignored)
 
 // Throws UsageError unless `path`'s directory exists, so a long run does not end in an error
 // writing its output. `option` names the flag in the message.

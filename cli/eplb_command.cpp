@@ -109,7 +109,8 @@ void register_eplb_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "eplb", "DeepSeek-EPLB rebalance_experts: prints phy2log, log2phy and logcnt as JSON");
   cmd->add_option("--weights", args->weights_path, "JSON file of loads [layers][experts]")
-      ->required();
+      ->required()
+      ->check(non_empty_path());
   cmd->add_option("--replicas", args->replicas, "physical experts (a multiple of --gpus)")
       ->required();
   cmd->add_option("--groups", args->groups,

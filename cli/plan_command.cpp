@@ -153,7 +153,8 @@ void register_plan_command(CLI::App& app) {
                   "presets: override the number of experts (top-k capped at E/2)")
       ->check(CLI::Range(2, 65536));
   cmd->add_option("--seed", args->seed, "seed")->capture_default_str()->check(seed_value());
-  cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout");
+  cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout")
+      ->check(non_empty_path());
   cmd->callback([args] { run_plan(*args); });
 }
 

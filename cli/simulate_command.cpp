@@ -333,10 +333,13 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_flag("--layout-pricing", args->layout_pricing,
                 "cobalt+ prices layouts with the cost model: also plans smaller replica budgets, "
                 "keeps the lowest modelled step time, applies stage-2 moves only when they pay");
-  cmd->add_option("--json", args->json_path, "write the comparison as JSON (DESIGN.md §3.2)");
-  cmd->add_option("--report", args->report_path, "write a self-contained HTML report");
+  cmd->add_option("--json", args->json_path, "write the comparison as JSON (DESIGN.md §3.2)")
+      ->check(non_empty_path());
+  cmd->add_option("--report", args->report_path, "write a self-contained HTML report")
+      ->check(non_empty_path());
   cmd->add_option("--dump", args->dump_dir,
-                  "write DIR/routing.safetensors and DIR/<policy>.safetensors (exec_rank, layout)");
+                  "write DIR/routing.safetensors and DIR/<policy>.safetensors (exec_rank, layout)")
+      ->check(non_empty_path());
   cmd->callback([args] { run_simulate(*args); });
 }
 

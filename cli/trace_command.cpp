@@ -36,6 +36,8 @@ struct InfoArgs {
   bool json = false;
   int num_ranks = 0;
   int hot_count = 8;
+  bool hot_count_given =
+      false;  // an explicit --hot-count above E is an error, the default is capped
   int num_threads = 1;
 };
 
@@ -158,6 +160,11 @@ void run_info(const InfoArgs& args) {
   }
   if (args.num_threads < 0) throw UsageError("trace info: --threads must be >= 0 (0 = all cores)");
   const io::TraceReader trace(args.file);
+  if (args.hot_count_given && args.hot_count > trace.num_experts()) {
+    throw UsageError(
+        fmt::format("trace info: --hot-count {} out of range [1, {}] (the trace's experts)",
+                    args.hot_count, trace.num_experts()));
+  }
   eval::TraceStatsOptions options;
   options.hot_count = args.hot_count;
   options.num_ranks = args.num_ranks;
@@ -190,7 +197,8 @@ void register_trace_commands(CLI::App& app) {
   gen->add_option("--threads", gen_args->num_threads,
                   "Generator threads, 0 = all cores; the output does not depend on it")
       ->capture_default_str();
-  gen->add_option("--out", gen_args->out, "Output trace file (cobalt-trace v1 safetensors)");
+  gen->add_option("--out", gen_args->out, "Output trace file (cobalt-trace v1 safetensors)")
+      ->check(non_empty_path());
   gen->callback([gen_args] { run_gen(*gen_args); });
 
   auto info_args = std::make_shared<InfoArgs>();
@@ -199,11 +207,15 @@ void register_trace_commands(CLI::App& app) {
   info->add_flag("--json", info_args->json, "Print JSON instead of text");
   info->add_option("--ranks", info_args->num_ranks,
                    "G for the static-EP imbalance (default: the trace's source ranks)");
-  info->add_option("--hot-count", info_args->hot_count, "H of the hot-set churn")
-      ->capture_default_str();
+  CLI::Option* hot_count =
+      info->add_option("--hot-count", info_args->hot_count, "H of the hot-set churn (at most E)")
+          ->capture_default_str();
   info->add_option("--threads", info_args->num_threads, "Threads for co-activation counting")
       ->capture_default_str();
-  info->callback([info_args] { run_info(*info_args); });
+  info->callback([info_args, hot_count] {
+    info_args->hot_count_given = hot_count->count() > 0;
+    run_info(*info_args);
+  });
 }
 
 }  // namespace cobalt::cli

@@ -59,6 +59,16 @@ const CLI::Validator& seed_value() {
   return validator;
 }
 
+const CLI::Validator& non_empty_path() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        if (!text.empty()) return {};
+        return "empty path (give a file name)";
+      },
+      "PATH");
+  return validator;
+}
+
 void require_output_directory(const std::string& path, const std::string& option) {
   if (path.empty()) throw UsageError(fmt::format("{}: empty path", option));
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();

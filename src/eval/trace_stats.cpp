@@ -270,7 +270,7 @@ TraceStats compute(const TraceSource& src, const TraceStatsOptions& options) {
   stats.num_steps = src.num_steps();
   stats.load_only = src.load_only();
   stats.num_sources = (stats.load_only || src.has_source_rank()) ? src.num_sources() : 0;
-  stats.hot_count = options.hot_count;
+  stats.hot_count = std::min(options.hot_count, stats.num_experts);  // capped at E
   stats.static_ep_ranks = options.num_ranks > 0 ? options.num_ranks : stats.num_sources;
 
   std::vector<RankId> source_scratch;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <queue>
 
@@ -240,10 +241,12 @@ EplbResult rebalance_experts(std::span<const double> weight, int num_layers, int
   }
   std::vector<float> w(weight.size());
   for (size_t i = 0; i < weight.size(); ++i) {
-    COBALT_CHECK_ARG(std::isfinite(weight[i]) && weight[i] >= 0,
-                     "eplb: weight[{}][{}] = {} must be finite and >= 0", i / num_experts,
-                     i % num_experts, weight[i]);
+    // eplb.py works in float32: a double above FLT_MAX would become inf there.
     w[i] = static_cast<float>(weight[i]);
+    COBALT_CHECK_ARG(std::isfinite(w[i]) && weight[i] >= 0,
+                     "eplb: weight[{}][{}] = {} must be finite in float32 and >= 0 (range [0, {}])",
+                     i / num_experts, i % num_experts, weight[i],
+                     std::numeric_limits<float>::max());
   }
   const Hierarchical h =
       hierarchical

@@ -22,7 +22,7 @@
 namespace cobalt::eval {
 
 struct TraceStatsOptions {
-  int hot_count = 8;  // H of the hot-set churn, >= 1
+  int hot_count = 8;  // H of the hot-set churn, >= 1; capped at E (TraceStats::hot_count is used)
   int num_ranks = 0;  // G of the static-EP imbalance; 0 => the trace's num_sources (absent if none)
   int num_threads = 1;  // for the co-activation counts; results do not depend on it
 };

@@ -95,6 +95,12 @@ TEST_F(CliTest, GenThenInfoJson) {
                           "hot-set churn", "source ranks"}) {
     EXPECT_NE(text.out.find(key), std::string::npos) << key << "\n" << text.out;
   }
+  // An explicit --hot-count must fit the trace's 64 experts (above E the churn is trivially 0).
+  const auto too_hot = run("trace info --hot-count 65 '" + trace + "'");
+  EXPECT_EQ(too_hot.exit_code, 2) << too_hot.err;
+  EXPECT_NE(too_hot.err.find("--hot-count 65 out of range [1, 64]"), std::string::npos)
+      << too_hot.err;
+  EXPECT_EQ(run("trace info --hot-count 64 '" + trace + "'").exit_code, 0);
 }
 
 TEST_F(CliTest, ListPresets) {
@@ -118,7 +124,11 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
                                           "plan --preset uniform --cluster 0x4",
                                           "trace gen --preset uniform --seed -1 --out " + out,
                                           "plan --trace " + out + " --experts 8",
-                                          "simulate --rho -1 --preset uniform"};
+                                          "simulate --rho -1 --preset uniform",
+                                          "simulate --preset uniform --json ''",
+                                          "simulate --preset uniform --report ''",
+                                          "plan --preset uniform --out ''",
+                                          "trace gen --preset uniform --out ''"};
   for (const std::string& args : cases) {
     const auto r = run(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;

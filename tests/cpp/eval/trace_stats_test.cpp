@@ -146,6 +146,15 @@ TEST(TraceStats, AveragesLayers) {
   EXPECT_DOUBLE_EQ(*s.layers[1].hot_set_churn, 0.0);
 }
 
+TEST(TraceStats, HotCountAboveTheExpertsIsCappedAndReported) {
+  TraceStatsOptions o;
+  o.hot_count = 100;  // E = 4
+  const auto s = compute_trace_stats(hand_trace(), o);
+  EXPECT_EQ(s.hot_count, 4);
+  ASSERT_TRUE(s.hot_set_churn.has_value());
+  EXPECT_DOUBLE_EQ(*s.hot_set_churn, 0.0);  // the whole expert set never churns
+}
+
 TEST(TraceStats, RejectsBadOptionsAndData) {
   TraceStatsOptions o;
   o.hot_count = 0;

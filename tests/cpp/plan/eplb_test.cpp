@@ -207,6 +207,9 @@ TEST(Eplb, InvalidInputsThrowClearErrors) {
   std::vector<double> bad = w;
   bad[5] = -1;
   expect_invalid(bad, 1, 12, 16, 4, 2, 8, "weight[0][5] = -1");
+  bad = w;
+  bad[7] = 1e300;  // finite in double, inf in eplb.py's float32
+  expect_invalid(bad, 1, 12, 16, 4, 2, 8, "weight[0][7] = 1e+300 must be finite in float32");
 }
 
 }  // namespace
