@@ -9,6 +9,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
+#include "ordered_mask_table.hpp"
 
 namespace cobalt::assign {
 namespace {
@@ -30,63 +31,6 @@ inline int nth_set_bit(uint64_t mask, uint32_t i) {
   for (; i > 0; --i) mask &= mask - 1;
   return std::countr_zero(mask);
 }
-
-// The paper's mask enumeration as bitset algebra, for N <= 8 (2^N <= 256 candidate masks, at most
-// four 64-bit words): bit b of hits[m] says mask b meets node set m. The feasible masks of a token
-// are the AND of hits[] over its uncovered experts, restricted to masks without the source node;
-// the answer is the lowest feasible mask of the smallest popcount >= 2, i.e. exactly the first
-// feasible mask in (popcount, value) order that the enumeration finds.
-class MaskCoverTable {
- public:
-  static constexpr int kMaxNodes = 8;
-  static constexpr int kMaxWords = 4;
-
-  explicit MaskCoverTable(int num_nodes)
-      : num_nodes_(num_nodes), words_(std::max(1, (1 << num_nodes) / 64)) {
-    const int num_masks = 1 << num_nodes;
-    hits_.assign(static_cast<size_t>(num_masks) * words_, 0);
-    by_popcount_.assign(static_cast<size_t>(num_nodes + 1) * words_, 0);
-    without_node_.assign(static_cast<size_t>(num_nodes) * words_, 0);
-    for (int b = 0; b < num_masks; ++b) {
-      const uint64_t bit = uint64_t{1} << (b % 64);
-      const int word = b / 64;
-      for (int m = 0; m < num_masks; ++m) {
-        if (b & m) hits_[static_cast<size_t>(m) * words_ + word] |= bit;
-      }
-      by_popcount_[static_cast<size_t>(std::popcount(static_cast<unsigned>(b))) * words_ + word] |=
-          bit;
-      for (int n = 0; n < num_nodes; ++n) {
-        if (!(b & (1 << n))) without_node_[static_cast<size_t>(n) * words_ + word] |= bit;
-      }
-    }
-  }
-
-  // The first feasible remote mask with >= 2 nodes for the uncovered node masks (none holds
-  // src_node); 0 when none is feasible.
-  uint64_t first_feasible(const uint64_t* uncovered_masks, int num_uncovered, int src_node) const {
-    std::array<uint64_t, kMaxWords> feasible{};
-    for (int w = 0; w < words_; ++w) feasible[w] = without_node_[src_node * words_ + w];
-    for (int i = 0; i < num_uncovered; ++i) {
-      const uint64_t* h = hits_.data() + static_cast<size_t>(uncovered_masks[i]) * words_;
-      for (int w = 0; w < words_; ++w) feasible[w] &= h[w];
-    }
-    for (int p = 2; p <= num_nodes_; ++p) {
-      const uint64_t* cls = by_popcount_.data() + static_cast<size_t>(p) * words_;
-      for (int w = 0; w < words_; ++w) {
-        const uint64_t x = feasible[w] & cls[w];
-        if (x != 0) return static_cast<uint64_t>(w * 64 + std::countr_zero(x));
-      }
-    }
-    return 0;
-  }
-
- private:
-  int num_nodes_;
-  int words_;
-  std::vector<uint64_t> hits_;          // [2^N, words]
-  std::vector<uint64_t> by_popcount_;   // [N + 1, words]
-  std::vector<uint64_t> without_node_;  // [N, words]
-};
 
 // Minimum cover of `full` (a set over uncovered-expert indices) by the node covers `cover[n]`, n in
 // `nodes`. Returns the chosen node set as a mask. Exact DP over subsets; among equal-size covers
@@ -219,6 +163,56 @@ void check_inputs(const RoutingBatch& batch, const ExpertLayout& layout,
 
 }  // namespace
 
+namespace {
+
+// What the per-token loops read: [T, K] ids, [T] sources, the layout's tables, the RNG prefix.
+struct AssignInputs {
+  const ExpertId* ids;          // [T, K]
+  const RankId* src;            // [T]
+  const NodeId* node_of_rank;   // [G]
+  const uint64_t* node_mask;    // [E]
+  const int32_t* node_offsets;  // [E * N + 1] into replica_ranks
+  const RankId* replica_ranks;  // replicas grouped by (expert, node)
+  int top_k;
+  int num_nodes;
+  uint64_t prefix;  // counter_prefix(seed, step, layer)
+  int64_t token_offset;
+  RankId* exec_rank;  // [T, K]
+};
+
+// Algorithm 1 for tokens [begin, end) on N <= 8 nodes, without data-dependent branches: the cover
+// is the lowest feasible position of the ordered mask table, and a task's node is a table lookup
+// (the i-th set bit of its option byte). Draws the same numbers as the reference.
+template <int kWords>
+void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTable& table,
+                             const detail::SelectTable& select, int64_t begin, int64_t end) {
+  const int top_k = in.top_k;
+  std::array<uint64_t, kMaxTopK> masks;
+  for (int64_t t = begin; t < end; ++t) {
+    const ExpertId* row = in.ids + t * top_k;
+    RankId* out = in.exec_rank + t * top_k;
+    const int src_node = in.node_of_rank[in.src[t]];
+    for (int k = 0; k < top_k; ++k) masks[k] = in.node_mask[row[k]];
+    const uint64_t cover = table.first_cover<kWords>(masks.data(), top_k, src_node);
+    const uint64_t src_bit = uint64_t{1} << src_node;
+    const uint64_t token_h = token_hash(in.prefix, static_cast<uint64_t>(in.token_offset + t));
+    for (int k = 0; k < top_k; ++k) {
+      // Its source node when local, else uniform within cover & mask; uniform_below(h, 1) == 0,
+      // so single choices need no branch.
+      const uint64_t options_mask = (masks[k] & src_bit) ? src_bit : (cover & masks[k]);
+      const uint64_t h = task_hash_from_token(token_h, static_cast<uint64_t>(k));
+      const int n = select.nth_set_bit(
+          options_mask, uniform_below(h, static_cast<uint32_t>(std::popcount(options_mask))));
+      const size_t idx = static_cast<size_t>(row[k]) * in.num_nodes + n;
+      const int32_t first = in.node_offsets[idx];
+      const uint32_t count = static_cast<uint32_t>(in.node_offsets[idx + 1] - first);
+      out[k] = in.replica_ranks[first + uniform_below(mix64(h), count)];
+    }
+  }
+}
+
+}  // namespace
+
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank) {
   check_inputs(batch, layout, exec_rank);
@@ -231,11 +225,10 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
       "for masks)",
       num_nodes);
-  // Per source node: the masks of >= 2 remote nodes in (popcount, value) order. Single-node covers
-  // are found directly (the lowest node holding every uncovered expert is the first such mask).
-  const bool use_table = use_masks && num_nodes <= MaskCoverTable::kMaxNodes;
-  std::optional<MaskCoverTable> table;
-  if (use_table) table.emplace(num_nodes);
+  // Per source node: the masks of >= 2 remote nodes in (popcount, value) order (N > 8; the ordered
+  // mask table serves N <= 8). Single-node covers are found directly (the lowest node holding every
+  // uncovered expert is the first such mask).
+  const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
   std::vector<std::vector<uint64_t>> multi_masks(use_masks && !use_table ? num_nodes : 0);
   if (use_masks && !use_table) {
     const auto ordered = masks_by_popcount(num_nodes);
@@ -256,6 +249,30 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   std::vector<NodeId> node_of_rank(layout.num_ranks());
   for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank[r] = r / per_node;
 
+  const int num_threads = resolve_threads(options.num_threads);
+  const int num_chunks =
+      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
+  if (use_table) {
+    const detail::OrderedMaskTable table(num_nodes);
+    const detail::SelectTable select;
+    const AssignInputs in{
+        ids,       src,    node_of_rank.data(), node_mask,       node_offsets, replica_ranks, top_k,
+        num_nodes, prefix, key.token_offset,    exec_rank.data()};
+    parallel_chunks(batch.num_tokens(), num_chunks, num_threads,
+                    [&](int /*chunk*/, int64_t begin, int64_t end) {
+                      switch (table.num_words()) {
+                        case 1:
+                          return assign_range_with_table<1>(in, table, select, begin, end);
+                        case 2:
+                          return assign_range_with_table<2>(in, table, select, begin, end);
+                        default:
+                          return assign_range_with_table<4>(in, table, select, begin, end);
+                      }
+                    });
+    return;
+  }
+
+  // N > 8 (or an explicit search): the enumeration over multi-node masks, or the subset DP.
   auto run = [&](int /*chunk*/, int64_t begin, int64_t end) {
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> uncovered_masks;
@@ -282,8 +299,6 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         cover = 0;
       } else if (common != 0) {
         cover = common & (~common + 1);  // lowest node holding every uncovered expert
-      } else if (use_table) {
-        cover = table->first_feasible(uncovered_masks.data(), num_uncovered, src_node);
       } else if (use_masks) {
         for (uint64_t b : multi_masks[src_node]) {
           bool feasible = true;
@@ -312,9 +327,6 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       }
     }
   };
-  const int num_threads = resolve_threads(options.num_threads);
-  const int num_chunks =
-      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
 }
 
@@ -329,8 +341,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  const bool use_table = use_masks && num_nodes <= MaskCoverTable::kMaxNodes;
-  std::optional<MaskCoverTable> table;
+  const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
+  std::optional<detail::OrderedMaskTable> table;
   if (use_table) table.emplace(num_nodes);
   const auto ordered =
       use_masks && !use_table ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
@@ -355,7 +367,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
       } else if (common != 0) {
         cover = common & (~common + 1);
       } else if (use_table) {
-        cover = table->first_feasible(masks.data(), num_uncovered, std::countr_zero(src_bit));
+        cover = table->first_cover(masks.data(), num_uncovered, std::countr_zero(src_bit));
       } else if (use_masks) {
         for (uint64_t b : ordered) {
           if (std::popcount(b) < 2 || (b & src_bit)) continue;
