@@ -151,13 +151,20 @@ int run_cases(Context& ctx) {
   const Batch rnd16 = random_batch(6, T, 8, 512, 128, 1.0);
   const auto exec16 = check_assign(ctx, rnd16, layout16, CoverSearch::kAuto, true);
   {
+    // 8 nodes: the four-word bitset cover (timed; Gosper's walk visited up to 247 masks here).
+    const Topology t8x8(8, 64);
+    const auto layout8 = random_layout(11, t8x8, 256, 6, 0.8);
+    check_assign(ctx, random_batch(12, T, 8, 256, 64, 1.0), layout8, CoverSearch::kAuto, true);
+  }
+  {
     struct Small {
       int nodes, per_node, experts, top_k, slots;
     };
     uint64_t seed = 100;
     for (const Small c : {Small{1, 4, 16, 4, 6}, Small{2, 4, 32, 2, 6}, Small{3, 2, 24, 3, 6},
-                          Small{5, 2, 40, 6, 6}, Small{8, 2, 64, 8, 6}, Small{8, 1, 40, 1, 8},
-                          Small{12, 2, 96, 8, 6}, Small{20, 1, 80, 5, 6}}) {
+                          Small{5, 2, 40, 6, 6}, Small{6, 2, 48, 8, 6}, Small{7, 2, 56, 8, 6},
+                          Small{8, 2, 64, 8, 6}, Small{8, 1, 40, 1, 8}, Small{12, 2, 96, 8, 6},
+                          Small{20, 1, 80, 5, 6}}) {
       const Topology topo(c.nodes, c.nodes * c.per_node);
       const auto layout = random_layout(++seed, topo, c.experts, c.slots, 0.5);
       ++seed;

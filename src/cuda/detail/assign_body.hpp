@@ -6,8 +6,9 @@
 //     when the node holds one replica), h_k = task_hash_from_token(token_hash(prefix, token), k);
 //   * uncovered experts: the cover is the lowest node holding all of them when there is one, else
 //     - kMasks (the paper's enumeration): the first feasible remote mask in (popcount, value)
-//       order, enumerated per popcount with Gosper's hack over the N-1 remote nodes (bit-deposit
-//       around the source bit keeps numeric order), or
+//       order: for N <= 8 the lowest set bit of a bitset AND over the uncovered experts (per
+//       popcount class), above that enumerated per popcount with Gosper's hack over the N-1
+//       remote nodes (bit-deposit around the source bit keeps numeric order), or
 //     - kSubsetDp (the scalable exact variant): min_cover_dp of node_cover.cpp (non-dominated
 //       distinct node covers in ascending node order, lexicographic combinations when there are
 //       <= 12, else the DP over subsets of the uncovered experts with the same tie-break);
@@ -69,6 +70,105 @@ COBALT_HD inline uint64_t first_feasible_mask(int num_nodes, int src_node, const
     }
   }
   return 0;  // unreachable: every expert has a replica, so all remote nodes cover U_t
+}
+
+// The same answer for N <= 8 without enumeration: node masks as bit positions of at most four
+// 64-bit words (bit b of word w stands for mask 64 w + b), the feasible masks as an AND of
+// per-expert words, then the lowest set bit of the smallest popcount class >= 2. The CPU does the
+// same with precomputed words (src/assign/ordered_mask_table.hpp); here every word comes from the
+// constants below, so no table is needed. Gosper's walk above visits up to 247 masks at N = 8,
+// with lanes of a warp stopping at different ones.
+inline constexpr int kBitsetMaxNodes = 8;
+
+// Masks among 64 w .. 64 w + 63 that leave node n out.
+COBALT_HD inline uint64_t masks_without_node(int n, int w) {
+  switch (n) {
+    case 0:
+      return 0x5555555555555555ULL;
+    case 1:
+      return 0x3333333333333333ULL;
+    case 2:
+      return 0x0F0F0F0F0F0F0F0FULL;
+    case 3:
+      return 0x00FF00FF00FF00FFULL;
+    case 4:
+      return 0x0000FFFF0000FFFFULL;
+    case 5:
+      return 0x00000000FFFFFFFFULL;
+    default:  // nodes 6 and 7 are bits 0 and 1 of the word index
+      return ((w >> (n - 6)) & 1) ? 0 : ~uint64_t{0};
+  }
+}
+
+// Bits b < 64 with popcount(b) == q (0 when q is outside [0, 6]).
+COBALT_HD constexpr uint64_t popcount_class_word(int q) {
+  switch (q) {
+    case 0:
+      return 0x1ULL;
+    case 1:
+      return 0x100010116ULL;
+    case 2:
+      return 0x1011601161668ULL;
+    case 3:
+      return 0x116166816686880ULL;
+    case 4:
+      return 0x1668688068808000ULL;
+    case 5:
+      return 0x6880800080000000ULL;
+    case 6:
+      return 0x8000000000000000ULL;
+    default:
+      return 0;
+  }
+}
+
+#if !defined(__CUDA_ARCH__)
+// The literals above are the popcount classes (checked by the host compiler).
+constexpr bool popcount_class_words_hold() {
+  for (int q = 0; q <= 6; ++q) {
+    uint64_t word = 0;
+    for (int b = 0; b < 64; ++b) {
+      if (std::popcount(static_cast<unsigned>(b)) == q) word |= uint64_t{1} << b;
+    }
+    if (word != popcount_class_word(q)) return false;
+  }
+  return true;
+}
+static_assert(popcount_class_words_hold());
+#endif
+
+// Requires num_nodes <= kBitsetMaxNodes. One word at a time (fewer live registers than all four
+// at N = 8): the first word holding a mask of the smallest popcount class wins, and words come in
+// value order, so ties keep the lowest mask.
+template <int kMaxK>
+COBALT_HD inline uint64_t first_feasible_mask_bitset(int num_nodes, int src_node,
+                                                     const uint64_t* mask, uint32_t uncovered,
+                                                     int top_k) {
+  const int num_words = num_nodes <= 6 ? 1 : 1 << (num_nodes - 6);
+  const uint64_t valid =
+      num_nodes >= 6 ? ~uint64_t{0} : (uint64_t{1} << (1 << num_nodes)) - 1;  // masks < 2^N
+  uint64_t best = 0;
+  int best_popcount = num_nodes + 1;
+  for (int w = 0; w < num_words; ++w) {
+    uint64_t feasible = masks_without_node(src_node, w) & valid;
+    COBALT_UNROLL
+    for (int k = 0; k < kMaxK; ++k) {
+      if (k < top_k && ((uncovered >> k) & 1u)) {
+        uint64_t misses = ~uint64_t{0};  // masks that meet none of expert k's nodes
+        for (uint64_t m = mask[k]; m; m &= m - 1) misses &= masks_without_node(ctz64(m), w);
+        feasible &= ~misses;
+      }
+    }
+    for (int p = 2; p < best_popcount; ++p) {
+      const uint64_t x = feasible & popcount_class_word(p - popc32(static_cast<uint32_t>(w)));
+      if (x != 0) {
+        best = static_cast<uint64_t>(w) * 64 + static_cast<uint64_t>(ctz64(x));
+        best_popcount = p;
+        break;
+      }
+    }
+  }
+  return best;  // never 0: every expert has a replica, so all remote nodes cover U_t
 }
 
 // kSubsetDp: node_cover.cpp's min_cover_dp over the compacted uncovered masks. best_table holds
@@ -185,7 +285,9 @@ COBALT_HD inline bool assign_token(const AssignTables& tab, const int32_t* ids, 
   if (common != 0) {
     cover = common & (~common + 1);  // lowest node holding every uncovered expert
   } else if (mode == CoverMode::kMasks) {
-    cover = first_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k);
+    cover = tab.num_nodes <= kBitsetMaxNodes
+                ? first_feasible_mask_bitset<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k)
+                : first_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k);
   } else {
     uint64_t compact[kMaxK];
     int num_uncovered = 0;
