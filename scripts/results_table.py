@@ -33,9 +33,12 @@ def main() -> int:
                 result = json.load(f)
         name = os.path.basename(workload)
         for p in result["policies"]:
+            # null without a static run in --policies (nothing to compare with)
+            reduction = p["cross_node_reduction_vs_static"]
+            reduction_text = "n/a" if reduction is None else f"{100 * reduction:.1f}%"
             print(
                 f"| {name} | {cluster} | {p['name']} | {p['cross_node_tokens']} | "
-                f"{100 * p['cross_node_reduction_vs_static']:.1f}% | {p['imbalance_mean']:.3f} | "
+                f"{reduction_text} | {p['imbalance_mean']:.3f} | "
                 f"{p['imbalance_max']:.3f} | {p['planner_wall_ms']:.0f} |"
             )
     return 0

@@ -347,6 +347,24 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const auto ordered =
       use_masks && !use_table ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
   const int top_k = batch.top_k();
+  const int num_threads = resolve_threads(options.num_threads);
+  const int num_chunks =
+      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
+  if (use_table) {
+    // Branch-free, as in assign_range_with_table: local experts contribute all-ones words.
+    const ExpertId* ids = batch.topk_ids().data();
+    const uint64_t* node_mask = layout.node_masks().data();
+    parallel_chunks(
+        batch.num_tokens(), num_chunks, num_threads, [&](int, int64_t begin, int64_t end) {
+          std::array<uint64_t, kMaxTopK> masks;
+          for (int64_t t = begin; t < end; ++t) {
+            const ExpertId* row = ids + t * top_k;
+            for (int k = 0; k < top_k; ++k) masks[k] = node_mask[row[k]];
+            covers[t] = table->first_cover(masks.data(), top_k, batch.source_of(t) / per_node);
+          }
+        });
+    return;
+  }
   auto run = [&](int, int64_t begin, int64_t end) {
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> masks;
@@ -366,8 +384,6 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
         cover = 0;
       } else if (common != 0) {
         cover = common & (~common + 1);
-      } else if (use_table) {
-        cover = table->first_cover(masks.data(), num_uncovered, std::countr_zero(src_bit));
       } else if (use_masks) {
         for (uint64_t b : ordered) {
           if (std::popcount(b) < 2 || (b & src_bit)) continue;
@@ -383,11 +399,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
       }
       covers[t] = cover;
     }
-    (void)top_k;
   };
-  const int num_threads = resolve_threads(options.num_threads);
-  const int num_chunks =
-      static_cast<int>(std::clamp<int64_t>(batch.num_tokens() / 8192, 1, 4 * num_threads));
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
 }
 

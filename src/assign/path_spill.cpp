@@ -45,33 +45,36 @@ class PathSpill {
     }
     node_of_rank_.resize(layout.num_ranks());
     for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank_[r] = r / per_node_;
-    // Token reach: the source node and the nodes of its tasks.
-    reach_.resize(batch.num_tokens());
-    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-      uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
-      for (int k = 0; k < top_k_; ++k) reach |= node_bit(node_of_rank_[exec_rank_[t * top_k_ + k]]);
-      reach_[t] = reach;
-    }
-    // Tasks grouped by replica (counting sort, task order within a replica).
-    offsets_.assign(num_reps_ + 1, 0);
+    // One pass over the tokens: each token's reach (its source node and the nodes of its tasks),
+    // each task's replica, the tasks per replica, and per (replica, node) how many of them have a
+    // token reaching the node.
+    const int64_t num_tokens = batch.num_tokens();
+    const ExpertId* ids = batch.topk_ids().data();
+    reach_.resize(num_tokens);
     std::vector<int32_t> task_rep(exec_rank.size());
-    for (size_t i = 0; i < exec_rank.size(); ++i) {
-      task_rep[i] = rep_of(batch.topk_ids()[i], exec_rank[i]);
-      ++offsets_[task_rep[i] + 1];
-    }
-    for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] += offsets_[a];
-    tasks_.resize(exec_rank.size());
-    std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
-    for (size_t i = 0; i < exec_rank.size(); ++i) tasks_[cursor[task_rep[i]]++] = i;
-    scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
-    moved_in_.resize(num_reps_);
-    // Live tasks per replica, and per node how many of them have a token reaching it.
+    offsets_.assign(num_reps_ + 1, 0);
     count_.assign(num_reps_, 0);
     reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
-    for (size_t i = 0; i < exec_rank.size(); ++i) {
-      ++count_[task_rep[i]];
-      add_reach(task_rep[i], reach_[static_cast<int64_t>(i) / top_k_], +1);
+    for (TokenIdx t = 0; t < num_tokens; ++t) {
+      const int64_t row = t * top_k_;
+      uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
+      for (int k = 0; k < top_k_; ++k) reach |= node_bit(node_of_rank_[exec_rank_[row + k]]);
+      reach_[t] = reach;
+      for (int k = 0; k < top_k_; ++k) {
+        const int rep = rep_of(ids[row + k], exec_rank_[row + k]);
+        task_rep[row + k] = rep;
+        ++count_[rep];
+        add_reach(rep, reach, +1);
+      }
     }
+    // Tasks grouped by replica (counting sort, task order within a replica).
+    for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] = offsets_[a] + count_[a];
+    tasks_.resize(exec_rank.size());
+    std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
+    for (size_t i = 0; i < exec_rank.size(); ++i)
+      tasks_[cursor[task_rep[i]]++] = static_cast<int64_t>(i);
+    scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
+    moved_in_.resize(num_reps_);
   }
 
   void run(int64_t cap) {
