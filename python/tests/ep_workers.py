@@ -212,7 +212,7 @@ def run_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int = 0) -
         if not faults["done"] and store.version + 1 == fault_at_version:
             faults["done"] = True
             if rows.shape[0] > 0:
-                rows[0, 0] += 1.0
+                rows[0, 0] ^= 1  # rows are raw bytes: flip one bit
 
     if fault_at_version > 0:
         model.moes[0].experts.fault_hook = corrupt

@@ -14,6 +14,17 @@
   optimizer state of every expert are checksummed before; arriving rows are verified against
   those checksums before anything is written; after the commit every expert's checksum must be
   unchanged, otherwise the bank, the optimizer state and the placement are restored on every rank.
+  Accumulated gradients (``.grad`` rows) move with their expert too, so a change between the
+  micro-batches of gradient accumulation keeps every expert's gradient. Rows travel as raw bytes:
+  any dtype migrates exactly.
+* **Pending backward passes.** A forward whose backward pass has not run yet holds views of the
+  bank rows and the slots its replica gradients return to, so main instances never move while one
+  is pending (:meth:`open_backward` / :meth:`close_backward`); the layer then runs the new layout
+  with the mains where they are (replicas are fetched from wherever the mains are) and applies
+  the change at its next forward without a pending backward (``MigrationCounters.deferred``).
+* **Checkpoints.** The main placement (rank and bank slot of every expert) and the version are part
+  of the module's ``state_dict`` (``get_extra_state``), so a bank saved after layout changes loads
+  back with every expert in its row.
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ from cobalt.torch.traffic import TrafficStats
 
 __all__ = ["ExpertStore", "MigrationCounters", "ReplicaFetch"]
 
-# fault_hook(stage, tensor): called with the received migration rows ("migration.recv") before
+# fault_hook(stage, tensor): called with the received migration rows ("migration.recv", uint8
+# [rows, bytes]: every moving part of an expert as raw bytes) before
 # they are verified, so tests can corrupt them and check the rollback.
 FaultHook = Callable[[str, torch.Tensor], None]
 
@@ -48,6 +60,7 @@ class MigrationCounters:
     main_moves_cross_node: int = 0
     main_moves_intra_node: int = 0
     rollbacks: int = 0
+    deferred: int = 0  # forwards that ran a new layout with the mains unmoved (backward pending)
     last_error: str = ""
 
 
@@ -90,6 +103,8 @@ class ExpertStore(nn.Module):
         self.layout_slots: Optional[np.ndarray] = None  # [G, S] of the version in force
         self.counters = MigrationCounters()
         self.fault_hook: Optional[FaultHook] = None
+        self._pending: dict[int, int] = {}  # open backward windows: token -> step opened
+        self._next_token = 0
 
     # ----------------------------------------------------------------------------- basics
     @property
@@ -122,6 +137,25 @@ class ExpertStore(nn.Module):
         hf = self.hidden * self.ffn
         return (row[:hf].view(self.hidden, self.ffn), row[hf:2 * hf].view(self.hidden, self.ffn),
                 row[2 * hf:].view(self.ffn, self.hidden))
+
+    # ----------------------------------------------------------------------------- backward windows
+    def open_backward(self, step: int) -> int:
+        """Registers a forward whose backward pass is still to run (at training step `step`);
+        returns the token for :meth:`close_backward`."""
+        self._next_token += 1
+        self._pending[self._next_token] = step
+        return self._next_token
+
+    def close_backward(self, token: int) -> None:
+        """The backward pass of that forward has run (idempotent: a retained graph may run its
+        backward again)."""
+        self._pending.pop(token, None)
+
+    def backward_pending(self, step: int) -> bool:
+        """Whether a forward of `step` still waits for its backward pass. Windows of earlier steps
+        are dropped: a step's backward passes end before its optimizer step."""
+        self._pending = {t: s for t, s in self._pending.items() if s == step}
+        return bool(self._pending)
 
     # ----------------------------------------------------------------------------- replicas
     def fetch_replicas(self, slots: np.ndarray, requires_grad: bool
@@ -181,6 +215,9 @@ class ExpertStore(nn.Module):
             self.traffic.record("replica_grads.bwd", fetch.recv_splits,
                                 self.param_row_size * grad.element_size())
         back = exchange_rows(grad, fetch.recv_splits, fetch.send_splits, self.ep.group)
+        # Sent: a second backward through a retained graph accumulates from zero again (else the
+        # main instance would receive the first pass's gradient twice).
+        fetch.leaf.grad = None
         self.ensure_grads()
         if back.shape[0] == 0:
             return
@@ -193,35 +230,45 @@ class ExpertStore(nn.Module):
             self.w2.grad.index_add_(0, idx, back[:, 2 * hf:].reshape(n, self.ffn, self.hidden))
 
     # ----------------------------------------------------------------------------- migration
-    def _state_keys(self, optimizer: Optional[torch.optim.Optimizer]) -> list[tuple[int, str]]:
-        """(bank param index, state key) of optimizer state shaped like the parameter: those
-        rows belong to one expert and move with it. Other state (e.g. Adam's step count) is per
-        bank tensor and identical on every rank that steps every iteration."""
+    def _moving_tensors(self, optimizer: Optional[torch.optim.Optimizer]
+                        ) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor [C, ...]) of everything that belongs to one expert row by row and moves
+        with its main instance: the bank parameters, their accumulated gradients (when present)
+        and the optimizer state indexed by bank slot (e.g. Adam's moments). Scalar state (e.g.
+        Adam's step count) is per bank tensor and identical on every rank that steps every
+        iteration. Raises ValueError for state that cannot be split by slot."""
+        names = ("w1", "w3", "w2")
+        out: list[tuple[str, torch.Tensor]] = [(n, p.data) for n, p in zip(names, self.bank)]
+        for n, p in zip(names, self.bank):
+            if p.grad is not None:
+                out.append((f"{n}.grad", p.grad))
         if optimizer is None:
-            return []
-        keys: list[tuple[int, str]] = []
-        for i, p in enumerate(self.bank):
+            return out
+        for n, p in zip(names, self.bank):
             state = optimizer.state.get(p, {})
             for k in sorted(state):
                 v = state[k]
-                if torch.is_tensor(v) and v.shape == p.shape:
-                    keys.append((i, k))
-        return keys
+                if not torch.is_tensor(v) or v.dim() == 0 or v.numel() == 1:
+                    continue
+                if v.shape[0] != self.capacity:
+                    raise ValueError(
+                        f"layout change: optimizer state '{k}' of {n} has shape "
+                        f"{tuple(v.shape)}, which cannot move with one expert (expected "
+                        f"[{self.capacity}, ...] indexed by bank slot, or a scalar)")
+                out.append((f"{n}.{k}", v))
+        return out
 
-    def _row_parts(self, slot: int, optimizer: Optional[torch.optim.Optimizer],
-                   keys: list[tuple[int, str]]) -> list[torch.Tensor]:
-        parts = [p.detach()[slot] for p in self.bank]
-        for i, k in keys:
-            parts.append(optimizer.state[self.bank[i]][k][slot])  # type: ignore[union-attr]
-        return parts
+    @staticmethod
+    def _row_bytes(t: torch.Tensor, slot: int) -> torch.Tensor:
+        return t[slot].detach().contiguous().view(-1).view(torch.uint8)
 
-    def _checksum_table(self, optimizer: Optional[torch.optim.Optimizer],
-                        keys: list[tuple[int, str]]) -> np.ndarray:
-        """[E] int64 digest of every expert's main rows (parameters + moving optimizer state),
-        gathered from the main ranks (a collective)."""
+    def _checksum_table(self, tensors: list[tuple[str, torch.Tensor]]) -> np.ndarray:
+        """[E] int64 digest of every expert's main rows (everything that moves), gathered from
+        the main ranks (a collective)."""
         table = torch.zeros(self.num_experts, dtype=torch.int64)
         for e in self.local_experts():
-            table[int(e)] = digest(self._row_parts(int(self.main_slot[e]), optimizer, keys))
+            slot = int(self.main_slot[e])
+            table[int(e)] = digest([t[slot] for _, t in tensors])
         dist.all_reduce(table, op=dist.ReduceOp.SUM, group=self.ep.group)
         return table.numpy()
 
@@ -230,28 +277,30 @@ class ExpertStore(nn.Module):
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.ep.group)
         return bool(flag.item())
 
-    def _check_state_keys(self, keys: list[tuple[int, str]], sizes: list[int]) -> None:
-        """Every rank must move rows of the same width (else the exchange would mismatch)."""
-        mine = torch.tensor([len(keys), sum(sizes)], dtype=torch.int64)
+    def _check_row_layout(self, tensors: list[tuple[str, torch.Tensor]],
+                          row_bytes: list[int]) -> None:
+        """Every rank must move rows of the same parts and width (else the exchange would
+        mismatch)."""
+        mine = torch.tensor([len(tensors), sum(row_bytes)], dtype=torch.int64)
         lo, hi = mine.clone(), mine.clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=self.ep.group)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=self.ep.group)
         if not torch.equal(lo, hi):
             raise RuntimeError(
-                "layout change: ranks hold different optimizer state for the expert bank "
-                f"(this rank: {len(keys)} state tensors {keys}); attach the same optimizer "
-                "on every rank and step it on every rank"
-            )
+                "layout change: ranks hold different optimizer state or gradients for the expert "
+                f"bank (this rank: {[n for n, _ in tensors]}); attach the same optimizer on every "
+                "rank, step it and zero gradients on every rank")
 
     def apply_layout(self, slots: np.ndarray, optimizer: Optional[torch.optim.Optimizer]
                      ) -> bool:
         """Makes `slots` [G, S] the layout in force (a new version). Main instances whose rank
-        does not hold their expert move, with their optimizer state rows, as described in the
-        module docstring. A collective: every rank calls it with the same layout.
+        does not hold their expert move, with their gradient and optimizer state rows, as
+        described in the module docstring. A collective: every rank calls it with the same
+        layout. Must not be called while a backward pass is pending (:meth:`backward_pending`).
 
         Returns True when the new version is in force, False after a rollback (the previous
-        placement, parameters and optimizer state are intact; replicas are fetched from wherever
-        the mains are, so execution stays correct either way).
+        placement, parameters, gradients and optimizer state are intact; replicas are fetched
+        from wherever the mains are, so execution stays correct either way).
         """
         g, me = self.ep.world_size, self.ep.rank
         new_rank, new_slot = follow_layout(slots, self.ep.ranks_per_node, self.main_rank,
@@ -261,10 +310,10 @@ class ExpertStore(nn.Module):
             self.main_slot = new_slot
             self._commit_version(slots)
             return True
-        keys = self._state_keys(optimizer)
-        row_sizes = [p[0].numel() for p in self.bank] + [self.bank[i][0].numel() for i, _ in keys]
-        self._check_state_keys(keys, row_sizes)
-        before = self._checksum_table(optimizer, keys)
+        tensors = self._moving_tensors(optimizer)
+        row_bytes = [t[0].numel() * t.element_size() for _, t in tensors]
+        self._check_row_layout(tensors, row_bytes)
+        before = self._checksum_table(tensors)
 
         send_e = movers[self.main_rank[movers] == me]
         send_e = send_e[np.lexsort((send_e, new_rank[send_e]))]
@@ -272,21 +321,21 @@ class ExpertStore(nn.Module):
         recv_e = recv_e[np.lexsort((recv_e, self.main_rank[recv_e]))]
         send_splits = np.bincount(new_rank[send_e], minlength=g).tolist()
         recv_splits = np.bincount(self.main_rank[recv_e], minlength=g).tolist()
-        width = sum(row_sizes)
-        send = torch.zeros(len(send_e), width)
+        width = sum(row_bytes)
+        send = torch.zeros(len(send_e), width, dtype=torch.uint8)
         for i, e in enumerate(send_e):
-            parts = self._row_parts(int(self.main_slot[e]), optimizer, keys)
-            send[i] = torch.cat([t.reshape(-1) for t in parts])
+            slot = int(self.main_slot[e])
+            send[i] = torch.cat([self._row_bytes(t, slot) for _, t in tensors])
         if self.traffic is not None:
-            self.traffic.record("migration", send_splits, width * send.element_size())
+            self.traffic.record("migration", send_splits, width)
         recv = exchange_rows(send, send_splits, recv_splits, self.ep.group)
         if self.fault_hook is not None:
             self.fault_hook("migration.recv", recv)
 
         # Verify every arriving row against the checksum taken at its old main rank.
-        bounds = np.cumsum([0] + row_sizes)
+        bounds = np.cumsum([0] + row_bytes)
         rows_ok = all(
-            digest([recv[i, bounds[j]:bounds[j + 1]] for j in range(len(row_sizes))])
+            digest([recv[i, bounds[j]:bounds[j + 1]] for j in range(len(row_bytes))])
             == int(before[e])
             for i, e in enumerate(recv_e)
         )
@@ -295,23 +344,19 @@ class ExpertStore(nn.Module):
             self.counters.last_error = "layout change: a migrated row failed its checksum"
             return False
 
-        backup_bank = [p.detach().clone() for p in self.bank]
-        backup_state = [optimizer.state[self.bank[i]][k].clone() for i, k in keys] \
-            if optimizer is not None else []
+        backup = [t.clone() for _, t in tensors]
         old_rank, old_slot = self.main_rank.copy(), self.main_slot.copy()
         with torch.no_grad():
             for e in send_e:  # vacate first: an arriving main may reuse the slot
-                self._write_row(int(old_slot[e]), None, optimizer, keys, bounds)
+                self._write_row(int(old_slot[e]), None, tensors, bounds)
             for i, e in enumerate(recv_e):
-                self._write_row(int(new_slot[e]), recv[i], optimizer, keys, bounds)
+                self._write_row(int(new_slot[e]), recv[i], tensors, bounds)
         self.main_rank, self.main_slot = new_rank, new_slot
-        after = self._checksum_table(optimizer, keys)
+        after = self._checksum_table(tensors)
         if not np.array_equal(after, before):
             with torch.no_grad():
-                for p, b in zip(self.bank, backup_bank):
-                    p.copy_(b)
-                for (i, k), b in zip(keys, backup_state):
-                    optimizer.state[self.bank[i]][k].copy_(b)  # type: ignore[union-attr]
+                for (_, t), b in zip(tensors, backup):
+                    t.copy_(b)
             self.main_rank, self.main_slot = old_rank, old_slot
             self.counters.rollbacks += 1
             self.counters.last_error = "layout change: checksums differ after the commit"
@@ -323,27 +368,66 @@ class ExpertStore(nn.Module):
         self._commit_version(slots)
         return True
 
-    def _write_row(self, slot: int, row: Optional[torch.Tensor],
-                   optimizer: Optional[torch.optim.Optimizer], keys: list[tuple[int, str]],
-                   bounds: np.ndarray) -> None:
-        """Writes a migrated row (parameters then state rows) into bank slot `slot`, or zeros."""
-        targets = [p.data[slot] for p in self.bank]
-        targets += [optimizer.state[self.bank[i]][k][slot] for i, k in keys]  # type: ignore
-        for j, t in enumerate(targets):
+    @staticmethod
+    def _write_row(slot: int, row: Optional[torch.Tensor],
+                   tensors: list[tuple[str, torch.Tensor]], bounds: np.ndarray) -> None:
+        """Writes a migrated row (its parts' bytes, in `tensors` order) into bank slot `slot`, or
+        zeros."""
+        for j, (_, t) in enumerate(tensors):
+            target = t[slot]
             if row is None:
-                t.zero_()
+                target.zero_()
             else:
-                t.copy_(row[bounds[j]:bounds[j + 1]].view(t.shape))
+                part = row[int(bounds[j]):int(bounds[j + 1])].clone().view(t.dtype)
+                target.copy_(part.view(target.shape))
 
     def _commit_version(self, slots: np.ndarray) -> None:
         self.layout_slots = np.array(slots, copy=True)
         self.version += 1
         self.counters.versions_applied += 1
 
+    # ----------------------------------------------------------------------------- checkpoints
+    def get_extra_state(self) -> dict:
+        """The main placement and version (saved in ``state_dict`` next to the bank rows)."""
+        return {
+            "format": "cobalt.ExpertStore/1",
+            "num_experts": self.num_experts,
+            "world_size": self.ep.world_size,
+            "capacity": self.capacity,
+            "main_rank": self.main_rank.copy(),
+            "main_slot": self.main_slot.copy(),
+            "version": self.version,
+            "layout_slots": None if self.layout_slots is None else self.layout_slots.copy(),
+        }
+
+    def set_extra_state(self, state: dict) -> None:
+        """Restores the placement saved with the bank rows; raises ValueError when the checkpoint
+        was written for another number of experts, world size or bank capacity."""
+        if not isinstance(state, dict) or state.get("format") != "cobalt.ExpertStore/1":
+            raise ValueError("ExpertStore checkpoint: unknown extra-state format")
+        for key, mine in (("num_experts", self.num_experts), ("world_size", self.ep.world_size),
+                          ("capacity", self.capacity)):
+            if int(state[key]) != mine:
+                raise ValueError(f"ExpertStore checkpoint: saved with {key} = {state[key]}, this "
+                                 f"store has {mine}")
+        main_rank = np.asarray(state["main_rank"], dtype=np.int64)
+        main_slot = np.asarray(state["main_slot"], dtype=np.int64)
+        if main_rank.shape != (self.num_experts,) or main_slot.shape != (self.num_experts,) or \
+                main_rank.min(initial=0) < 0 or main_rank.max(initial=0) >= self.ep.world_size or \
+                main_slot.min(initial=0) < 0 or main_slot.max(initial=0) >= self.capacity:
+            raise ValueError("ExpertStore checkpoint: main placement out of range")
+        if np.unique(main_rank * self.capacity + main_slot).shape[0] != self.num_experts:
+            raise ValueError("ExpertStore checkpoint: two experts share a bank slot")
+        self.main_rank, self.main_slot = main_rank.copy(), main_slot.copy()
+        self.version = int(state["version"])
+        saved = state["layout_slots"]
+        self.layout_slots = None if saved is None else np.array(saved, copy=True)
+
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]
         (a collective; exact: each value is summed with zeros only)."""
-        out = [torch.zeros((self.num_experts,) + tuple(p.shape[1:])) for p in self.bank]
+        out = [torch.zeros((self.num_experts,) + tuple(p.shape[1:]), dtype=p.dtype)
+               for p in self.bank]
         with torch.no_grad():
             for e in self.local_experts():
                 for o, p in zip(out, self.bank):

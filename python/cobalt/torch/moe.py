@@ -8,7 +8,9 @@ Forward, on every rank (collectives in the same order everywhere):
 3. The layout source decides (layout, exec_rank [T, K]) from the global routing; optionally
    verified identical on every rank.
 4. If the layout differs from the version in force: apply it (main instances migrate with their
-   optimizer state, checksummed, all-or-nothing; :mod:`cobalt.torch.expert_store`).
+   gradient and optimizer state rows, checksummed, all-or-nothing;
+   :mod:`cobalt.torch.expert_store`). While an earlier forward of this step still waits for its
+   backward pass, the mains stay where they are and the change waits for a later forward.
 5. Replica copies fetched from main instances.
 6. Dispatch with node-level dedup, experts, combine with in-node reduction
    (:mod:`cobalt.torch.exchange_plan`), each exchange differentiable.
@@ -49,6 +51,57 @@ from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
 __all__ = ["ExpertParallelMoE", "allreduce_gradients"]
 
 Router = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+class _DenseGradSync:
+    """Sums the data-parallel (router) gradients over the group once per backward pass, counting
+    every pass once. A hook on each parameter records this rank's gradient of the pass (what
+    autograd adds to ``.grad``); at the end of the pass the recorded gradients are all-reduced
+    and ``.grad`` gets the other ranks' share added. So a second backward through a retained
+    graph, or gradient accumulation over several passes, sums correctly whatever the zeroing
+    pattern (summing ``.grad`` itself would count an earlier pass's already-summed gradient
+    again)."""
+
+    def __init__(self) -> None:
+        self.params: list[nn.Parameter] = []
+        self.handles: list[Any] = []
+        self.pass_grads: list[Optional[torch.Tensor]] = []
+
+    def track(self, params: list[nn.Parameter]) -> None:
+        if [id(p) for p in params] == [id(p) for p in self.params]:
+            return
+        for h in self.handles:
+            h.remove()
+        self.params = list(params)
+        self.pass_grads = [None] * len(params)
+        self.handles = [p.register_hook(self._recorder(i)) for i, p in enumerate(params)]
+
+    def _recorder(self, i: int) -> Callable[[torch.Tensor], None]:
+        def record(grad: torch.Tensor) -> None:
+            g = grad.detach()
+            self.pass_grads[i] = g.clone() if self.pass_grads[i] is None else \
+                self.pass_grads[i] + g
+        return record
+
+    def sync(self, group: Optional[dist.ProcessGroup]) -> None:
+        """A collective: every rank calls it at the end of each backward pass."""
+        if not self.params:
+            return
+        local = [g if g is not None else torch.zeros_like(p)
+                 for p, g in zip(self.params, self.pass_grads)]
+        flat = torch.cat([g.reshape(-1) for g in local])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        offset = 0
+        with torch.no_grad():
+            for p, g in zip(self.params, local):
+                n = p.numel()
+                total = flat[offset:offset + n].view_as(p)
+                if p.grad is None:
+                    p.grad = total.clone()
+                else:
+                    p.grad.add_(total - g)  # autograd already added this rank's g
+                offset += n
+        self.pass_grads = [None] * len(self.params)
 
 
 def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.ProcessGroup] = None
@@ -127,9 +180,10 @@ class ExpertParallelMoE(nn.Module):
             :class:`TopKRouter` initialised from (seed, layer), identical on every rank.
         seed: initial weights are ``expert_init(seed, layer, e, ...)``, the same as
             :class:`~cobalt.torch.ReferenceMoE` with that seed.
-        sync_dense_grads: all-reduce (sum) the router's gradients at the end of each backward
-            pass. Turn off for gradient accumulation over several backward passes and call
-            :func:`allreduce_gradients` on :meth:`dense_parameters` yourself.
+        sync_dense_grads: sum the router's gradients over the group at the end of each
+            backward pass (each pass's gradient once, so gradient accumulation and retained
+            graphs sum correctly). Turn off to reduce them yourself, e.g. once after several
+            passes with :func:`allreduce_gradients` on :meth:`dense_parameters`.
 
     forward(x [T_r, H]) -> [T_r, H] (this rank's tokens; T_r may differ between ranks). Every
     rank must call forward (and backward through its output) the same number of times. Gradients
@@ -159,6 +213,7 @@ class ExpertParallelMoE(nn.Module):
         self.last_exec_rank: Optional[np.ndarray] = None
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
+        self._dense_sync = _DenseGradSync()
 
     # ------------------------------------------------------------------ parameters
     def expert_parameters(self) -> list[nn.Parameter]:
@@ -211,7 +266,7 @@ class ExpertParallelMoE(nn.Module):
         ep = rt.ep
         ids: Optional[torch.Tensor] = None
         gates: Optional[torch.Tensor] = None
-        error = check_input(x, self.hidden_size)
+        error = check_input(x, self.hidden_size, self.experts.w1.dtype)
         if error is None:
             try:
                 ids, gates = self.router(x)
@@ -228,8 +283,17 @@ class ExpertParallelMoE(nn.Module):
         changed = self.experts.layout_slots is None or not np.array_equal(
             self.experts.layout_slots, slots)
         migration_ok = True
+        applied = False
         if changed:
-            migration_ok = self.experts.apply_layout(slots, rt.optimizer)
+            # An earlier forward of this step still waits for its backward (it holds views of
+            # bank rows and the slots its replica gradients return to): run this layout with the
+            # mains where they are and apply it at a later forward. The pending state is the
+            # same on every rank (every rank runs the same forwards and backward passes).
+            if self.experts.backward_pending(rt.step):
+                self.experts.counters.deferred += 1
+            else:
+                migration_ok = self.experts.apply_layout(slots, rt.optimizer)
+                applied = migration_ok
 
         grad_on = torch.is_grad_enabled()
         experts_grad = grad_on and any(p.requires_grad for p in self.experts.bank)
@@ -241,7 +305,10 @@ class ExpertParallelMoE(nn.Module):
                           gathered.token_offsets, slots, ep.ranks_per_node), ep.rank)
         y = self._exchange_and_compute(x, gates, plan, weights, dispatch_grad, combine_grad)
         if combine_grad:
-            y = _AfterBackward.apply(y, self._make_after_backward(fetch))
+            if self.sync_dense_grads:
+                self._dense_sync.track(self.dense_parameters())
+            token = self.experts.open_backward(rt.step)
+            y = _AfterBackward.apply(y, self._make_after_backward(fetch, token))
 
         self.last_plan, self.last_exec_rank = plan, exec_rank
         self.last_topk_ids, self.last_layout = gathered.topk_ids, layout
@@ -249,7 +316,7 @@ class ExpertParallelMoE(nn.Module):
             m = cobalt.step_metrics(batch, exec_rank, ep.topology)
             rt.records.append(StepRecord(
                 step=rt.step, layer=self.layer, version=self.experts.version,
-                layout_changed=changed and migration_ok, migration_ok=migration_ok,
+                layout_changed=applied, migration_ok=migration_ok,
                 num_tokens=int(batch.num_tokens), num_tasks=int(batch.num_tasks),
                 cross_node_tokens=int(m.transfers.dedup),
                 cross_node_tasks_no_dedup=int(m.transfers.no_dedup),
@@ -311,12 +378,14 @@ class ExpertParallelMoE(nn.Module):
         y = y.index_add(0, idx(plan.y_recv_b_dst), recv_b)
         return y
 
-    def _make_after_backward(self, fetch: Optional[ReplicaFetch]) -> Callable[[], None]:
+    def _make_after_backward(self, fetch: Optional[ReplicaFetch], token: int
+                             ) -> Callable[[], None]:
         def after_backward() -> None:
             if fetch is not None:
                 self.experts.return_replica_grads(fetch)
             else:
                 self.experts.ensure_grads()
             if self.sync_dense_grads:
-                allreduce_gradients(self.dense_parameters(), self.runtime.ep.group)
+                self._dense_sync.sync(self.runtime.ep.group)
+            self.experts.close_backward(token)
         return after_backward

@@ -63,15 +63,22 @@ def _check_local(ids: torch.Tensor, gates: torch.Tensor, x: torch.Tensor, hidden
         if dup.shape[0]:
             t = int(dup[0])
             return f"router returned duplicate expert ids {a[t].tolist()} for token {t}"
+    if not gates.dtype.is_floating_point:
+        return f"router returned weights of dtype {gates.dtype}, expected a floating dtype"
     if not torch.isfinite(gates.detach()).all():
         return "router returned non-finite weights"
     return None
 
 
-def check_input(x: torch.Tensor, hidden: int) -> Optional[str]:
-    """The layer input's problem, if any (before the router sees it)."""
+def check_input(x: torch.Tensor, hidden: int, dtype: Optional[torch.dtype] = None
+                ) -> Optional[str]:
+    """The layer input's problem, if any (before the router sees it): shape [tokens, hidden],
+    and when `dtype` is given (the expert bank's), that floating dtype."""
     if x.dim() != 2 or x.shape[1] != hidden:
         return f"input has shape {tuple(x.shape)}, expected [tokens, {hidden}]"
+    if dtype is not None and x.dtype != dtype:
+        return (f"input has dtype {x.dtype}, the expert bank {dtype} (convert the input or the "
+                f"layer with .to(dtype))")
     return None
 
 
@@ -101,7 +108,8 @@ def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
     dist.all_gather(counts, count, group=ep.group)
     sizes = np.array([int(c[0].item()) for c in counts], dtype=np.int64)
     any_requires_grad = any(int(c[1].item()) for c in counts)
-    longest = int(sizes.max(initial=0))
+    # At least one (padding) row: gloo fails on empty all_gather when no rank has tokens.
+    longest = max(1, int(sizes.max(initial=0)))
     padded = torch.full((longest, top_k), -1, dtype=torch.int32)
     padded[: x.shape[0]] = ids.detach().to(torch.int32)
     parts = [torch.empty_like(padded) for _ in range(g)]
