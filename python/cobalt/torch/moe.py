@@ -55,17 +55,19 @@ Router = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 class _DenseGradSync:
     """Sums the data-parallel (router) gradients over the group once per backward pass, counting
-    every pass once. A hook on each parameter records this rank's gradient of the pass (what
-    autograd adds to ``.grad``); at the end of the pass the recorded gradients are all-reduced
-    and ``.grad`` gets the other ranks' share added. So a second backward through a retained
-    graph, or gradient accumulation over several passes, sums correctly whatever the zeroing
-    pattern (summing ``.grad`` itself would count an earlier pass's already-summed gradient
-    again)."""
+    every pass once. A hook on each parameter records, before autograd adds this rank's gradient
+    of the pass, the gradient held so far (identical on every rank: zero, or the result of
+    earlier syncs) and the pass's local gradient; at the end of the pass ``.grad`` becomes
+    held-so-far + the all-reduced pass gradients, bitwise the same on every rank. So a second
+    backward through a retained graph, or gradient accumulation over several passes, sums
+    correctly (all-reducing ``.grad`` itself would count an earlier pass's already-summed
+    gradient again)."""
 
     def __init__(self) -> None:
         self.params: list[nn.Parameter] = []
         self.handles: list[Any] = []
         self.pass_grads: list[Optional[torch.Tensor]] = []
+        self.held: list[Optional[torch.Tensor]] = []
 
     def track(self, params: list[nn.Parameter]) -> None:
         if [id(p) for p in params] == [id(p) for p in self.params]:
@@ -73,14 +75,22 @@ class _DenseGradSync:
         for h in self.handles:
             h.remove()
         self.params = list(params)
-        self.pass_grads = [None] * len(params)
+        self._reset()
         self.handles = [p.register_hook(self._recorder(i)) for i, p in enumerate(params)]
+
+    def _reset(self) -> None:
+        self.pass_grads = [None] * len(self.params)
+        self.held = [None] * len(self.params)
 
     def _recorder(self, i: int) -> Callable[[torch.Tensor], None]:
         def record(grad: torch.Tensor) -> None:
             g = grad.detach()
-            self.pass_grads[i] = g.clone() if self.pass_grads[i] is None else \
-                self.pass_grads[i] + g
+            if self.pass_grads[i] is None:
+                p = self.params[i]
+                self.held[i] = None if p.grad is None else p.grad.detach().clone()
+                self.pass_grads[i] = g.clone()
+            else:
+                self.pass_grads[i] = self.pass_grads[i] + g
         return record
 
     def sync(self, group: Optional[dist.ProcessGroup]) -> None:
@@ -93,15 +103,18 @@ class _DenseGradSync:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
         offset = 0
         with torch.no_grad():
-            for p, g in zip(self.params, local):
+            for i, p in enumerate(self.params):
                 n = p.numel()
                 total = flat[offset:offset + n].view_as(p)
+                # No local gradient in this pass: .grad still holds what it held before.
+                held = self.held[i] if self.pass_grads[i] is not None else p.grad
+                new = total.clone() if held is None else held + total
                 if p.grad is None:
-                    p.grad = total.clone()
+                    p.grad = new
                 else:
-                    p.grad.add_(total - g)  # autograd already added this rank's g
+                    p.grad.copy_(new)
                 offset += n
-        self.pass_grads = [None] * len(self.params)
+        self._reset()
 
 
 def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.ProcessGroup] = None

@@ -49,9 +49,11 @@ class ExpertParallelRuntime:
         optimizer.step(); optimizer.zero_grad()
         runtime.end_step()                   # the next forward may apply a new layout
 
-    Layout changes are applied by a layer's first forward of a step, before any expert runs,
-    i.e. after the previous step's optimizer update and before this step's: main instances move
-    with their optimizer state (attach the optimizer with :meth:`attach_optimizer`).
+    Layout changes are applied by the forward that first sees them, before any expert runs:
+    main instances move with their gradient and optimizer state rows (attach the optimizer with
+    :meth:`attach_optimizer`). Within a step (gradient accumulation, several forwards into one
+    backward) mains never move while a forward still waits for its backward pass; the change
+    then lands at a later forward. A step's backward passes must end before :meth:`end_step`.
     """
 
     def __init__(self, ep: EPGroup, source: LayoutSource, *, verify_decisions: bool = True,

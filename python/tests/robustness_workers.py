@@ -1,0 +1,251 @@
+"""Worker code of test_runtime_robustness.py (runs inside spawned gloo processes, 2 nodes x 2
+ranks): training patterns beyond one forward and one backward per step, where the layout changes
+between or during them, other dtypes, checkpoints and degenerate inputs. Saves raw results per
+rank; the test process computes the single-process reference and decides."""
+
+from __future__ import annotations
+
+import io
+import os
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import cobalt
+from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
+                          ScheduledLayoutSource)
+
+NODES, RANKS_PER_NODE = 2, 2
+WORLD = NODES * RANKS_PER_NODE
+E, K, H, F, SEED = 8, 2, 8, 16, 7
+TOKENS = [5, 3, 6, 4]  # per rank
+# Two layouts in which every main instance has to move (3 slots per rank).
+LAYOUT_A = [[0, 1, 4], [2, 3, 0], [4, 5, 1], [6, 7, 2]]
+LAYOUT_B = [[2, 3, 6], [4, 5, 7], [6, 7, 0], [0, 1, 3]]
+# Static mains plus a replica of every expert on the other node (replicas carry gradients).
+REPLICATED = [[0, 1, 4, 5], [2, 3, 6, 7], [4, 5, 0, 1], [6, 7, 2, 3]]
+
+
+def layout(lists: list[list[int]]) -> cobalt.ExpertLayout:
+    return cobalt.ExpertLayout.from_rank_lists(cobalt.Topology(NODES, WORLD), E, len(lists[0]),
+                                               lists)
+
+
+class AlternatingSource:
+    """Layouts by call, not by step (like a per-micro-batch policy), the same on every rank:
+    call i uses sequence[i % len(sequence)] of (LAYOUT_A, LAYOUT_B). From the initial static
+    placement LAYOUT_A moves no main instance, LAYOUT_B moves every one."""
+
+    name = "alternating"
+
+    def __init__(self, sequence: tuple[int, ...] = (0, 1)) -> None:
+        self.layouts = [layout(LAYOUT_A), layout(LAYOUT_B)]
+        self.sequence = sequence
+        self.slots_per_rank = 3
+        self.calls = 0
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        chosen = self.layouts[self.sequence[self.calls % len(self.sequence)]]
+        self.calls += 1
+        return chosen, cobalt.assign_node_cover(batch, chosen, seed=SEED, step=step, layer=layer)
+
+
+def micro_batch(rank: int, index: int, dtype: torch.dtype = torch.float32
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, target) of a rank's micro-batch `index`, reproducible in the test process."""
+    g = torch.Generator().manual_seed(131 * index + rank)
+    n = TOKENS[rank]
+    return torch.randn(n, H, generator=g).to(dtype), torch.randn(n, H, generator=g).to(dtype)
+
+
+def expert_grads(moe: ExpertParallelMoE) -> list[torch.Tensor]:
+    """Every expert's accumulated main gradient, [E, ...] per bank tensor (a collective)."""
+    store = moe.experts
+    out = [torch.zeros((E,) + tuple(p.shape[1:]), dtype=p.dtype) for p in store.bank]
+    for e in store.local_experts():
+        for o, p in zip(out, store.bank):
+            if p.grad is not None:
+                o[int(e)] = p.grad[int(store.main_slot[e])]
+    for o in out:
+        dist.all_reduce(o)
+    return out
+
+
+def vacant_grad_sum(moe: ExpertParallelMoE) -> float:
+    """Sum of |grad| over bank slots that hold no main instance (must be 0; a collective)."""
+    store = moe.experts
+    used = {int(store.main_slot[e]) for e in store.local_experts()}
+    total = 0.0
+    for p in store.bank:
+        if p.grad is not None:
+            for s in range(store.capacity):
+                if s not in used:
+                    total += float(p.grad[s].abs().sum())
+    t = torch.tensor([total], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t.item())
+
+
+def moves(moe: ExpertParallelMoE) -> int:
+    c = moe.experts.counters
+    return c.main_moves_cross_node + c.main_moves_intra_node
+
+
+# ---------------------------------------------------------------------------------- scenarios
+def run_accumulation(ep: EPGroup) -> dict[str, Any]:
+    """Two micro-batches with a backward pass each, the layout changing before the second: the
+    accumulated expert gradients move with their experts, the router's sum once per pass."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource())
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    moved = []
+    for index in range(2):
+        x, target = micro_batch(ep.rank, index)
+        (moe(x) * target).sum().backward()
+        moved.append(moves(moe))
+    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+            "vacant": vacant_grad_sum(moe), "moves": moved}
+
+
+def run_two_forwards(ep: EPGroup) -> dict[str, Any]:
+    """Two forwards summed into one loss: the second forward's layout must not move mains under
+    the first forward's pending backward; the change lands at the next forward."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1, 1)))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    loss = torch.zeros(())
+    for index in range(2):
+        x, target = micro_batch(ep.rank, index)
+        loss = loss + (moe(x) * target).sum()
+    moved_before = moves(moe)
+    loss.backward()
+    grads = expert_grads(moe)
+    deferred = moe.experts.counters.deferred
+    with torch.no_grad():  # nothing pending now: LAYOUT_B, asked for again, applies
+        moe(micro_batch(ep.rank, 2)[0])
+    return {"grads": grads, "router": moe.router.weight.grad.clone(), "moves_before": moved_before,
+            "deferred": deferred, "moves_after": moves(moe), "versions": moe.experts.version}
+
+
+def run_retained_graph(ep: EPGroup) -> dict[str, Any]:
+    """Two backward passes through one forward (a main and an auxiliary loss)."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(REPLICATED), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x, target = micro_batch(ep.rank, 0)
+    y = moe(x)
+    (y * target).sum().backward(retain_graph=True)
+    (y ** 2).sum().backward()
+    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+            "replicas": rt.records[-1].num_replicas}
+
+
+def run_float64(ep: EPGroup) -> dict[str, Any]:
+    """A float64 layer with Adam, every main moving at every step, against the same training on
+    a fixed layout: migrations must carry float64 parameters and optimizer state exactly."""
+    out: dict[str, Any] = {}
+    for name, source in (("moving", ScheduledLayoutSource([layout(LAYOUT_A), layout(LAYOUT_B)],
+                                                          1, seed=SEED)),
+                         ("fixed", FixedLayoutSource(layout(LAYOUT_A), seed=SEED))):
+        rt = ExpertParallelRuntime(ep, source)
+        moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED).to(torch.float64)
+        moe.router.weight.requires_grad_(False)  # the same routing in both runs
+        opt = torch.optim.Adam(moe.expert_parameters(), lr=1e-2)
+        rt.attach_optimizer(opt)
+        for step in range(4):
+            x, target = micro_batch(ep.rank, step, torch.float64)
+            ((moe(x) - target) ** 2).sum().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            rt.end_step()
+        c = moe.experts.counters
+        out[name] = {"weights": list(moe.gather_expert_weights()), "rollbacks": c.rollbacks,
+                     "versions": moe.experts.version, "moves": moves(moe)}
+    return out
+
+
+def run_empty_step(ep: EPGroup) -> dict[str, Any]:
+    """A step in which no rank has a token (forward and backward), then a normal one."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource())
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x = torch.zeros(0, H, requires_grad=True)
+    y = moe(x)
+    y.sum().backward()
+    rt.end_step()
+    z = moe(micro_batch(ep.rank, 0)[0])
+    return {"empty_shape": tuple(y.shape), "after_shape": tuple(z.shape)}
+
+
+def run_dtype_mismatch(ep: EPGroup) -> dict[str, Any]:
+    """A float64 input on one rank (an fp32 layer) raises on every rank; the group stays usable."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x = micro_batch(ep.rank, 0)[0]
+    if ep.rank == 0:
+        x = x.double()
+    out: dict[str, Any] = {"error": None}
+    try:
+        moe(x)
+    except ValueError as exc:
+        out["error"] = str(exc)
+    out["after_shape"] = tuple(moe(micro_batch(ep.rank, 1)[0]).shape)
+    return out
+
+
+def run_checkpoint(ep: EPGroup) -> dict[str, Any]:
+    """state_dict after layout changes, loaded into a fresh layer: the same experts, rows and
+    placement; a bank of another capacity refuses it."""
+    def build(slots: int = 3) -> tuple[ExpertParallelRuntime, ExpertParallelMoE]:
+        if slots == 3:
+            source = ScheduledLayoutSource([layout(LAYOUT_A), layout(LAYOUT_B)], 1, seed=SEED)
+        else:
+            source = FixedLayoutSource(layout(REPLICATED), seed=SEED)
+        rt = ExpertParallelRuntime(ep, source)
+        return rt, ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+
+    rt, moe = build()
+    for step in range(2):  # step 1 applies LAYOUT_B: every main moves
+        x, target = micro_batch(ep.rank, step)
+        (moe(x) * target).sum().backward()
+        rt.end_step()
+    buffer = io.BytesIO()
+    torch.save(moe.state_dict(), buffer)
+    saved = buffer.getvalue()
+    _, fresh = build()
+    fresh.load_state_dict(torch.load(io.BytesIO(saved)))
+    out: dict[str, Any] = {
+        "before": list(moe.gather_expert_weights()), "after": list(fresh.gather_expert_weights()),
+        "main_rank": [moe.experts.main_rank.copy(), fresh.experts.main_rank.copy()],
+        "moves": moves(moe), "capacity_error": None}
+    _, other = build(slots=4)
+    try:
+        other.load_state_dict(torch.load(io.BytesIO(saved)))
+    except (ValueError, RuntimeError) as exc:
+        out["capacity_error"] = str(exc)
+    return out
+
+
+SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
+    "accumulation": run_accumulation,
+    "two_forwards": run_two_forwards,
+    "retained_graph": run_retained_graph,
+    "float64": run_float64,
+    "empty_step": run_empty_step,
+    "dtype_mismatch": run_dtype_mismatch,
+    "checkpoint": run_checkpoint,
+}
+
+
+def worker(rank: int, world: int, out_dir: str) -> None:
+    """Runs every scenario; saves {out_dir}/rank{rank}.pt with results or the failure text."""
+    ep = EPGroup.create(RANKS_PER_NODE)
+    result: dict[str, Any] = {"failures": {}}
+    for name, fn in SCENARIOS.items():
+        try:
+            result[name] = fn(ep)
+        except Exception:  # noqa: BLE001 - reported by the test process
+            result["failures"][name] = traceback.format_exc()
+            torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+            raise
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -1,0 +1,126 @@
+"""The expert-parallel runtime beyond one forward and one backward per step (gloo, 2 nodes x 2
+ranks; scenarios in robustness_workers.py), against the single-process ReferenceMoE:
+
+* gradient accumulation over two backward passes with every main instance moving in between:
+  expert and router gradients equal the reference, vacated bank slots keep no gradient;
+* two forwards summed into one backward while the layout changes at the second: the change
+  waits for the pending backward (nothing moves under it), gradients equal the reference, and
+  the next forward applies it;
+* two backward passes through one retained graph with replicas: nothing counted twice;
+* a float64 layer trained with Adam while every main moves at every step ends exactly where the
+  same training on a fixed layout ends (no rollback: rows migrate as bytes);
+* a step without any token, an input dtype that differs from the bank's on one rank (a clear
+  error on every rank, no hang), a checkpoint written after layout changes and loaded into a
+  fresh layer (same experts in the same rows; another bank capacity refuses it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+from cobalt.torch import ReferenceMoE, launch
+
+import robustness_workers as rw
+
+RTOL, ATOL = 1e-5, 1e-5
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out_dir = str(tmp_path_factory.mktemp("robustness"))
+    try:
+        launch(rw.worker, rw.WORLD, (out_dir,), timeout_s=150, collective_timeout_s=60)
+    finally:
+        saved = [os.path.join(out_dir, f"rank{r}.pt") for r in range(rw.WORLD)]
+        loaded = [torch.load(p) if os.path.exists(p) else None for p in saved]
+        failures = {r: res["failures"] for r, res in enumerate(loaded) if res and res["failures"]}
+        assert not failures, f"scenarios failed: {failures}"
+    return loaded  # type: ignore[return-value]
+
+
+def reference_grads(losses: list[str], micro_batches: list[int]) -> tuple[list[torch.Tensor],
+                                                                          torch.Tensor]:
+    """Expert gradients [w1, w3, w2] and the router gradient of the summed losses over the given
+    micro-batches of every rank ('target': sum(y * target), 'square': sum(y ** 2))."""
+    ref = ReferenceMoE(rw.H, rw.F, rw.E, rw.K, seed=rw.SEED)
+    for index in micro_batches:
+        parts = [rw.micro_batch(r, index) for r in range(rw.WORLD)]
+        x = torch.cat([p[0] for p in parts])
+        target = torch.cat([p[1] for p in parts])
+        y = ref(x, router_chunks=rw.TOKENS)
+        loss = torch.zeros(())
+        for kind in losses:
+            loss = loss + ((y * target).sum() if kind == "target" else (y ** 2).sum())
+        loss.backward()
+    return [ref.w1.grad, ref.w3.grad, ref.w2.grad], ref.router.weight.grad  # type: ignore
+
+
+def assert_grads(got: dict[str, Any], ref: tuple[list[torch.Tensor], torch.Tensor]) -> None:
+    for name, a, b in zip(("w1", "w3", "w2"), got["grads"], ref[0]):
+        torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, msg=f"{name} gradients differ")
+    torch.testing.assert_close(got["router"], ref[1], rtol=RTOL, atol=ATOL,
+                               msg="router gradient differs")
+
+
+def test_accumulation_across_a_layout_change(results: list[dict[str, Any]]) -> None:
+    ref = reference_grads(["target"], [0, 1])
+    for rank, res in enumerate(results):
+        got = res["accumulation"]
+        assert got["moves"][1] > got["moves"][0], "the second micro-batch moved no main instance"
+        assert got["vacant"] == 0.0
+        assert_grads(got, ref)
+        torch.testing.assert_close(got["router"], results[0]["accumulation"]["router"],
+                                   rtol=0, atol=0, msg=f"rank {rank}'s router gradient differs")
+
+
+def test_layout_change_waits_for_a_pending_backward(results: list[dict[str, Any]]) -> None:
+    ref = reference_grads(["target"], [0, 1])
+    for res in results:
+        got = res["two_forwards"]
+        assert got["deferred"] == 1
+        assert got["moves_before"] == 0, "main instances moved under a pending backward"
+        assert got["moves_after"] > 0, "the deferred layout change never landed"
+        assert_grads(got, ref)
+
+
+def test_retained_graph_counts_every_pass_once(results: list[dict[str, Any]]) -> None:
+    ref = reference_grads(["target", "square"], [0])
+    for res in results:
+        got = res["retained_graph"]
+        assert got["replicas"] == 16
+        assert_grads(got, ref)
+
+
+def test_float64_training_migrates_exactly(results: list[dict[str, Any]]) -> None:
+    got = results[0]["float64"]
+    moving, fixed = got["moving"], got["fixed"]
+    assert moving["rollbacks"] == 0 and moving["versions"] == 4 and moving["moves"] > 0
+    for a, b in zip(moving["weights"], fixed["weights"]):
+        assert a.dtype == torch.float64
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_step_without_tokens(results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        assert res["empty_step"]["empty_shape"] == (0, rw.H)
+        assert res["empty_step"]["after_shape"] == (rw.TOKENS[rank], rw.H)
+
+
+def test_input_dtype_mismatch_raises_on_every_rank(results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        error = res["dtype_mismatch"]["error"]
+        assert error is not None and "rank 0: input has dtype torch.float64" in error, error
+        assert res["dtype_mismatch"]["after_shape"] == (rw.TOKENS[rank], rw.H)
+
+
+def test_checkpoint_after_layout_changes(results: list[dict[str, Any]]) -> None:
+    got = results[0]["checkpoint"]
+    assert got["moves"] > 0
+    for a, b in zip(got["before"], got["after"]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert (got["main_rank"][0] == got["main_rank"][1]).all()
+    assert got["capacity_error"] is not None and "capacity" in got["capacity_error"]
