@@ -16,7 +16,8 @@ import torch.distributed as dist
 
 import cobalt
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
-                          ScheduledLayoutSource)
+                          RoutingRecorder, ScheduledLayoutSource)
+from cobalt.torch.experts import TopKRouter
 
 NODES, RANKS_PER_NODE = 2, 2
 WORLD = NODES * RANKS_PER_NODE
@@ -226,6 +227,94 @@ def run_checkpoint(ep: EPGroup) -> dict[str, Any]:
     return out
 
 
+def run_auxiliary_pass(ep: EPGroup) -> dict[str, Any]:
+    """A backward pass that reaches the router but no MoE output (an auxiliary router loss on its
+    own), then zero_grad: the next step's router gradient must equal a run without it."""
+    out: dict[str, Any] = {}
+    for variant in ("clean", "aux_then_zero"):
+        rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+        moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+        x0, target0 = micro_batch(ep.rank, 0)
+        (moe(x0) * target0).sum().backward()
+        if variant == "aux_then_zero":
+            _, gates = moe.router(x0)
+            gates.sum().backward()
+        moe.zero_grad(set_to_none=variant == "clean")
+        rt.end_step()
+        x1, target1 = micro_batch(ep.rank, 1)
+        (moe(x1) * target1).sum().backward()
+        out[variant] = moe.router.weight.grad.clone()
+    return out
+
+
+def run_retained_then_migrate(ep: EPGroup) -> dict[str, Any]:
+    """A retained graph keeps main instances in place until its last backward pass: forward 0,
+    backward with retain_graph, forward 1 asks for a layout moving every main, backward through
+    graph 0 again, backward 1."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x0, target0 = micro_batch(ep.rank, 0)
+    loss0 = (moe(x0) * target0).sum()
+    loss0.backward(retain_graph=True)
+    x1, target1 = micro_batch(ep.rank, 1)
+    y1 = moe(x1)
+    moved = moves(moe)
+    loss0.backward()
+    (y1 * target1).sum().backward()
+    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+            "moves_under_graph": moved, "deferred": moe.experts.counters.deferred,
+            "vacant": vacant_grad_sum(moe)}
+
+
+def run_forwards_without_backward(ep: EPGroup) -> dict[str, Any]:
+    """Forwards with autograd on whose outputs are dropped (evaluation without no_grad) leave no
+    backward window open, so layout changes are not held back."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    for index in range(20):
+        moe(micro_batch(ep.rank, index)[0])
+    return {"open_windows": len(moe.experts._pending)}
+
+
+def run_checkpoint_loading(ep: EPGroup) -> dict[str, Any]:
+    """A state_dict loads with torch.load(weights_only=True); one written for another world size
+    is refused before anything is copied."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    buffer = io.BytesIO()
+    torch.save(moe.state_dict(), buffer)
+    out: dict[str, Any] = {"weights_only": None, "refused": None}
+    try:
+        torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - reported
+        out["weights_only"] = f"{type(exc).__name__}: {exc}"
+    before = moe.experts.w1.detach().clone()
+    state = {k: (v + 1.0 if torch.is_tensor(v) and v.is_floating_point() else v)
+             for k, v in moe.state_dict().items()}
+    extra = dict(state["experts._extra_state"])
+    extra["world_size"] = 2 * WORLD
+    state["experts._extra_state"] = extra
+    try:
+        moe.load_state_dict(state)
+    except ValueError as exc:
+        out["refused"] = str(exc)
+    out["bank_unchanged"] = bool(torch.equal(moe.experts.w1.detach(), before))
+    return out
+
+
+def run_recorder_empty_step(ep: EPGroup) -> dict[str, Any]:
+    """The routing recorder over a step in which no rank has a token, then a normal one."""
+    router = TopKRouter(H, E, K, seed=SEED)
+    recorder = RoutingRecorder(E, K, ep=ep)
+    recorder.attach(router, 0)
+    router(torch.zeros(0, H))
+    recorder.end_step()
+    router(micro_batch(ep.rank, 0)[0])
+    recorder.end_step()
+    data = recorder.trace_data()
+    return {"num_steps": recorder.num_steps, "num_tokens": int(np.asarray(data.topk_ids).shape[1])}
+
+
 SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "accumulation": run_accumulation,
     "two_forwards": run_two_forwards,
@@ -234,6 +323,11 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "empty_step": run_empty_step,
     "dtype_mismatch": run_dtype_mismatch,
     "checkpoint": run_checkpoint,
+    "auxiliary_pass": run_auxiliary_pass,
+    "retained_then_migrate": run_retained_then_migrate,
+    "forwards_without_backward": run_forwards_without_backward,
+    "checkpoint_loading": run_checkpoint_loading,
+    "recorder_empty_step": run_recorder_empty_step,
 }
 
 

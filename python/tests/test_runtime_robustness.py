@@ -11,7 +11,11 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
   same training on a fixed layout ends (no rollback: rows migrate as bytes);
 * a step without any token, an input dtype that differs from the bank's on one rank (a clear
   error on every rank, no hang), a checkpoint written after layout changes and loaded into a
-  fresh layer (same experts in the same rows; another bank capacity refuses it).
+  fresh layer (same experts in the same rows; another bank capacity refuses it);
+* a router-only backward pass then zero_grad (no stale gradient comes back), a retained graph
+  that keeps mains in place until its last backward, forwards never backpropagated (no window
+  left open), checkpoints readable with weights_only=True and refused before any copy when
+  written for another world size, the routing recorder over a step without tokens.
 """
 
 from __future__ import annotations
@@ -124,3 +128,37 @@ def test_checkpoint_after_layout_changes(results: list[dict[str, Any]]) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert (got["main_rank"][0] == got["main_rank"][1]).all()
     assert got["capacity_error"] is not None and "capacity" in got["capacity_error"]
+
+
+def test_router_only_pass_then_zero_grad_leaves_nothing_stale(
+        results: list[dict[str, Any]]) -> None:
+    for res in results:
+        got = res["auxiliary_pass"]
+        torch.testing.assert_close(got["aux_then_zero"], got["clean"], rtol=0, atol=0)
+
+
+def test_retained_graph_holds_main_instances(results: list[dict[str, Any]]) -> None:
+    ref = reference_grads(["target"], [0, 0, 1])  # graph 0 backpropagated twice
+    for res in results:
+        got = res["retained_then_migrate"]
+        assert got["moves_under_graph"] == 0 and got["deferred"] == 1
+        assert got["vacant"] == 0.0
+        assert_grads(got, ref)
+
+
+def test_dropped_forwards_leave_no_window_open(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        assert res["forwards_without_backward"]["open_windows"] <= 1
+
+
+def test_checkpoint_loading(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        got = res["checkpoint_loading"]
+        assert got["weights_only"] is None, got["weights_only"]
+        assert got["refused"] is not None and "world_size" in got["refused"]
+        assert got["bank_unchanged"]
+
+
+def test_recorder_step_without_tokens(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        assert res["recorder_empty_step"] == {"num_steps": 2, "num_tokens": sum(rw.TOKENS)}

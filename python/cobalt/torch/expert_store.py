@@ -142,13 +142,13 @@ class ExpertStore(nn.Module):
     def open_backward(self, step: int) -> int:
         """Registers a forward whose backward pass is still to run (at training step `step`);
         returns the token for :meth:`close_backward`."""
+        self._pending = {t: s for t, s in self._pending.items() if s == step}
         self._next_token += 1
         self._pending[self._next_token] = step
         return self._next_token
 
     def close_backward(self, token: int) -> None:
-        """The backward pass of that forward has run (idempotent: a retained graph may run its
-        backward again)."""
+        """That forward's graph can no longer be backpropagated (idempotent)."""
         self._pending.pop(token, None)
 
     def backward_pending(self, step: int) -> bool:
@@ -388,21 +388,25 @@ class ExpertStore(nn.Module):
 
     # ----------------------------------------------------------------------------- checkpoints
     def get_extra_state(self) -> dict:
-        """The main placement and version (saved in ``state_dict`` next to the bank rows)."""
+        """The main placement and version (saved in ``state_dict`` next to the bank rows, as
+        tensors and plain values, so ``torch.load(weights_only=True)`` reads it)."""
         return {
             "format": "cobalt.ExpertStore/1",
             "num_experts": self.num_experts,
             "world_size": self.ep.world_size,
             "capacity": self.capacity,
-            "main_rank": self.main_rank.copy(),
-            "main_slot": self.main_slot.copy(),
+            "main_rank": torch.from_numpy(self.main_rank.astype(np.int64)),
+            "main_slot": torch.from_numpy(self.main_slot.astype(np.int64)),
             "version": self.version,
-            "layout_slots": None if self.layout_slots is None else self.layout_slots.copy(),
+            "layout_slots": None if self.layout_slots is None else
+            torch.from_numpy(np.asarray(self.layout_slots, dtype=np.int64)),
         }
 
-    def set_extra_state(self, state: dict) -> None:
-        """Restores the placement saved with the bank rows; raises ValueError when the checkpoint
-        was written for another number of experts, world size or bank capacity."""
+    def _parse_extra_state(self, state: object
+                           ) -> tuple[np.ndarray, np.ndarray, int, Optional[np.ndarray]]:
+        """(main_rank, main_slot, version, layout_slots) of a saved extra state; raises
+        ValueError when it was written for another number of experts, world size or capacity,
+        or is malformed."""
         if not isinstance(state, dict) or state.get("format") != "cobalt.ExpertStore/1":
             raise ValueError("ExpertStore checkpoint: unknown extra-state format")
         for key, mine in (("num_experts", self.num_experts), ("world_size", self.ep.world_size),
@@ -418,10 +422,23 @@ class ExpertStore(nn.Module):
             raise ValueError("ExpertStore checkpoint: main placement out of range")
         if np.unique(main_rank * self.capacity + main_slot).shape[0] != self.num_experts:
             raise ValueError("ExpertStore checkpoint: two experts share a bank slot")
-        self.main_rank, self.main_slot = main_rank.copy(), main_slot.copy()
-        self.version = int(state["version"])
         saved = state["layout_slots"]
-        self.layout_slots = None if saved is None else np.array(saved, copy=True)
+        layout_slots = None if saved is None else np.array(np.asarray(saved), dtype=np.int64)
+        return main_rank.copy(), main_slot.copy(), int(state["version"]), layout_slots
+
+    def set_extra_state(self, state: dict) -> None:
+        """Restores the placement saved with the bank rows (see :meth:`_parse_extra_state`)."""
+        self.main_rank, self.main_slot, self.version, self.layout_slots = \
+            self._parse_extra_state(state)
+        self._pending.clear()
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        # The placement is checked before any bank row is copied (torch copies the parameters
+        # first and calls set_extra_state last): a refused checkpoint changes nothing.
+        key = prefix + "_extra_state"
+        if key in state_dict:
+            self._parse_extra_state(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]

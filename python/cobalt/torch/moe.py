@@ -85,8 +85,14 @@ class _DenseGradSync:
     def _recorder(self, i: int) -> Callable[[torch.Tensor], None]:
         def record(grad: torch.Tensor) -> None:
             g = grad.detach()
+            p = self.params[i]
+            # Contributions not summed yet (a backward pass that reached the router but no MoE
+            # output, e.g. a separate auxiliary loss) are carried into the next sync, unless the
+            # gradient was reset since (zero_grad): then they are gone from .grad too.
+            if self.pass_grads[i] is not None and (
+                    p.grad is None or not bool(torch.count_nonzero(p.grad))):
+                self.pass_grads[i] = None
             if self.pass_grads[i] is None:
-                p = self.params[i]
                 self.held[i] = None if p.grad is None else p.grad.detach().clone()
                 self.pass_grads[i] = g.clone()
             else:
@@ -137,18 +143,43 @@ def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.Process
         offset += n
 
 
+class _BackwardWindow:
+    """Keeps a forward's backward window (ExpertStore.open_backward) open while its autograd
+    graph can still be backpropagated: closed by the end-of-pass callback once the graph's saved
+    tensors are freed (a backward without retain_graph), or when the graph itself is dropped
+    (a forward never backpropagated)."""
+
+    def __init__(self, store: ExpertStore, token: int) -> None:
+        self.store, self.token = store, token
+
+    def close(self) -> None:
+        self.store.close_backward(self.token)
+
+    def __del__(self) -> None:
+        self.close()
+
+
 class _AfterBackward(torch.autograd.Function):
-    """Identity whose backward queues `callback` to run when the whole backward pass is done."""
+    """Identity whose backward queues `callback` to run when the whole backward pass is done;
+    then closes `window` unless the graph was retained for another backward pass."""
 
     @staticmethod
-    def forward(ctx: Any, y: torch.Tensor, callback: Callable[[], None]) -> torch.Tensor:
-        ctx.callback = callback
+    def forward(ctx: Any, y: torch.Tensor, callback: Callable[[], None],
+                window: _BackwardWindow) -> torch.Tensor:
+        ctx.callback, ctx.window = callback, window
+        ctx.save_for_backward(y.new_zeros(()))  # freed after a backward without retain_graph
         return y.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        Variable._execution_engine.queue_callback(ctx.callback)
-        return grad, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        def at_end() -> None:
+            ctx.callback()
+            try:
+                ctx.saved_tensors
+            except RuntimeError:  # the graph is freed: no further backward through it
+                ctx.window.close()
+        Variable._execution_engine.queue_callback(at_end)
+        return grad, None, None
 
 
 class _Tie(torch.autograd.Function):
@@ -320,8 +351,8 @@ class ExpertParallelMoE(nn.Module):
         if combine_grad:
             if self.sync_dense_grads:
                 self._dense_sync.track(self.dense_parameters())
-            token = self.experts.open_backward(rt.step)
-            y = _AfterBackward.apply(y, self._make_after_backward(fetch, token))
+            window = _BackwardWindow(self.experts, self.experts.open_backward(rt.step))
+            y = _AfterBackward.apply(y, self._make_after_backward(fetch), window)
 
         self.last_plan, self.last_exec_rank = plan, exec_rank
         self.last_topk_ids, self.last_layout = gathered.topk_ids, layout
@@ -391,8 +422,7 @@ class ExpertParallelMoE(nn.Module):
         y = y.index_add(0, idx(plan.y_recv_b_dst), recv_b)
         return y
 
-    def _make_after_backward(self, fetch: Optional[ReplicaFetch], token: int
-                             ) -> Callable[[], None]:
+    def _make_after_backward(self, fetch: Optional[ReplicaFetch]) -> Callable[[], None]:
         def after_backward() -> None:
             if fetch is not None:
                 self.experts.return_replica_grads(fetch)
@@ -400,5 +430,4 @@ class ExpertParallelMoE(nn.Module):
                 self.experts.ensure_grads()
             if self.sync_dense_grads:
                 self._dense_sync.sync(self.runtime.ep.group)
-            self.experts.close_backward(token)
         return after_backward

@@ -167,7 +167,7 @@ class RoutingRecorder:
         counts = [torch.zeros(1, dtype=torch.int64) for _ in range(ep.world_size)]
         dist.all_gather(counts, count, group=ep.group)
         sizes = [int(c.item()) for c in counts]
-        longest = max(sizes)
+        longest = max(1, max(sizes))  # gloo fails on empty all_gather when no rank has tokens
         padded = torch.full((num_l, longest, self.top_k), -1, dtype=torch.int32)
         padded[:, : local.shape[1]] = torch.from_numpy(local)
         parts = [torch.empty_like(padded) for _ in range(ep.world_size)]
