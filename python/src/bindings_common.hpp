@@ -7,8 +7,10 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
@@ -17,9 +19,53 @@ namespace cobalt::py_bindings {
 
 namespace py = pybind11;
 
-// Input array of T, C-contiguous; converts (copies) only when the source is not already that.
+// Input array of floating T, C-contiguous; converts (copies) only when the source is not already
+// that.
 template <typename T>
-using InArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+using FloatArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+// Input array of integral T, C-contiguous, zero-copy when the source already is that. Unlike a
+// plain forcecast it never changes a value: non-integer dtypes (float, bool, object) and values
+// outside T's range are a ValueError naming the range (see the type_caster below).
+template <typename T>
+class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast> {
+  using Base = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+ public:
+  using Base::Base;
+  IntArray() : Base() {}
+  explicit IntArray(Base&& base) : Base(std::move(base)) {}
+
+  // `src` (a numpy array, torch CPU tensor, nested list, ...) as C-contiguous T.
+  static IntArray from(py::handle src) {
+    py::array array = py::isinstance<py::array>(src)
+                          ? py::reinterpret_borrow<py::array>(src)
+                          : py::array(py::module_::import("numpy").attr("asarray")(src));
+    if (array.size() > 0) {
+      const char kind = array.dtype().kind();
+      COBALT_CHECK_ARG(kind == 'i' || kind == 'u',
+                       "expected an integer array, got dtype {} (values would be truncated)",
+                       std::string(py::str(array.dtype())));
+      const bool fits = static_cast<size_t>(array.itemsize()) < sizeof(T) ||
+                        (static_cast<size_t>(array.itemsize()) == sizeof(T) &&
+                         (kind == 'i') == std::is_signed_v<T>);
+      if (!fits) {
+        const py::object low = array.attr("min")(), high = array.attr("max")();
+        const py::int_ min_t(std::numeric_limits<T>::min()), max_t(std::numeric_limits<T>::max());
+        COBALT_CHECK_ARG(PyObject_RichCompareBool(low.ptr(), min_t.ptr(), Py_GE) == 1 &&
+                             PyObject_RichCompareBool(high.ptr(), max_t.ptr(), Py_LE) == 1,
+                         "integer array values [{}, {}] out of range [{}, {}]",
+                         std::string(py::str(low)), std::string(py::str(high)),
+                         std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+      }
+    }
+    return IntArray(Base::ensure(array));
+  }
+};
+
+// InArray<T>: the input array type for T (integral: IntArray, floating: FloatArray).
+template <typename T>
+using InArray = std::conditional_t<std::is_integral_v<T>, IntArray<T>, FloatArray<T>>;
 
 // Strides (in bytes) of a C-contiguous array of `shape`.
 template <typename T>
@@ -67,13 +113,13 @@ inline void require_ndim(const py::array& array, int ndim, const char* what) {
                    ndim, array.ndim());
 }
 
-template <typename T>
-std::span<const T> span_of(const InArray<T>& array) {
+template <typename T, int Flags>
+std::span<const T> span_of(const py::array_t<T, Flags>& array) {
   return std::span<const T>(array.data(), static_cast<size_t>(array.size()));
 }
 
-template <typename T>
-std::vector<T> vector_of(const InArray<T>& array) {
+template <typename T, int Flags>
+std::vector<T> vector_of(const py::array_t<T, Flags>& array) {
   return std::vector<T>(array.data(), array.data() + array.size());
 }
 
@@ -90,3 +136,23 @@ void bind_eval(py::module_& m);
 void bind_io(py::module_& m);
 
 }  // namespace cobalt::py_bindings
+
+namespace pybind11::detail {
+
+// Loads IntArray<T> arguments through IntArray<T>::from (errors are ValueErrors, not "incompatible
+// function arguments"). pybind11 casts every py::object subclass through pyobject_caster.
+template <typename T>
+struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
+  PYBIND11_TYPE_CASTER(cobalt::py_bindings::IntArray<T>, const_name("numpy.ndarray"));
+
+  bool load(handle src, bool /*convert*/) {
+    if (src.is_none()) return false;
+    value = cobalt::py_bindings::IntArray<T>::from(src);
+    return true;
+  }
+  static handle cast(const cobalt::py_bindings::IntArray<T>& src, return_value_policy, handle) {
+    return src.inc_ref();
+  }
+};
+
+}  // namespace pybind11::detail

@@ -1,6 +1,8 @@
 // core/: Topology, LinkParams, ExpertLayout (+ diff, slot budgets), RoutingBatch, assignment check.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include "bindings_common.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/expert_layout.hpp"
@@ -8,6 +10,19 @@
 #include "py_routing_batch.hpp"
 
 namespace cobalt::py_bindings {
+
+namespace {
+
+// A read-only copy of `array` that nothing else references.
+IntArray<int32_t> private_copy(const IntArray<int32_t>& array) {
+  std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
+  IntArray<int32_t> copy(shape);
+  std::copy(array.data(), array.data() + array.size(), copy.mutable_data());
+  mark_readonly(copy);
+  return copy;
+}
+
+}  // namespace
 
 PyRoutingBatch PyRoutingBatch::make(InArray<int32_t> topk_ids,
                                     std::optional<InArray<int32_t>> source_rank, int num_experts,
@@ -28,6 +43,10 @@ PyRoutingBatch PyRoutingBatch::make(InArray<int32_t> topk_ids,
     contiguous_source_ranks(num_tokens, num_ranks,
                             std::span<RankId>(src.mutable_data(), static_cast<size_t>(num_tokens)));
   }
+  // Own copies, read-only: the batch is validated once and read later (also with the GIL
+  // released), so the caller must not be able to change the ids under it.
+  topk_ids = private_copy(topk_ids);
+  src = private_copy(src);
   auto ids = span_of(topk_ids);
   auto sources = span_of(src);
   RoutingBatch view = validate ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)
@@ -242,10 +261,20 @@ void bind_routing_batch(py::module_& m) {
   m.def(
       "validate_assignment",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, InArray<int32_t> exec_rank) {
-        validate_assignment(b.batch, layout, span_of(exec_rank));
+        // From Python the assignment is the caller's input (a layout source, say): a bad one is
+        // an invalid argument, not an internal error of the library.
+        COBALT_CHECK_ARG(exec_rank.size() == b.batch.num_tasks(),
+                         "exec_rank holds {} ranks, the batch has {} tasks", exec_rank.size(),
+                         b.batch.num_tasks());
+        try {
+          validate_assignment(b.batch, layout, span_of(exec_rank));
+        } catch (const Error& error) {
+          fail(ErrorCode::kInvalidArgument, "{}", error.what());
+        }
       },
       py::arg("batch"), py::arg("layout"), py::arg("exec_rank"),
-      "Raises InternalError naming the first task whose rank does not hold its expert.");
+      "Raises InvalidArgumentError (a ValueError) naming the first task whose rank does not hold "
+      "its expert, or when the sizes disagree.");
   m.def(
       "contiguous_source_ranks",
       [](int64_t num_tokens, int num_ranks) {

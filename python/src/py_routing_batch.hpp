@@ -1,5 +1,5 @@
-// The Python-side RoutingBatch: owns (or shares, zero-copy) the int32 arrays the C++ view points
-// at, so the view can never outlive its data.
+// The Python-side RoutingBatch: owns read-only copies of the int32 arrays the C++ view points at,
+// so the view can never outlive its data and nobody can change validated ids under it.
 #pragma once
 
 #include <optional>

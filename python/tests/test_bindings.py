@@ -34,8 +34,30 @@ def test_errors_map_to_value_and_runtime_errors() -> None:
                                                        slots_per_rank=3))
     layout = cobalt.ExpertLayout.static_ep(cobalt.Topology(2, 8), 16, 2)
     batch = _batch()
-    with pytest.raises(cobalt.InternalError, match="does not hold|lacks|not hold"):
+    with pytest.raises(ValueError, match="does not hold"):
         cobalt.validate_assignment(batch, layout, np.zeros((64, 2), dtype=np.int32))
+    with pytest.raises(ValueError, match="exec_rank holds 2 ranks, the batch has 128 tasks"):
+        cobalt.validate_assignment(batch, layout, np.zeros(2, dtype=np.int32))
+
+
+def test_integer_inputs_are_never_silently_changed() -> None:
+    """ids are checked, not wrapped or truncated; a batch owns read-only copies of its arrays
+    (changing the caller's array after validation cannot reach the C++ side)."""
+    with pytest.raises(ValueError, match=r"values \[2, 4294967297\] out of range"):
+        cobalt.RoutingBatch(np.array([[2**32 + 1, 2]]), None, 8, 2)
+    with pytest.raises(ValueError, match="expected an integer array, got dtype float64"):
+        cobalt.RoutingBatch(np.array([[1.9, 2.7]]), None, 8, 2)
+    with pytest.raises(ValueError, match="got dtype bool"):
+        cobalt.RoutingBatch(np.array([[True, False]]), None, 8, 2)
+    assert cobalt.RoutingBatch(np.array([[1, 2]], dtype=np.uint64), None, 8, 2).num_tokens == 1
+    ids = np.array([[1, 2], [3, 4]], dtype=np.int32)
+    batch = cobalt.RoutingBatch(ids, None, 8, 2)
+    ids[:] = 50_000_000
+    assert batch.topk_ids.tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="read-only"):
+        batch.topk_ids[0, 0] = 5
+    loads, _ = cobalt.count_routing(batch)
+    assert loads.tolist() == [0, 1, 1, 1, 1, 0, 0, 0]
 
 
 def test_topology_and_layout_views() -> None:
@@ -62,12 +84,15 @@ def test_topology_and_layout_views() -> None:
         layout.ranks_of(16)
 
 
-def test_routing_batch_shares_torch_and_numpy_memory() -> None:
+def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
     ids = torch.tensor([[0, 1], [2, 3], [4, 5]], dtype=torch.int32)
     src = torch.tensor([0, 1, 7], dtype=torch.int32)
     batch = cobalt.RoutingBatch(ids, src, 8, 8)
-    assert batch.topk_ids.__array_interface__["data"][0] == ids.data_ptr()
-    assert batch.source_rank.__array_interface__["data"][0] == src.data_ptr()
+    assert batch.topk_ids.__array_interface__["data"][0] != ids.data_ptr()
+    assert not batch.topk_ids.flags.writeable and not batch.source_rank.flags.writeable
+    ids[0, 0] = 7  # the validated batch does not see it
+    assert batch.topk_ids.tolist() == [[0, 1], [2, 3], [4, 5]]
+    np.testing.assert_array_equal(batch.source_rank, src.numpy())
     converted = cobalt.RoutingBatch(ids.to(torch.int64), None, 8, 8)  # copied once to int32
     np.testing.assert_array_equal(converted.topk_ids, ids.numpy())
     np.testing.assert_array_equal(converted.source_rank, [0, 2, 5])  # floor(i * G / T)
