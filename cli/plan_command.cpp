@@ -12,6 +12,7 @@
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/milp_planner.hpp"
+#include "cobalt/plan/node_plan.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "cobalt/workload/presets.hpp"
 #include "cobalt/workload/synthetic.hpp"
@@ -94,7 +95,18 @@ void run_plan(const PlanArgs& args) {
   if (args.backend != "heuristic") {
     plan::MilpOptions mopts;
     mopts.time_limit_s = args.time_limit_s;
-    mopts.warm_start = args.backend == "both" ? &heuristic.plan : nullptr;
+    // The heuristic may return a plan above the load cap (it has no repair step); CBC takes
+    // only valid starts, so such a plan is reported and not used.
+    const std::string warm_start_problem =
+        args.backend == "both" ? plan::check_node_plan(input, heuristic.plan) : std::string();
+    mopts.warm_start =
+        args.backend == "both" && warm_start_problem.empty() ? &heuristic.plan : nullptr;
+    if (!warm_start_problem.empty()) {
+      fmt::print(stderr, "cobalt plan: heuristic plan not used as CBC's start ({})\n",
+                 warm_start_problem);
+      report["heuristic"]["valid"] = false;
+      report["heuristic"]["invalid_because"] = warm_start_problem;
+    }
     fmt::print(stderr, "cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s);
     const auto milp = plan::solve_global_milp(input, mopts);
     report["milp"] = {{"status", milp.status},   {"objective", milp.objective},

@@ -368,10 +368,11 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
         int64_t assigned = 0;
         for (int j = 0; j < num_inst; ++j) {
           if (j == mine || remote_cap[j] <= 0) continue;
-          const int64_t scaled = rem * remote_cap[j];
-          alloc[j] += scaled / total_remote;
-          remainder[j] = scaled % total_remote;
-          assigned += scaled / total_remote;
+          // In 128 bits: rem * remote_cap overflows int64 for counts beyond ~3e9.
+          const __int128 scaled = static_cast<__int128>(rem) * remote_cap[j];
+          alloc[j] += static_cast<int64_t>(scaled / total_remote);
+          remainder[j] = static_cast<int64_t>(scaled % total_remote);
+          assigned += static_cast<int64_t>(scaled / total_remote);
         }
         for (int64_t left = rem - assigned; left > 0; --left) {
           int best = -1;

@@ -159,7 +159,9 @@ class CobaltPolicy final : public Policy {
       assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
                                 {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
     }
-    // Statistics after the step (they feed the next plans).
+    // Statistics after the step (they feed the next plans). A step without tasks is no
+    // observation.
+    if (batch.num_tasks() == 0) return st.layout;
     st.stats.update(batch, config_.num_threads);
     const auto counts = replica_task_counts(batch, *st.layout, exec_rank);
     const double keep = config_.ema_decay;

@@ -132,6 +132,11 @@ class EplbPolicy final : public Policy {
   }
 
   void update_ema(LayerState& st) {
+    // A step without tasks is no observation (the first update initialises the EMA).
+    if (std::all_of(expert_counts_.begin(), expert_counts_.end(),
+                    [](int64_t c) { return c == 0; })) {
+      return;
+    }
     const double keep = st.num_updates == 0 ? 0.0 : config_.ema_decay;
     for (size_t e = 0; e < st.ema_load.size(); ++e) {
       st.ema_load[e] =

@@ -6,6 +6,8 @@
 //
 // The threshold is the harness's load tolerance eps (PolicyConfig::eps), a named choice: FlexMoE
 // leaves it to the user.
+#include <algorithm>
+
 #include "cobalt/plan/flexmoe_planner.hpp"
 #include "peer_policy_base.hpp"
 
@@ -35,6 +37,8 @@ class FlexMoePolicy final : public LoadBasedPeerPolicy {
   }
 
   void observe(int64_t, int layer, std::span<const int64_t> counts) override {
+    // A step without tasks is no observation: keep the last step that had some.
+    if (std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 0; })) return;
     auto& load = last_load_[layer];
     load.assign(config_.num_experts, 0.0);
     for (size_t i = 0; i < counts.size(); ++i) load[i % config_.num_experts] += counts[i];

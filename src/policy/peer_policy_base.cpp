@@ -1,5 +1,7 @@
 #include "peer_policy_base.hpp"
 
+#include <algorithm>
+
 #include "cobalt/core/error.hpp"
 #include "wall_timer.hpp"
 
@@ -32,10 +34,6 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run(int64_t step, in
 
 std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run_loads(
     int64_t step, int layer, std::span<const int64_t> counts, std::span<int64_t> rank_loads) {
-  const size_t expected = static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts;
-  COBALT_CHECK_ARG(counts.size() == expected,
-                   "policy {}: counts has {} entries, expected G x E = {} x {}", name(),
-                   counts.size(), config_.topology.num_ranks(), config_.num_experts);
   auto in_force = this->step(step, layer, counts);
   plan::route_counts(counts, *in_force, scope_, rank_loads);
   observe(step, layer, counts);
@@ -55,6 +53,8 @@ const std::shared_ptr<const ExpertLayout>& LoadBasedPeerPolicy::install(int laye
 }
 
 void DemandWindow::push(std::span<const int64_t> counts) {
+  // A step without tasks is no observation: it would dilute the window's demand.
+  if (std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 0; })) return;
   steps_.emplace_back(counts.begin(), counts.end());
   while (static_cast<int>(steps_.size()) > capacity_) steps_.pop_front();
 }

@@ -51,6 +51,11 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
           rank_loads.size() == static_cast<size_t>(num_ranks_),
       "policy {}: counts has {} entries (need G x E = {} x {}), rank loads {} (need {})", name(),
       counts.size(), num_ranks_, num_experts_, rank_loads.size(), num_ranks_);
+  // Refused before any policy state changes.
+  for (size_t i = 0; i < counts.size(); ++i) {
+    COBALT_CHECK_ARG(counts[i] >= 0, "policy {}: counts[{}][{}] = {} is negative", name(),
+                     i / num_experts_, i % num_experts_, counts[i]);
+  }
   return do_run_loads(step, layer, counts, rank_loads);
 }
 

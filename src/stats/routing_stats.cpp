@@ -82,6 +82,10 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
       expert_counts.size() == expert_load_.size() && coactivation.size() == coactivation_.size(),
       "stats: counts sized {} and {}, need {} and {}", expert_counts.size(), coactivation.size(),
       expert_load_.size(), coactivation_.size());
+  // A step without tasks is no observation (an EMA started from it would begin at zero).
+  if (std::all_of(expert_counts.begin(), expert_counts.end(), [](int64_t c) { return c == 0; })) {
+    return;
+  }
   const bool first = num_updates_ == 0;
   const double keep = (exact_ || first) ? 1.0 : decay_;
   const double add = exact_ || first ? 1.0 : 1.0 - decay_;
@@ -177,7 +181,7 @@ std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const Expert
                                          std::span<const RankId> exec_rank) {
   const int slots = layout.slots_per_rank();
   // slot_of[e * G + r]: slot index of expert e on rank r.
-  std::vector<int16_t> slot_of(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
+  std::vector<int32_t> slot_of(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
   for (RankId r = 0; r < layout.num_ranks(); ++r) {
     auto row = layout.slots_of(r);
     for (int s = 0; s < slots; ++s) {

@@ -27,8 +27,10 @@ class RoutingStats {
   RoutingStats(int num_experts, double decay, bool exact = false);
   static RoutingStats exact_counts(int num_experts) { return RoutingStats(num_experts, 0.0, true); }
 
+  // Adds a batch's counts. A batch without tasks is no observation: nothing changes and
+  // num_updates() does not count it.
   void update(const RoutingBatch& batch, int num_threads = 1);
-  // Adds pre-computed batch counts (same shapes as count_routing's outputs).
+  // Adds pre-computed batch counts (same shapes as count_routing's outputs; all-zero: ignored).
   void update_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
 
   int num_experts() const { return num_experts_; }

@@ -135,6 +135,39 @@ TEST(UltraEpSolver, InvariantsOnRandomInstances) {
   }
 }
 
+// Per-source splits multiply counts by replica capacities: beyond ~3e9 tasks that overflowed
+// int64 (a 43 s call and a far worse balance). Scaled by 2^33, the instance must balance as well
+// as the unscaled one.
+TEST(UltraEpSolver, HugeCountsBalanceLikeSmallOnes) {
+  SplitMix64 rng(5);
+  const Topology topo(4, 32);
+  const int experts = 128, slots = 6;
+  std::vector<int64_t> demand(static_cast<size_t>(32) * experts, 0);
+  for (RankId s = 0; s < 32; ++s) {
+    for (int t = 0; t < 2000; ++t) {
+      const double u = rng.unit();
+      demand[static_cast<size_t>(s) * experts + static_cast<int>(u * u * experts)] += 1;
+    }
+  }
+  std::vector<int64_t> huge(demand);
+  for (auto& v : huge) v <<= 33;
+  auto imbalance = [](const UltraEpPlan& plan) {
+    const auto [lo, hi] = std::minmax_element(plan.rank_loads.begin(), plan.rank_loads.end());
+    double sum = 0;
+    for (auto v : plan.rank_loads) sum += static_cast<double>(v);
+    (void)lo;
+    return static_cast<double>(*hi) / (sum / static_cast<double>(plan.rank_loads.size()));
+  };
+  UltraEpInput small_in{topo, experts, slots, demand, {}};
+  UltraEpInput huge_in{topo, experts, slots, huge, {}};
+  small_in.options.min_tokens_per_replica = 16;
+  huge_in.options.min_tokens_per_replica = int64_t{16} << 33;
+  const UltraEpPlan small_plan = solve_ultraep(small_in);
+  const UltraEpPlan huge_plan = solve_ultraep(huge_in);
+  expect_invariants(huge_in, huge_plan);
+  EXPECT_LE(imbalance(huge_plan), imbalance(small_plan) + 0.01);
+}
+
 TEST(UltraEpSolver, InterleaveIsABijection) {
   for (int64_t total : {1, 2, 3, 4, 10, 12, 97, 360}) {
     for (ExpertId e : {0, 3, 17}) {

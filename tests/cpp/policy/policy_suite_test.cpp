@@ -166,6 +166,70 @@ TEST(PolicyRegistry, UnknownNameListsValidOnes) {
 namespace cobalt::policy {
 namespace {
 
+// A step without tokens is no observation: a run that starts with one decides as if it had not
+// happened (statistics, demand windows and plans alike; plan periods count from the first step
+// with tasks, so the run without it starts one step later).
+TEST(PolicyRun, AStepWithoutTokensIsNoObservation) {
+  PolicyConfig config;
+  config.topology = Topology(2, 8);
+  config.num_experts = 16;
+  config.top_k = 2;
+  config.slots_per_rank = 3;
+  config.steps_per_global_plan = 2;
+  config.planner_restarts = 2;
+  std::vector<testing::OwnedBatch> batches;
+  for (int s = 0; s < 6; ++s) batches.push_back(testing::random_batch(40 + s, 64, 2, 16, 8, 1.0));
+  const auto empty = testing::random_batch(1, 0, 2, 16, 8);
+  for (const auto& name : policy_names()) {
+    auto with_empty = make_policy(name, config), without = make_policy(name, config);
+    std::vector<RankId> none;
+    with_empty->run(0, 0, empty.view(), none);
+    for (int s = 0; s < 6; ++s) {
+      std::vector<RankId> a(batches[s].view().num_tasks()), b(a.size());
+      const auto layout_a = with_empty->run(s + 1, 0, batches[s].view(), a);
+      const auto layout_b = without->run(s, 0, batches[s].view(), b);
+      EXPECT_EQ(a, b) << name << " step " << s;
+      EXPECT_TRUE(*layout_a == *layout_b) << name << " step " << s;
+    }
+  }
+}
+
+// run_loads refuses negative counts before the policy changes any state.
+TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
+  PolicyConfig config;
+  config.topology = Topology(2, 8);
+  config.num_experts = 8;
+  config.top_k = 2;
+  config.slots_per_rank = 3;
+  std::vector<int64_t> good(8 * 8), bad;
+  for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<int64_t>((i * 7) % 13);
+  bad = good;
+  bad[9] = -5;
+  for (const auto& name : policy_names()) {
+    auto policy = make_policy(name, config), fresh = make_policy(name, config);
+    std::vector<int64_t> loads(8), fresh_loads(8);  // G = 8
+    try {  // policies that need token ids refuse load-only input altogether
+      std::vector<int64_t> probe(8);
+      make_policy(name, config)->run_loads(0, 0, good, probe);
+    } catch (const Error& error) {
+      if (error.code() == ErrorCode::kFailedPrecondition) continue;
+      throw;
+    }
+    try {
+      policy->run_loads(0, 0, bad, loads);
+      ADD_FAILURE() << name << " accepted a negative count";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("counts[1][1] = -5 is negative"), std::string::npos)
+          << error.what();
+    }
+    EXPECT_EQ(policy->counters().num_global_plans, 0) << name;
+    const auto layout = policy->run_loads(1, 0, good, loads);
+    const auto fresh_layout = fresh->run_loads(1, 0, good, fresh_loads);
+    EXPECT_EQ(loads, fresh_loads) << name;
+    EXPECT_TRUE(*layout == *fresh_layout) << name;
+  }
+}
+
 TEST(PolicyRun, RejectsBatchesThatDoNotMatchTheConfiguration) {
   PolicyConfig config;
   config.topology = Topology(2, 4);

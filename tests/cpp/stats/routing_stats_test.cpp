@@ -83,6 +83,32 @@ TEST(RoutingStats, HotSetChurn) {
   EXPECT_DOUBLE_EQ(hot_set_churn(a, a, 3), 0.0);
 }
 
+TEST(RoutingStats, AStepWithoutTasksIsNoObservation) {
+  std::vector<ExpertId> ids = {0, 1}, none;
+  std::vector<RankId> src = {0}, no_src;
+  RoutingStats ema(3, 0.75);
+  ema.update(RoutingBatch(none, no_src, 2, 3, 1));
+  EXPECT_EQ(ema.num_updates(), 0);
+  ema.update(RoutingBatch(ids, src, 2, 3, 1));  // still the first update: it initialises
+  EXPECT_EQ(ema.num_updates(), 1);
+  EXPECT_DOUBLE_EQ(ema.expert_load()[0], 1.0);
+  ema.update(RoutingBatch(none, no_src, 2, 3, 1));
+  EXPECT_EQ(ema.num_updates(), 1);
+  EXPECT_DOUBLE_EQ(ema.expert_load()[0], 1.0);
+}
+
+TEST(RoutingStats, ReplicaTaskCountsBeyondInt16Slots) {
+  const int num_experts = 40000;  // one rank holding every expert: slot indices above 32767
+  std::vector<ExpertId> slots(num_experts);
+  for (int e = 0; e < num_experts; ++e) slots[e] = e;
+  const ExpertLayout layout(Topology(1, 1), num_experts, num_experts, slots);
+  std::vector<ExpertId> ids = {39999, 5};
+  std::vector<RankId> src = {0}, exec = {0, 0};
+  const auto counts = replica_task_counts(RoutingBatch(ids, src, 2, num_experts, 1), layout, exec);
+  EXPECT_EQ(counts[39999], 1);
+  EXPECT_EQ(counts[5], 1);
+}
+
 TEST(RoutingStats, ReplicaTaskCounts) {
   // 1 node x 2 ranks, 2 slots: rank 0 {0, 1}, rank 1 {1, -}.
   ExpertLayout layout(Topology(1, 2), 2, 2, {0, 1, 1, -1});
