@@ -194,6 +194,35 @@ TEST(PolicyRun, AStepWithoutTokensIsNoObservation) {
   }
 }
 
+// On one node every layout moves no token across nodes (V = 0), so Cobalt's choice by V alone kept
+// the layout in force (static EP) for ever; the expected busiest rank decides there.
+TEST(PolicyRun, CobaltPlansOnOneNode) {
+  PolicyConfig config;
+  config.topology = Topology(1, 8);
+  config.num_experts = 64;
+  config.top_k = 2;
+  config.slots_per_rank = 12;
+  config.steps_per_global_plan = 5;
+  config.planner_restarts = 2;
+  double imbalance[3] = {0, 0, 0};
+  const char* names[3] = {"static", "cobalt", "cobalt+"};
+  for (int i = 0; i < 3; ++i) {
+    auto policy = make_policy(names[i], config);
+    for (int s = 0; s < 20; ++s) {
+      const auto batch = testing::random_batch(900 + s, 2048, 2, 64, 8, 2.0);  // skewed
+      std::vector<RankId> exec(batch.view().num_tasks());
+      policy->run(s, 0, batch.view(), exec);
+      if (s < 10) continue;
+      const auto loads = eval::rank_loads(exec, 8);
+      const double mean = static_cast<double>(exec.size()) / 8;
+      imbalance[i] += static_cast<double>(*std::max_element(loads.begin(), loads.end())) / mean;
+    }
+    if (i > 0) EXPECT_GE(policy->counters().num_global_plans, 1) << names[i];
+  }
+  EXPECT_LT(imbalance[1], 0.8 * imbalance[0]) << "cobalt vs static";
+  EXPECT_LT(imbalance[2], 0.8 * imbalance[0]) << "cobalt+ vs static";
+}
+
 // run_loads refuses negative counts before the policy changes any state.
 TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
   PolicyConfig config;
