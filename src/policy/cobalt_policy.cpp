@@ -164,7 +164,10 @@ class CobaltPolicy final : public Policy {
     if (batch.num_tasks() == 0) return st.layout;
     st.stats.update(batch, config_.num_threads);
     const auto counts = replica_task_counts(batch, *st.layout, exec_rank);
-    const double keep = config_.ema_decay;
+    // The first observation initialises the replica EMA loads (as RoutingStats does): started
+    // from zero they stay biased low for ~1 / (1 - decay) steps, which layout pricing compares
+    // against copy costs in absolute terms.
+    const double keep = st.stats.num_updates() <= 1 ? 0.0 : config_.ema_decay;
     for (size_t i = 0; i < counts.size(); ++i) {
       st.slot_loads[i] = keep * st.slot_loads[i] + (1.0 - keep) * static_cast<double>(counts[i]);
     }
