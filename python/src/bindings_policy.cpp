@@ -1,6 +1,7 @@
 // policy/: PolicyConfig, Policy (static, cobalt, ... whatever the registry holds), make_policy.
 #include <pybind11/stl.h>
 
+#include <mutex>
 #include <optional>
 
 #include "bindings_common.hpp"
@@ -21,6 +22,9 @@ LayoutPtr mutable_ptr(std::shared_ptr<const ExpertLayout> p) {
 struct PyPolicy {
   std::unique_ptr<policy::Policy> impl;
   policy::PolicyConfig config;
+  // Serialises calls from several Python threads (run releases the GIL; a policy is stateful).
+  // Taken after the GIL is released, so a thread waiting for it never holds the GIL.
+  std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
 
   void check_batch(const RoutingBatch& b, int layer) const {
     COBALT_CHECK_ARG(b.num_experts() == config.num_experts && b.top_k() == config.top_k &&
@@ -116,6 +120,7 @@ void bind_policy(py::module_& m) {
             std::shared_ptr<const ExpertLayout> layout;
             {
               py::gil_scoped_release release;
+              const std::lock_guard<std::mutex> lock(*p.busy);
               layout = p.impl->run(step, layer, b.batch, dst);
             }
             return py::make_tuple(mutable_ptr(std::move(layout)), exec);
@@ -138,6 +143,7 @@ void bind_policy(py::module_& m) {
             std::shared_ptr<const ExpertLayout> layout;
             {
               py::gil_scoped_release release;
+              const std::lock_guard<std::mutex> lock(*p.busy);
               layout = p.impl->run_loads(step, layer, span_of(counts), loads);
             }
             return py::make_tuple(mutable_ptr(std::move(layout)),
@@ -145,7 +151,15 @@ void bind_policy(py::module_& m) {
           },
           py::arg("step"), py::arg("layer"), py::arg("counts"),
           "Load-only replay: counts [G, E] -> (layout, rank_loads [G] int64).")
-      .def_property_readonly("counters", [](const PyPolicy& p) { return p.impl->counters(); });
+      .def_property_readonly("counters", [](const PyPolicy& p) {
+        policy::PolicyCounters counters;
+        {
+          py::gil_scoped_release release;
+          const std::lock_guard<std::mutex> lock(*p.busy);
+          counters = p.impl->counters();
+        }
+        return counters;
+      });
 
   m.def("policy_names", &policy::policy_names, "Registered policy names, in display order.");
   m.def(

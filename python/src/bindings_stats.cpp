@@ -28,7 +28,8 @@ void bind_stats(py::module_& m) {
   py::class_<RoutingStats>(
       m, "RoutingStats",
       "Running expert loads w_e [E] and co-activation c_ij [E, E]: EMA over updates "
-      "(first update initialises) or exact sums (exact=True).")
+      "(first update initialises; a batch without tasks is no update) or exact sums "
+      "(exact=True). Not for concurrent updates from several threads.")
       .def(py::init<int, double, bool>(), py::arg("num_experts"), py::arg("decay"),
            py::arg("exact") = false)
       .def_static("exact_counts", &RoutingStats::exact_counts, py::arg("num_experts"))

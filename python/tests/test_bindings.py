@@ -211,3 +211,32 @@ def test_cobalt_plus_prices_layouts_with_a_cost_model() -> None:
                                                           cost_model=bad))
     with pytest.raises(ValueError, match="unknown"):
         cobalt.CostParams.from_presets("nope")
+
+
+def test_one_policy_driven_from_two_threads() -> None:
+    """Policy.run releases the GIL; calls from several threads are serialised on the policy
+    (its state is not thread-safe), so two layers driven from two threads stay valid."""
+    import threading
+
+    cfg = cobalt.PolicyConfig(cobalt.Topology(2, 16), 64, 4, num_layers=2, slots_per_rank=6)
+    policy = cobalt.make_policy("cobalt+", cfg)
+    errors: list[BaseException] = []
+
+    def drive(layer: int) -> None:
+        rng = np.random.default_rng(layer)
+        try:
+            for step in range(12):
+                ids = np.argsort(rng.random((1024, 64)), axis=1)[:, :4].astype(np.int32)
+                batch = cobalt.RoutingBatch(ids, None, 64, 16)
+                layout, exec_rank = policy.run(step, layer, batch)
+                cobalt.validate_assignment(batch, layout, exec_rank)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=drive, args=(layer,)) for layer in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert policy.counters.num_global_plans >= 2
