@@ -291,101 +291,6 @@ void initial_placement(PlanState& s, const GlobalPlanInput& in, int restart, uin
   }
 }
 
-// Total load above the node cap over all nodes (0 when the plan is feasible).
-double total_excess(const PlanState& s) {
-  double excess = 0;
-  for (int n = 0; n < s.num_nodes(); ++n) excess += std::max(0.0, s.node_load(n) - s.node_cap());
-  return excess;
-}
-
-// Brings node loads under the cap where spare slots allow: the initial placement puts replicas
-// where co-activation is largest first, which can overload a node that no later step would
-// relieve (spare slots are filled, and local search moves, only within the cap). While some node
-// is above its cap, applies the change that lowers the total excess most: one more replica of an
-// expert of an overloaded node on another node with a free slot (its share shrinks everywhere),
-// or one replica moved off the overloaded node. Stops when feasible or when no change helps.
-void repair_overloads(PlanState& s) {
-  for (;;) {
-    const double before = total_excess(s);
-    if (before <= kImprovement) return;
-    double best = before - kImprovement;
-    int best_e = -1, best_from = -1, best_to = -1;  // best_from < 0: add a replica on best_to
-    for (int a = 0; a < s.num_nodes(); ++a) {
-      if (s.node_load(a) <= s.node_cap() + kImprovement) continue;
-      const std::vector<int> experts = s.members(a);  // copied: trials mutate the state
-      for (int e : experts) {
-        for (int b = 0; b < s.num_nodes(); ++b) {
-          if (b == a || s.node_used(b) >= s.node_slots() || s.x(e, b) >= s.per_node()) continue;
-          s.add(e, b);  // trial: one more replica of e on b
-          const double added = total_excess(s);
-          if (added < best) {
-            best = added;
-            best_e = e;
-            best_from = -1;
-            best_to = b;
-          }
-          s.remove(e, a);  // trial: that replica moved from a to b instead
-          const double moved = s.total(e) >= 1 ? total_excess(s) : 1e300;
-          if (moved < best) {
-            best = moved;
-            best_e = e;
-            best_from = a;
-            best_to = b;
-          }
-          s.add(e, a);
-          s.remove(e, b);
-        }
-      }
-    }
-    if (best_e >= 0) {
-      s.add(best_e, best_to);
-      if (best_from >= 0) s.remove(best_e, best_from);
-      continue;
-    }
-    // No single change helps because the other nodes are full: make room on node b by moving
-    // one of its experts g to a node c with a free slot, then add a replica of e (from the most
-    // overloaded node) on b. Bounded: at most kMaxTrials trials per round.
-    constexpr int kMaxTrials = 20000;
-    int trials = 0, best_g = -1, best_c = -1;
-    int worst = 0;
-    for (int n = 1; n < s.num_nodes(); ++n) {
-      if (s.node_load(n) - s.node_cap() > s.node_load(worst) - s.node_cap()) worst = n;
-    }
-    const std::vector<int> experts = s.members(worst);
-    for (int e : experts) {
-      for (int b = 0; b < s.num_nodes() && trials < kMaxTrials; ++b) {
-        if (b == worst || s.x(e, b) >= s.per_node() || s.node_used(b) < s.node_slots()) continue;
-        const std::vector<int> residents = s.members(b);
-        for (int g : residents) {
-          if (g == e) continue;
-          for (int c = 0; c < s.num_nodes() && trials < kMaxTrials; ++c) {
-            if (c == b || s.node_used(c) >= s.node_slots() || s.x(g, c) >= s.per_node()) continue;
-            ++trials;
-            s.remove(g, b);
-            s.add(g, c);
-            s.add(e, b);
-            const double excess = total_excess(s);
-            if (excess < best) {
-              best = excess;
-              best_e = e;
-              best_to = b;
-              best_g = g;
-              best_c = c;
-            }
-            s.remove(e, b);
-            s.remove(g, c);
-            s.add(g, b);
-          }
-        }
-      }
-    }
-    if (best_e < 0) return;
-    s.remove(best_g, best_to);
-    s.add(best_g, best_c);
-    s.add(best_e, best_to);
-  }
-}
-
 // Fills spare slots: first with replicas that add co-activation (largest gain first), then with
 // extra replicas of the experts with the largest per-replica load (they help stage 2 balance).
 void fill_spare_slots(PlanState& s) {
@@ -547,7 +452,6 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
     } else {
       initial_placement(state, input, restart, options.seed, options.use_metis);
     }
-    repair_overloads(state);
     fill_spare_slots(state);
     for (int pass = 0; pass < options.max_local_search_passes && local_search_pass(state); ++pass) {
       fill_spare_slots(state);
