@@ -2,6 +2,7 @@
 #include "cobalt/plan/topoep_solver.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cobalt/core/error.hpp"
 
@@ -46,6 +47,12 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   COBALT_CHECK_ARG(in.demand.size() == static_cast<size_t>(num_ranks) * num_experts,
                    "topoep: demand has {} entries, expected {} ranks x {} experts",
                    in.demand.size(), num_ranks, num_experts);
+  // The benefit rule 2 D S_tok - |W| needs real sizes: a negative |W| would replicate experts
+  // nobody routes to.
+  COBALT_CHECK_ARG(std::isfinite(in.token_bytes) && in.token_bytes >= 0 &&
+                       std::isfinite(in.expert_param_bytes) && in.expert_param_bytes >= 0,
+                   "topoep: token bytes {} and expert parameter bytes {} must be finite and >= 0",
+                   in.token_bytes, in.expert_param_bytes);
   const int mains_per_rank = (num_experts + num_ranks - 1) / num_ranks;
   COBALT_CHECK_ARG(in.slots_per_rank >= mains_per_rank,
                    "topoep: {} slots per rank cannot hold the {} main instances per rank",

@@ -2,6 +2,8 @@
 
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "cobalt/core/error.hpp"
 #include "policy_registry.hpp"
 
@@ -23,6 +25,12 @@ void PolicyConfig::validate() const {
                    ema_decay);
   COBALT_CHECK_ARG(planner_restarts >= 1, "policy: planner restarts {} must be >= 1",
                    planner_restarts);
+  COBALT_CHECK_ARG(std::isfinite(token_bytes) && token_bytes > 0,
+                   "policy: token bytes {} must be finite and > 0", token_bytes);
+  COBALT_CHECK_ARG(std::isfinite(expert_param_bytes) && expert_param_bytes > 0,
+                   "policy: expert parameter bytes {} must be finite and > 0", expert_param_bytes);
+  COBALT_CHECK_ARG(num_threads >= 0, "policy: threads {} must be >= 0 (0 = all cores)",
+                   num_threads);
   if (cost_model) cost_model->validate();
 }
 

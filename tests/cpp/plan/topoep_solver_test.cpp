@@ -226,6 +226,12 @@ TEST(TopoEpSolver, RejectsBadInputs) {
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 15, 2, 1, 1, demand}), Error);  // shape
   demand[3] = -1;
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, 1, demand}), Error);
+  demand[3] = 1;
+  // Sizes the benefit rule 2 D S_tok - |W| cannot use (a negative |W| replicated experts nobody
+  // routes to).
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, -1, demand}), Error);
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, -1, 1, demand}), Error);
+  EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, std::nan(""), demand}), Error);
 }
 
 }  // namespace

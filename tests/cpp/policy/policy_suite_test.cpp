@@ -2,6 +2,7 @@
 // traces.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "cobalt/core/assignment.hpp"
@@ -158,6 +159,20 @@ TEST(PolicyRegistry, UnknownNameListsValidOnes) {
       1;  // 8 ranks x 1 slot = 8 >= 8 experts is fine; 7 experts... make it too small:
   config.num_experts = 9;
   EXPECT_THROW(make_policy("static", config), Error);
+  config.num_experts = 8;
+  config.slots_per_rank = 2;  // 4 ranks x 2 slots = 8 experts
+  EXPECT_NO_THROW(make_policy("static", config));
+  for (double bad : {0.0, -1.0, std::nan("")}) {
+    PolicyConfig c = config;
+    c.token_bytes = bad;
+    EXPECT_THROW(make_policy("topoep", c), Error) << "token bytes " << bad;
+    c = config;
+    c.expert_param_bytes = bad;
+    EXPECT_THROW(make_policy("topoep", c), Error) << "expert bytes " << bad;
+  }
+  PolicyConfig c = config;
+  c.num_threads = -1;
+  EXPECT_THROW(make_policy("cobalt", c), Error);
 }
 
 }  // namespace
