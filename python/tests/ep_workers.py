@@ -120,7 +120,8 @@ def make_source(case: str, ep: EPGroup, sz: Sizes, num_layers: int = 1,
 def gather_bank_grads(moe: ExpertParallelMoE) -> list[torch.Tensor]:
     """Every expert's main-instance gradient [E, ...] on every rank (a collective)."""
     store = moe.experts
-    out = [torch.zeros((store.num_experts,) + tuple(p.shape[1:])) for p in store.bank]
+    out = [torch.zeros((store.num_experts,) + tuple(p.shape[1:]), dtype=p.dtype)
+           for p in store.bank]
     for e in store.local_experts():
         for o, p in zip(out, store.bank):
             if p.grad is not None:

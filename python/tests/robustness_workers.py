@@ -18,6 +18,7 @@ import cobalt
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
                           RoutingRecorder, ScheduledLayoutSource)
 from cobalt.torch.experts import TopKRouter
+from ep_workers import gather_bank_grads
 
 NODES, RANKS_PER_NODE = 2, 2
 WORLD = NODES * RANKS_PER_NODE
@@ -63,19 +64,6 @@ def micro_batch(rank: int, index: int, dtype: torch.dtype = torch.float32
     return torch.randn(n, H, generator=g).to(dtype), torch.randn(n, H, generator=g).to(dtype)
 
 
-def expert_grads(moe: ExpertParallelMoE) -> list[torch.Tensor]:
-    """Every expert's accumulated main gradient, [E, ...] per bank tensor (a collective)."""
-    store = moe.experts
-    out = [torch.zeros((E,) + tuple(p.shape[1:]), dtype=p.dtype) for p in store.bank]
-    for e in store.local_experts():
-        for o, p in zip(out, store.bank):
-            if p.grad is not None:
-                o[int(e)] = p.grad[int(store.main_slot[e])]
-    for o in out:
-        dist.all_reduce(o)
-    return out
-
-
 def vacant_grad_sum(moe: ExpertParallelMoE) -> float:
     """Sum of |grad| over bank slots that hold no main instance (must be 0; a collective)."""
     store = moe.experts
@@ -107,7 +95,7 @@ def run_accumulation(ep: EPGroup) -> dict[str, Any]:
         x, target = micro_batch(ep.rank, index)
         (moe(x) * target).sum().backward()
         moved.append(moves(moe))
-    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+    return {"grads": gather_bank_grads(moe), "router": moe.router.weight.grad.clone(),
             "vacant": vacant_grad_sum(moe), "moves": moved}
 
 
@@ -122,7 +110,7 @@ def run_two_forwards(ep: EPGroup) -> dict[str, Any]:
         loss = loss + (moe(x) * target).sum()
     moved_before = moves(moe)
     loss.backward()
-    grads = expert_grads(moe)
+    grads = gather_bank_grads(moe)
     deferred = moe.experts.counters.deferred
     with torch.no_grad():  # nothing pending now: LAYOUT_B, asked for again, applies
         moe(micro_batch(ep.rank, 2)[0])
@@ -138,7 +126,7 @@ def run_retained_graph(ep: EPGroup) -> dict[str, Any]:
     y = moe(x)
     (y * target).sum().backward(retain_graph=True)
     (y ** 2).sum().backward()
-    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+    return {"grads": gather_bank_grads(moe), "router": moe.router.weight.grad.clone(),
             "replicas": rt.records[-1].num_replicas}
 
 
@@ -261,7 +249,7 @@ def run_retained_then_migrate(ep: EPGroup) -> dict[str, Any]:
     moved = moves(moe)
     loss0.backward()
     (y1 * target1).sum().backward()
-    return {"grads": expert_grads(moe), "router": moe.router.weight.grad.clone(),
+    return {"grads": gather_bank_grads(moe), "router": moe.router.weight.grad.clone(),
             "moves_under_graph": moved, "deferred": moe.experts.counters.deferred,
             "vacant": vacant_grad_sum(moe)}
 
