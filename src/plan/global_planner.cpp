@@ -10,6 +10,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
+#include "cobalt/plan/rank_matching.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -548,9 +549,14 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
         node_loads[i % per_node].push_back(replicas[i].load);
       }
     }
-    for (int i = 0; i < per_node; ++i) {
-      lists[first + i] = std::move(node_lists[i]);
-      list_loads[first + i] = std::move(node_loads[i]);
+    // The node's ranks are interchangeable: put each packed group on the rank that keeps the most
+    // of its replicas where they are.
+    std::vector<int> group2rank(per_node);
+    std::iota(group2rank.begin(), group2rank.end(), 0);
+    if (previous) group2rank = keep_replicas_in_place(*previous, n, node_lists);
+    for (int g = 0; g < per_node; ++g) {
+      lists[first + group2rank[g]] = std::move(node_lists[g]);
+      list_loads[first + group2rank[g]] = std::move(node_loads[g]);
     }
   }
   ExpertLayout layout = ExpertLayout::from_rank_lists(topo, input.num_experts, slots, lists);

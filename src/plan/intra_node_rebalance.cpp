@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/plan/rank_matching.hpp"
 
 namespace cobalt::plan {
 
@@ -64,6 +65,19 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
     if (!ok) continue;
     const double new_max = *std::max_element(load.begin(), load.end());
     if (new_max >= old_max * (1.0 - min_gain)) continue;
+    // The ranks are interchangeable for the loads: put each packed group on the rank that keeps the
+    // most of its replicas where they are (a maximum-weight matching; ties keep group g on rank g).
+    std::vector<int64_t> kept(static_cast<size_t>(per_node) * per_node, 0);
+    for (int g = 0; g < per_node; ++g) {
+      for (const Replica& rep : placed[g]) {
+        kept[static_cast<size_t>(g) * per_node + rep.old_rank] += per_node + 1;
+      }
+      kept[static_cast<size_t>(g) * per_node + g] += 1;
+    }
+    const std::vector<int> group2rank = max_weight_perfect_matching(kept, per_node);
+    std::vector<std::vector<Replica>> matched(per_node);
+    for (int g = 0; g < per_node; ++g) matched[group2rank[g]] = std::move(placed[g]);
+    placed = std::move(matched);
     for (int i = 0; i < per_node; ++i) {
       // Keep replicas that stay on their rank first so their slot indices are stable.
       std::stable_partition(placed[i].begin(), placed[i].end(),

@@ -45,8 +45,10 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
 
 // Rank packing: places each node's replicas on its ranks (greedy bin packing by expected load, no
 // two replicas of an expert on one rank, at most S per rank; falls back to a round-robin packing
-// that always fits). When `previous` is given, a replica stays on its previous rank when that rank
-// is among the least loaded candidates. Writes the expected load of each slot [G, S] to *slot_loads
+// that always fits). When `previous` is given, a replica prefers its previous rank among the least
+// loaded candidates, and each node's packed groups are then put on its ranks by a maximum-weight
+// matching that keeps the most replicas where `previous` has them (rank_matching.hpp); loads and
+// cross-node traffic do not depend on that permutation, only the copies do. Writes the expected load of each slot [G, S] to *slot_loads
 // if non-null.
 ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads);
