@@ -214,10 +214,16 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
     for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
     return part;
   }
-  double max_c = 0, total_w = 0;
-  for (double c : in.coactivation) max_c = std::max(max_c, c);
+  double max_c = 0, total_c = 0, total_w = 0;
+  for (double c : in.coactivation) {
+    max_c = std::max(max_c, c);
+    total_c += std::max(c, 0.0);
+  }
   for (double w : in.expert_load) total_w += w;
-  const double c_scale = max_c > 0 ? 1e6 / max_c : 1.0;
+  // METIS works in 32-bit integers (IDXTYPEWIDTH 32 on Debian) and adds edge weights up while it
+  // coarsens the graph and computes cuts: the heaviest edge maps to at most 1e6 and all of them
+  // together to at most 2^28 (E = 640 with dense co-activation would otherwise reach ~4e11).
+  const double c_scale = max_c > 0 ? std::min(1e6 / max_c, std::ldexp(1.0, 28) / total_c) : 1.0;
   const double w_scale = total_w > 0 ? 1e6 / total_w : 1.0;
   std::vector<idx_t> xadj(num_experts + 1, 0), adjncy, adjwgt,
       vwgt(static_cast<size_t>(num_experts));
