@@ -13,6 +13,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.utils.checkpoint
 
 import cobalt
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
@@ -303,6 +304,42 @@ def run_recorder_empty_step(ep: EPGroup) -> dict[str, Any]:
     return {"num_steps": recorder.num_steps, "num_tokens": int(np.asarray(data.topk_ids).shape[1])}
 
 
+def run_activation_checkpointing(ep: EPGroup) -> dict[str, Any]:
+    """Two stacked layers, two steps, the layouts changing at every step (every main of layer 0
+    moves at step 1), without checkpointing and inside torch.utils.checkpoint (reentrant and
+    not): the recomputed forwards must replay the original decisions (the source asked once per
+    forward, records once) and give the same gradients."""
+    out: dict[str, Any] = {}
+    for mode in ("none", "reentrant", "non_reentrant"):
+        source = AlternatingSource((0, 1, 1, 0))  # layer 0: A then B; layer 1: B then A
+        rt = ExpertParallelRuntime(ep, source)
+        layers = [ExpertParallelMoE(rt, layer, H, F, E, K, seed=SEED) for layer in range(2)]
+        x_grads = []
+        for step in range(2):
+            x, target = micro_batch(ep.rank, step)
+            x.requires_grad_(True)
+            h = x
+            for moe in layers:
+                if mode == "none":
+                    h = h + moe(h)
+                else:
+                    h = h + torch.utils.checkpoint.checkpoint(
+                        moe, h, use_reentrant=mode == "reentrant")
+            (h * target).sum().backward()
+            x_grads.append(x.grad.clone())
+            rt.end_step()
+        out[mode] = {
+            "calls": source.calls, "records": len(rt.records),
+            "replayed": sum(m.num_recomputed for m in layers),
+            "misses": sum(m.num_recompute_misses for m in layers),
+            "moves": sum(moves(m) for m in layers),
+            "grads": [gather_bank_grads(m) for m in layers],
+            "router": [m.router.weight.grad.clone() for m in layers],
+            "x_grads": x_grads,
+        }
+    return out
+
+
 SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "accumulation": run_accumulation,
     "two_forwards": run_two_forwards,
@@ -316,6 +353,7 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "forwards_without_backward": run_forwards_without_backward,
     "checkpoint_loading": run_checkpoint_loading,
     "recorder_empty_step": run_recorder_empty_step,
+    "activation_checkpointing": run_activation_checkpointing,
 }
 
 

@@ -15,7 +15,9 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
 * a router-only backward pass then zero_grad (no stale gradient comes back), a retained graph
   that keeps mains in place until its last backward, forwards never backpropagated (no window
   left open), checkpoints readable with weights_only=True and refused before any copy when
-  written for another world size, the routing recorder over a step without tokens.
+  written for another world size, the routing recorder over a step without tokens;
+* activation checkpointing (reentrant and not) of two stacked layers whose layouts change every
+  step: recomputations replay the original decisions, gradients equal the plain run's.
 """
 
 from __future__ import annotations
@@ -128,6 +130,28 @@ def test_checkpoint_after_layout_changes(results: list[dict[str, Any]]) -> None:
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert (got["main_rank"][0] == got["main_rank"][1]).all()
     assert got["capacity_error"] is not None and "capacity" in got["capacity_error"]
+
+
+def test_activation_checkpointing_replays_the_original_decisions(
+        results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        got = res["activation_checkpointing"]
+        plain = got["none"]
+        assert plain["calls"] == 4 and plain["records"] == 4 and plain["replayed"] == 0
+        assert plain["moves"] > 0
+        for mode in ("reentrant", "non_reentrant"):
+            run = got[mode]
+            assert run["calls"] == 4, f"{mode}: the layout source was asked {run['calls']} times"
+            assert run["records"] == 4 and run["moves"] == plain["moves"], mode
+            assert run["replayed"] == 4 and run["misses"] == 0, mode
+            for layer in range(2):
+                for a, b in zip(run["grads"][layer], plain["grads"][layer]):
+                    torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL,
+                                               msg=f"rank {rank} {mode} layer {layer}")
+                torch.testing.assert_close(run["router"][layer], plain["router"][layer],
+                                           rtol=RTOL, atol=ATOL)
+            for a, b in zip(run["x_grads"], plain["x_grads"]):
+                torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL)
 
 
 def test_router_only_pass_then_zero_grad_leaves_nothing_stale(

@@ -26,12 +26,21 @@ routing gather), and a rank whose experts receive no tasks still keeps every exc
 graph. MoE layers applied in parallel to the same input rely on autograd running identical
 graphs in the same order on every rank (it does: it prefers the most recently created node).
 Every rank must backpropagate through every MoE output it computed.
+
+Activation checkpointing (``torch.utils.checkpoint``, reentrant or not). A forward that runs
+while the autograd engine runs a backward pass is a recomputation: it replays the decision of
+the forward it recomputes (matched by the global routing; the last ``recompute_cache_size``
+decisions per layer are kept), so the layout source is asked once per forward, statistics and
+records are not counted twice, and the recomputed exchanges have the shapes of the original
+ones. Nothing migrates during a backward pass. Replicas are fetched again from the main
+instances, whose values the optimizer has not changed yet.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import collections
 import hashlib
 
 import numpy as np
@@ -205,6 +214,30 @@ def _as_grad_input(t: torch.Tensor, needed: bool) -> torch.Tensor:
     return t
 
 
+def _in_backward_pass() -> bool:
+    """True while the autograd engine runs a backward pass on this thread (a forward called then
+    is an activation-checkpoint recomputation)."""
+    graph_task_id = getattr(torch._C, "_current_graph_task_id", None)  # torch >= 2.0
+    if graph_task_id is not None:
+        return bool(graph_task_id() != -1)
+    # torch 1.13: this query is refused outside a backward pass.
+    with torch.enable_grad():
+        probe = (torch.zeros((), requires_grad=True) * 1).grad_fn
+    try:
+        torch._C._will_engine_execute_node(probe)
+    except (RuntimeError, TypeError):
+        return False
+    return True
+
+
+def _routing_key(gathered: GatheredRouting) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for a in (gathered.topk_ids, gathered.source_rank):
+        h.update(str(a.shape).encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.digest()
+
+
 def _decision_digest(layout: cobalt.ExpertLayout, exec_rank: np.ndarray) -> int:
     h = hashlib.blake2b(digest_size=8)
     h.update(np.ascontiguousarray(layout.slots).tobytes())
@@ -258,6 +291,13 @@ class ExpertParallelMoE(nn.Module):
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
         self._dense_sync = _DenseGradSync()
+        # Recent forwards' decisions, for activation-checkpoint recomputation:
+        # routing key -> (layout, exec_rank [T, K]), oldest first.
+        self._decisions: collections.OrderedDict[bytes, tuple[cobalt.ExpertLayout, np.ndarray]] \
+            = collections.OrderedDict()
+        self.recompute_cache_size = 4
+        self.num_recomputed = 0  # forwards that replayed a decision (identical on every rank)
+        self.num_recompute_misses = 0  # recomputations whose routing matched no kept decision
 
     # ------------------------------------------------------------------ parameters
     def expert_parameters(self) -> list[nn.Parameter]:
@@ -305,9 +345,44 @@ class ExpertParallelMoE(nn.Module):
                                    "is not deterministic across ranks)")
         return layout, exec_rank, batch
 
+    def _replay(self, gathered: GatheredRouting) -> tuple[cobalt.ExpertLayout, np.ndarray,
+                                                          cobalt.RoutingBatch]:
+        """The decision of the forward being recomputed; when no kept decision has this
+        routing (a router that is not deterministic under recomputation, or more forwards
+        between a forward and its recomputation than the cache holds), the layout in force with
+        Algorithm 1. The layout source is not asked either way."""
+        ep = self.runtime.ep
+        batch = cobalt.RoutingBatch(gathered.topk_ids, gathered.source_rank, self.num_experts,
+                                    ep.world_size)
+        kept = self._decisions.get(_routing_key(gathered))
+        if kept is not None:
+            self.num_recomputed += 1
+            return kept[0], kept[1], batch
+        self.num_recompute_misses += 1
+        if self.experts.layout_slots is None:
+            raise RuntimeError(f"{self._context()}: a forward inside a backward pass with no "
+                               "earlier forward to replay")
+        layout = cobalt.ExpertLayout(ep.topology, self.num_experts,
+                                     np.asarray(self.experts.layout_slots, dtype=np.int32))
+        exec_rank = cobalt.assign_node_cover(batch, layout, step=self.runtime.step,
+                                             layer=self.layer)
+        return layout, np.ascontiguousarray(exec_rank, dtype=np.int32), batch
+
+    def _keep_decision(self, gathered: GatheredRouting, layout: cobalt.ExpertLayout,
+                       exec_rank: np.ndarray) -> None:
+        if self.recompute_cache_size <= 0:
+            self._decisions.clear()
+            return
+        key = _routing_key(gathered)
+        self._decisions.pop(key, None)
+        self._decisions[key] = (layout, exec_rank)
+        while len(self._decisions) > self.recompute_cache_size:
+            self._decisions.popitem(last=False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rt = self.runtime
         ep = rt.ep
+        recompute = _in_backward_pass()
         ids: Optional[torch.Tensor] = None
         gates: Optional[torch.Tensor] = None
         error = check_input(x, self.hidden_size, self.experts.w1.dtype)
@@ -321,11 +396,15 @@ class ExpertParallelMoE(nn.Module):
                                   context=self._context(), local_error=error,
                                   traffic=rt.traffic)
         assert gates is not None
-        layout, exec_rank, batch = self._decide(gathered)
+        if recompute:
+            layout, exec_rank, batch = self._replay(gathered)
+        else:
+            layout, exec_rank, batch = self._decide(gathered)
+            self._keep_decision(gathered, layout, exec_rank)
         slots = np.asarray(layout.slots)
 
-        changed = self.experts.layout_slots is None or not np.array_equal(
-            self.experts.layout_slots, slots)
+        changed = not recompute and (self.experts.layout_slots is None or not np.array_equal(
+            self.experts.layout_slots, slots))
         migration_ok = True
         applied = False
         if changed:
@@ -354,6 +433,8 @@ class ExpertParallelMoE(nn.Module):
             window = _BackwardWindow(self.experts, self.experts.open_backward(rt.step))
             y = _AfterBackward.apply(y, self._make_after_backward(fetch), window)
 
+        if recompute:  # counted once, by the forward it recomputes
+            return y
         self.last_plan, self.last_exec_rank = plan, exec_rank
         self.last_topk_ids, self.last_layout = gathered.topk_ids, layout
         if rt.keep_records:
