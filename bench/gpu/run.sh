@@ -8,8 +8,10 @@
 #                                            needs beyond libc/libstdc++, and the real traces into
 #                                            build/gpu-bundle (about 12 MB)
 #   bash bench/gpu/run.sh [check options]    on the GPU machine: run the bundle when it is there
-#                                            (carry build/gpu-bundle), else build with the `cuda`
-#                                            preset first (needs the project's build dependencies)
+#                                            (carry build/gpu-bundle; refused with exit 5 when it
+#                                            was built from other sources than this tree's), else
+#                                            build with the `cuda` preset first (needs the
+#                                            project's build dependencies)
 #
 # Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
@@ -17,6 +19,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle=build/gpu-bundle
+
+# Digest of every source the check program is built from (kernels, CPU references, headers,
+# build files): a bundle built from other sources is refused, so a stale bundle cannot pass old
+# kernels against old references.
+source_digest() {
+  find src include cmake CMakeLists.txt -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
+    sha256sum | cut -c1-16
+}
 
 build() {
   cmake --preset cuda -DCOBALT_BUILD_TESTS=OFF -DCOBALT_BUILD_BENCHMARKS=OFF >/dev/null
@@ -40,6 +50,7 @@ if [[ ${1:-} == --bundle ]]; then
     echo "run.sh: no real traces at ../shared/data/traces (the check will skip them)"
   fi
   {
+    echo "sources $(source_digest)"
     echo "commit $(git rev-parse HEAD)"
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
     echo "nvcc: $(/usr/local/cuda/bin/nvcc --version | tail -1)"
@@ -50,12 +61,25 @@ if [[ ${1:-} == --bundle ]]; then
   exit 0
 fi
 
-if [[ -x $bundle/cobalt_gpu_check ]]; then
+if [[ -f $bundle/cobalt_gpu_check ]]; then
   bin=$bundle/cobalt_gpu_check
+  chmod +x "$bin"  # a carried copy may lose the exec bit
   traces=$bundle/traces
   export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "run.sh: using the bundle:"
   sed 's/^/  /' "$bundle/BUILD_INFO"
+  built_from=$(awk '$1 == "sources" {print $2}' "$bundle/BUILD_INFO")
+  here=$(source_digest)
+  if [[ $built_from != "$here" && -z ${COBALT_GPU_ALLOW_STALE:-} ]]; then
+    echo "run.sh: stale bundle: built from sources ${built_from:-unknown}, this tree has $here;" \
+      "rebuild it with 'bash bench/gpu/run.sh --bundle' (COBALT_GPU_ALLOW_STALE=1 runs it anyway)"
+    exit 5
+  fi
+  if ldd "$bin" | grep -q 'not found'; then
+    echo "run.sh: the bundle's binary misses shared libraries on this machine:"
+    ldd "$bin" | grep 'not found'
+    exit 6
+  fi
 else
   echo "run.sh: no bundle at $bundle; building with the cuda preset"
   build
@@ -79,5 +103,6 @@ timeout 240 "$bin" --traces "$traces" "${csv[@]}" "$@" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
-  "(0 all checks passed, 1 a check failed, 2 no GPU, 124 timeout)" | tee -a "$log"
+  "(0 all checks passed, 1 a check failed, 2 no GPU, 3 a CUDA error outside a check," \
+  "124 timeout)" | tee -a "$log"
 exit "$status"

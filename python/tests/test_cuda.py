@@ -66,6 +66,11 @@ def test_pointer_module_errors() -> None:
     with pytest.raises(cobalt.InvalidArgumentError, match="top_k"):
         _cuda.count_routing(0, 10, 0, 8, 0, 0, 0, 0, 0, "global")
     assert _cuda.topoep_quota_capacity(8, 3) == 8 * 8 * 3
+    # The GPU solver refuses the sizes the CPU solver refuses, before any CUDA call.
+    for token_bytes, param_bytes in ((-1.0, 8.0), (8.0, float("nan")), (8.0, float("inf"))):
+        with pytest.raises(cobalt.InvalidArgumentError, match="finite and >= 0"):
+            _cuda.solve_topoep(1, 2, 2, 1, token_bytes, param_bytes, 0, 1, 0, 0, 0, 0, 0, 0, 0,
+                               0, 0, 0)
     if not _cuda.device_available():
         # No device: the runtime error names the CUDA call, as cobalt.InternalError.
         with pytest.raises(cobalt.InternalError, match="CUDA: "):

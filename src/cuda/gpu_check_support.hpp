@@ -30,10 +30,15 @@ namespace cobalt::cuda::check {
 
 inline constexpr unsigned char kPoison = 0xab;
 
+// A failed CUDA call throws: inside guarded() it marks that check failed (or, when the context is
+// lost, prints the table so far); elsewhere main reports it and exits with 3.
+struct CudaFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 inline void cuda_ok(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
-    std::fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(status));
-    std::exit(3);
+    throw CudaFailure(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
   }
 }
 

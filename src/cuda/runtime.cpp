@@ -49,29 +49,40 @@ const DeviceInfo& current_device_info() {
 }
 
 void allow_dynamic_shared(const void* kernel, size_t bytes, const char* what) {
-  constexpr size_t kDefaultLimit = 48 * 1024;  // no attribute needed at or below this
-  if (bytes <= kDefaultLimit) return;
+  // The default per-block limit covers static and dynamic shared memory together.
+  constexpr size_t kDefaultLimit = 48 * 1024;
+  if (bytes == 0) return;
   const DeviceInfo& info = current_device_info();
+  struct Limits {
+    size_t static_bytes = 0;
+    size_t dynamic_limit = 0;  // 0 until the attribute is raised
+  };
   static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, size_t> limits;  // (kernel, device) -> bytes
+  static std::map<std::pair<const void*, int>, Limits> limits;  // (kernel, device)
   std::lock_guard<std::mutex> lock(mutex);
   auto it = limits.find({kernel, info.device});
   if (it == limits.end()) {
-    // Raise the kernel's limit once to everything the device allows next to its static shared
-    // memory; a process-wide attribute set per call would race between host threads.
     cudaFuncAttributes attributes{};
     check(cudaFuncGetAttributes(&attributes, kernel), what);
+    it = limits.emplace(std::make_pair(kernel, info.device), Limits{attributes.sharedSizeBytes, 0})
+             .first;
+  }
+  Limits& kernel_limits = it->second;
+  if (bytes + kernel_limits.static_bytes <= kDefaultLimit) return;
+  if (kernel_limits.dynamic_limit == 0) {
+    // Raise the kernel's limit once to everything the device allows next to its static shared
+    // memory; a process-wide attribute set per call would race between host threads.
     const size_t limit =
-        static_cast<size_t>(info.max_shared_per_block_optin) - attributes.sharedSizeBytes;
+        static_cast<size_t>(info.max_shared_per_block_optin) - kernel_limits.static_bytes;
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(limit)),
           what);
-    it = limits.emplace(std::make_pair(kernel, info.device), limit).first;
+    kernel_limits.dynamic_limit = limit;
   }
-  if (bytes > it->second) {
+  if (bytes > kernel_limits.dynamic_limit) {
     fail(ErrorCode::kInvalidArgument,
          "cuda: {} needs {} bytes of shared memory per block, the device allows {}", what, bytes,
-         it->second);
+         kernel_limits.dynamic_limit);
   }
 }
 
@@ -100,16 +111,21 @@ DeviceLayout::DeviceLayout(const ExpertLayout& layout, Stream stream) {
   auto* d_offsets = reinterpret_cast<int32_t*>(base + mask_bytes);
   auto* d_ranks = reinterpret_cast<int32_t*>(base + mask_bytes + offset_bytes);
   cudaStream_t s = detail::as_stream(stream);
-  detail::check(
-      cudaMemcpyAsync(d_masks, masks.data(), masks.size_bytes(), cudaMemcpyHostToDevice, s),
-      "cudaMemcpyAsync (layout masks)");
-  detail::check(
-      cudaMemcpyAsync(d_offsets, offsets.data(), offsets.size_bytes(), cudaMemcpyHostToDevice, s),
-      "cudaMemcpyAsync (layout offsets)");
-  detail::check(
-      cudaMemcpyAsync(d_ranks, ranks.data(), ranks.size_bytes(), cudaMemcpyHostToDevice, s),
-      "cudaMemcpyAsync (layout ranks)");
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (DeviceLayout)");
+  try {
+    detail::check(
+        cudaMemcpyAsync(d_masks, masks.data(), masks.size_bytes(), cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync (layout masks)");
+    detail::check(
+        cudaMemcpyAsync(d_offsets, offsets.data(), offsets.size_bytes(), cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync (layout offsets)");
+    detail::check(
+        cudaMemcpyAsync(d_ranks, ranks.data(), ranks.size_bytes(), cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync (layout ranks)");
+    detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (DeviceLayout)");
+  } catch (...) {
+    release();  // the destructor does not run for a constructor that throws
+    throw;
+  }
   view_.num_experts = layout.num_experts();
   view_.num_nodes = layout.num_nodes();
   view_.num_ranks = layout.num_ranks();

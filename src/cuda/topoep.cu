@@ -1,5 +1,7 @@
 // GPU TopoEP solver: seven kernels over detail/topoep_body.hpp (see
 // include/cobalt/cuda/topoep.hpp).
+#include <cmath>
+
 #include "cobalt/cuda/topoep.hpp"
 #include "detail/runtime.hpp"
 #include "detail/topoep_body.hpp"
@@ -114,6 +116,9 @@ TopoShape shape_of(const TopoEpDeviceInput& in) {
   detail::require(in.slots_per_rank >= mains_per_rank,
                   "cuda topoep: slots_per_rank cannot hold the main instances");
   detail::require(in.max_moves_per_node >= 1, "cuda topoep: max_moves_per_node must be >= 1");
+  detail::require(std::isfinite(in.token_bytes) && in.token_bytes >= 0 &&
+                      std::isfinite(in.expert_param_bytes) && in.expert_param_bytes >= 0,
+                  "cuda topoep: token bytes and expert parameter bytes must be finite and >= 0");
   return TopoShape{G,
                    E,
                    N,

@@ -241,13 +241,16 @@ COBALT_HD inline uint64_t min_cover_subset_dp(const uint64_t* masks, int num_unc
   }
   uint64_t nodes = 0;
   for (uint32_t s = num_states - 1; s != 0;) {
+    bool found = false;
     for (int i = 0; i < num_sets; ++i) {
       if ((sets[i] & s) != 0 && best_table[s & ~sets[i]] + 1 == best_table[s]) {
         nodes |= uint64_t{1} << set_node[i];
         s &= ~sets[i];
+        found = true;
         break;
       }
     }
+    if (!found) break;  // only for ids no node holds (invalid input): no hang
   }
   return nodes;
 }
