@@ -120,6 +120,11 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
     notes.push_back(fmt::format("trace of {} steps / {} tokens {} into {} steps ({:.2f} passes)",
                                 info.trace_steps, info.trace_tokens, info.mode,
                                 input.source->num_steps(), info.passes));
+    if (args.holdout && info.passes > 1.0) {
+      notes.push_back(
+          "--holdout on a cycled trace: measured steps replay tokens the planners saw in earlier "
+          "steps (the split is not a held-out evaluation; use fewer steps or tokens per step)");
+    }
   }
   return input;
 }
@@ -282,10 +287,11 @@ void register_simulate_command(CLI::App& app) {
                   "preset's shape)");
   cmd->add_option("--cluster-preset", args->cluster_preset,
                   "modelled hardware: 4x8-b200 (default) or 4x8-h800");
-  cmd->add_option("--model", args->model,
-                  "model sizes for the cost model: glm-4.5-air, deepseek-v3, qwen3-30b-a3b, "
-                  "deepseek-v2, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
-                  "metadata or E/K, else glm-4.5-air)");
+  cmd->add_option(
+      "--model", args->model,
+      "model sizes for the cost model: glm-4.5-air, deepseek-v3, qwen3-30b-a3b, "
+      "deepseek-v2, deepseek-v2-lite, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
+      "metadata or E/K, else glm-4.5-air)");
   cmd->add_option("--policies", args->policies, "comma-separated policy names, or 'all' (default)");
   auto* rho =
       cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")

@@ -57,6 +57,10 @@ std::vector<ModelPreset> make_model_presets() {
       // 160, num_experts_per_tok 6, num_hidden_layers 60, first_k_dense_replace 1.
       {"deepseek-v2", 5120, 1536, 160, 6, 59, 2,
        "huggingface.co/deepseek-ai/DeepSeek-V2/blob/main/config.json"},
+      // deepseek-ai/DeepSeek-V2-Lite: hidden_size 2048, moe_intermediate_size 1408,
+      // n_routed_experts 64, num_experts_per_tok 6, num_hidden_layers 27, first_k_dense_replace 1.
+      {"deepseek-v2-lite", 2048, 1408, 64, 6, 26, 2,
+       "huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json"},
       // allenai/OLMoE-1B-7B-0924: hidden_size 2048, intermediate_size 1024 (per expert),
       // num_experts 64, num_experts_per_tok 8, num_hidden_layers 16 (every layer MoE).
       {"olmoe-1b-7b", 2048, 1024, 64, 8, 16, 2,
@@ -136,9 +140,16 @@ std::optional<std::string> guess_model_preset(std::string_view model_metadata, i
                                               int top_k) {
   const std::string wanted = normalise(model_metadata);
   if (!wanted.empty()) {
+    // The most specific name wins ("DeepSeek-V2-Lite" contains both deepseek-v2 and
+    // deepseek-v2-lite).
+    const ModelPreset* best = nullptr;
     for (const auto& p : model_presets()) {
-      if (wanted.find(normalise(p.name)) != std::string::npos) return p.name;
+      if (wanted.find(normalise(p.name)) != std::string::npos &&
+          (best == nullptr || normalise(p.name).size() > normalise(best->name).size())) {
+        best = &p;
+      }
     }
+    if (best != nullptr) return best->name;
   }
   for (const auto& p : model_presets()) {
     if (p.num_experts == num_experts && p.top_k == top_k) return p.name;

@@ -16,11 +16,19 @@ std::vector<NodeId> node_of_ranks(const Topology& topology) {
   return node_of;
 }
 
+// Source ranks index the topology's rank tables: the batch must not name more ranks.
+void check_sources_fit(const RoutingBatch& batch, const Topology& topology) {
+  COBALT_CHECK_ARG(batch.num_ranks() <= topology.num_ranks(),
+                   "metrics: the batch has source ranks in [0, {}), the topology {} ranks",
+                   batch.num_ranks(), topology.num_ranks());
+}
+
 }  // namespace
 
 CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
                                         std::span<const RankId> exec_rank,
                                         const Topology& topology) {
+  check_sources_fit(batch, topology);
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k();
@@ -81,6 +89,7 @@ StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec
 
 ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                                const Topology& topology) {
+  check_sources_fit(batch, topology);
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k(), per_node = topology.ranks_per_node();

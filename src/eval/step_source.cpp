@@ -286,6 +286,7 @@ std::unique_ptr<StepSource> make_step_source(const io::TraceReader& reader,
 
 std::unique_ptr<StepSource> make_step_source(const io::TraceData& data,
                                              const ChunkOptions& chunks) {
+  io::validate_trace_data(data, "step source");  // malformed data throws instead of crashing
   if (data.topk_ids.empty() && !data.counts.empty()) {
     return std::make_unique<CountsSource>(nullptr, &data, chunks);
   }

@@ -89,8 +89,9 @@ const std::vector<ModelPreset>& model_presets();
 // Throws kInvalidArgument listing the valid names when `name` is unknown.
 const ModelPreset& model_preset(std::string_view name);
 // The preset a trace most likely comes from: the one whose name matches the trace's `model`
-// metadata (case and punctuation ignored, e.g. "Qwen/Qwen1.5-MoE-A2.7B-Chat" -> qwen1.5-moe-a2.7b),
-// else the first with the trace's E and K, else nullopt.
+// metadata (case and punctuation ignored, e.g. "Qwen/Qwen1.5-MoE-A2.7B-Chat" -> qwen1.5-moe-a2.7b;
+// the longest matching name when several match), else the first with the trace's E and K, else
+// nullopt.
 std::optional<std::string> guess_model_preset(std::string_view model_metadata, int num_experts,
                                               int top_k);
 

@@ -58,8 +58,10 @@ struct TraceStats {
   std::vector<LayerTraceStats> layers;  // [L]
 };
 
-// Statistics of a trace file (streams it layer by layer and step by step; memory O(E^2 + S E + R
-// E)). Throws cobalt::Error(kInvalidArgument) for bad options.
+// Statistics of a trace file, one layer at a time: memory O(E^2 + S E + R E) plus one layer's
+// rows, O(T) (a [T] zero source table when the trace has no source ranks, and a [T, K] int32 copy
+// of the layer's ids when they are stored as I16). Throws cobalt::Error(kInvalidArgument) for bad
+// options.
 TraceStats compute_trace_stats(const io::TraceReader& trace, const TraceStatsOptions& options = {});
 
 // The same statistics of an in-memory trace (e.g. straight from the workload generator).

@@ -23,8 +23,9 @@ TEST(CostModel, ClusterPresetsCarryTheDesignNumbers) {
 }
 
 TEST(CostModel, ModelPresetsAreComplete) {
-  const std::vector<std::string> names = {"glm-4.5-air", "deepseek-v3", "qwen3-30b-a3b",
-                                          "deepseek-v2", "olmoe-1b-7b", "qwen1.5-moe-a2.7b"};
+  const std::vector<std::string> names = {"glm-4.5-air",      "deepseek-v3",      "qwen3-30b-a3b",
+                                          "deepseek-v2",      "deepseek-v2-lite", "olmoe-1b-7b",
+                                          "qwen1.5-moe-a2.7b"};
   ASSERT_EQ(model_presets().size(), names.size());
   for (const auto& name : names) {
     const auto& m = model_preset(name);
@@ -46,6 +47,9 @@ TEST(CostModel, GuessesTheModelFromMetadataThenShape) {
   EXPECT_EQ(guess_model_preset("Qwen/Qwen1.5-MoE-A2.7B-Chat", 60, 4), "qwen1.5-moe-a2.7b");
   EXPECT_EQ(guess_model_preset("allenai/OLMoE-1B-7B-0924", 1, 1), "olmoe-1b-7b");
   EXPECT_EQ(guess_model_preset("", 160, 6), "deepseek-v2");
+  EXPECT_EQ(guess_model_preset("deepseek-ai/DeepSeek-V2-Lite", 64, 6), "deepseek-v2-lite");
+  EXPECT_EQ(guess_model_preset("deepseek-ai/DeepSeek-V2-Chat", 160, 6), "deepseek-v2");
+  EXPECT_EQ(guess_model_preset("", 64, 6), "deepseek-v2-lite");
   EXPECT_EQ(guess_model_preset("unknown", 256, 8), "deepseek-v3");
   EXPECT_FALSE(guess_model_preset("unknown", 7, 3).has_value());
 }

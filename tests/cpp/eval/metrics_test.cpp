@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -159,6 +160,28 @@ TEST(ExchangeVolume, RejectsBadExecutionRanks) {
   EXPECT_THROW(exchange_volume(batch, exec, topo), Error);
   std::vector<RankId> short_exec = {0};
   EXPECT_THROW(exchange_volume(batch, short_exec, topo), Error);
+}
+
+// A batch whose source ranks go beyond the topology's ranks is refused by every metric (they
+// index per-rank tables with the source rank).
+TEST(Metrics, RejectSourcesBeyondTheTopology) {
+  Topology topo(2, 4);
+  std::vector<ExpertId> ids = {0, 1};
+  std::vector<RankId> src = {7};  // valid for the batch's 8 ranks, not for the 4-rank topology
+  RoutingBatch batch(ids, src, 2, 4, 8);
+  std::vector<RankId> exec = {0, 1};
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { cross_node_transfers(batch, exec, topo); },
+           [&] { exchange_volume(batch, exec, topo); }, [&] { step_metrics(batch, exec, topo); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted a source rank beyond the topology";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("source ranks in [0, 8)"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

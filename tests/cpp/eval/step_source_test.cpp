@@ -93,6 +93,40 @@ TEST(StepSource, TokensPerStepCutsAndCycles) {
   EXPECT_THROW(make_step_source(d, {.tokens_per_step = 0}), Error);
 }
 
+// A small load-only trace (S = 1, L = 1, R = 2, E = 2).
+io::TraceData counts_trace_for_errors() {
+  io::TraceData d;
+  d.num_experts = 2;
+  d.top_k = 1;
+  d.num_layers = 1;
+  d.num_sources = 2;
+  d.num_count_steps = 1;
+  d.counts = {1, 0, 0, 1};
+  return d;
+}
+
+// Malformed in-memory traces are refused with the trace rules' error, not read out of bounds or
+// divided by zero.
+TEST(StepSource, RejectsMalformedTraceData) {
+  auto no_tokens = numbered_trace(6, 4, 1, false);
+  no_tokens.num_tokens = 0;  // ids present, T = 0
+  auto no_count_steps = counts_trace_for_errors();
+  no_count_steps.num_count_steps = 0;
+  auto short_sources = numbered_trace(6, 4, 1, true);
+  short_sources.source_rank.pop_back();
+  auto bad_id = numbered_trace(6, 4, 1, false);
+  bad_id.topk_ids[3] = 9;
+  for (const io::TraceData* d : {&no_tokens, &no_count_steps, &short_sources, &bad_id}) {
+    try {
+      make_step_source(*d);
+      ADD_FAILURE() << "accepted malformed trace data";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("step source"), std::string::npos) << e.what();
+    }
+  }
+}
+
 io::TraceData counts_trace() {
   io::TraceData d;
   d.num_experts = 3;
