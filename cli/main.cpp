@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -73,6 +75,12 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "cobalt: error: {}\n", e.what());
+    return 1;
+  }
+  // Results printed to stdout count only if they arrived (a full disk, a closed pipe).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "cobalt: error: cannot write to standard output: {}\n",
+               std::strerror(errno));
     return 1;
   }
   return 0;

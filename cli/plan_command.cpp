@@ -10,6 +10,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/step_source.hpp"
+#include "cobalt/io/atomic_file.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/milp_planner.hpp"
 #include "cobalt/plan/node_plan.hpp"
@@ -47,7 +48,7 @@ void run_plan(const PlanArgs& args) {
         "plan: --steps, --tokens-per-step and --experts apply to --preset only (a trace has its "
         "own)");
   }
-  if (!args.out_path.empty()) require_output_directory(args.out_path, "--out");
+  if (!args.out_path.empty()) require_output_file(args.out_path, "--out", args.trace_path);
   workload::PresetOverrides overrides;
   overrides.num_steps = args.steps;
   overrides.tokens_per_step = args.tokens_per_step;
@@ -121,13 +122,11 @@ void run_plan(const PlanArgs& args) {
   }
   const ExpertLayout layout = plan::pack_ranks(input, chosen, nullptr, nullptr);
   report["layout"] = nlohmann::json::parse(layout.to_json());
-  const std::string text = report.dump(2);
+  const std::string text = report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   if (args.out_path.empty()) {
     fmt::print("{}\n", text);
   } else {
-    std::ofstream out(args.out_path);
-    COBALT_CHECK_ARG(static_cast<bool>(out), "cannot open '{}' for writing", args.out_path);
-    out << text << "\n";
+    io::write_file_atomically(args.out_path, text + "\n", "--out");
   }
 }
 

@@ -22,6 +22,7 @@
 #include "cobalt/eval/dump.hpp"
 #include "cobalt/eval/report.hpp"
 #include "cobalt/eval/simulator.hpp"
+#include "cobalt/io/atomic_file.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
 #include "commands.hpp"
@@ -48,13 +49,6 @@ struct SimulateArgs {
   bool async_planning = false;
   bool layout_pricing = false;
 };
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) fail(ErrorCode::kInvalidArgument, "cannot open '{}' for writing", path);
-  out << text;
-  if (!out) fail(ErrorCode::kInvalidArgument, "failed writing '{}'", path);
-}
 
 std::vector<std::string> parse_policies(const std::optional<std::string>& list) {
   const auto known = policy::policy_names();
@@ -225,10 +219,24 @@ void run_simulate(const SimulateArgs& args) {
   options.policy_config = config;
   options.policies = parse_policies(args.policies);
   options.warmup_steps = measured_from(args, source.num_steps());
+  if (source.has_tokens()) {
+    int64_t measured_tokens = 0;
+    for (int step = options.warmup_steps; step < source.num_steps(); ++step) {
+      measured_tokens += source.num_tokens(step);
+    }
+    if (measured_tokens == 0) {
+      throw UsageError(fmt::format(
+          "simulate: the measured steps [{}, {}) hold no tokens (empty steps in the trace): "
+          "nothing to compare; choose --warmup-steps or --holdout so that they do",
+          options.warmup_steps, source.num_steps()));
+    }
+  }
   options.cost = cost;
   // Outputs that cannot be written are found before the run, not after it.
-  if (!args.json_path.empty()) require_output_directory(args.json_path, "--json");
-  if (!args.report_path.empty()) require_output_directory(args.report_path, "--report");
+  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
+  if (!args.report_path.empty()) {
+    require_output_file(args.report_path, "--report", args.trace_path);
+  }
   if (!args.dump_dir.empty()) require_output_directory(args.dump_dir, "--dump");
   std::unique_ptr<eval::DumpWriter> dump;
   if (!args.dump_dir.empty()) {
@@ -263,11 +271,15 @@ void run_simulate(const SimulateArgs& args) {
   scenario.async_planning = args.async_planning;
   scenario.layout_pricing = args.layout_pricing;
   fmt::print("{}", eval::simulation_table(scenario, result));
-  if (!args.json_path.empty()) write_file(args.json_path, eval::simulation_json(scenario, result));
+  // Each output is written completely or not at all (an existing file is kept on failure).
+  if (!args.json_path.empty()) {
+    io::write_file_atomically(args.json_path, eval::simulation_json(scenario, result), "--json");
+  }
   if (!args.report_path.empty()) {
     const auto extras =
         eval::collect_report_extras(source, 0, options.warmup_steps, topology.num_ranks());
-    write_file(args.report_path, eval::simulation_html(scenario, result, extras));
+    io::write_file_atomically(args.report_path, eval::simulation_html(scenario, result, extras),
+                              "--report");
   }
 }
 

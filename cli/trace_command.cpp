@@ -58,6 +58,7 @@ void run_gen(const GenArgs& args) {
   if (args.preset.empty())
     throw UsageError("trace gen: --preset NAME is required (see --list-presets)");
   if (args.out.empty()) throw UsageError("trace gen: --out FILE is required");
+  require_output_file(args.out, "--out");  // before generating, not after
   if (args.num_threads < 0) throw UsageError("trace gen: --threads must be >= 0 (0 = all cores)");
   workload::PresetOverrides overrides;
   overrides.num_steps = args.num_steps;
@@ -143,7 +144,7 @@ void print_stats_text(const io::TraceReader& trace, const eval::TraceStats& s) {
   fmt::print("  {:<26} {}\n", "Ochiai top-partner",
              optional_text(s.ochiai_top_partner, "n/a (load-only trace)"));
   fmt::print("  {:<26} {}\n", fmt::format("hot-set churn (top-{})", s.hot_count),
-             optional_text(s.hot_set_churn, "n/a (fewer than 2 steps)"));
+             optional_text(s.hot_set_churn, "n/a (fewer than 2 steps with tokens)"));
   fmt::print("  {:<26} {}\n", fmt::format("static-EP imbalance (G={})", s.static_ep_ranks),
              optional_text(s.static_ep_imbalance, "n/a (no ranks: pass --ranks G)"));
   fmt::print("  {:<26} {}\n", "source locality (TV)",
@@ -171,7 +172,9 @@ void run_info(const InfoArgs& args) {
   options.num_threads = args.num_threads;
   const eval::TraceStats stats = eval::compute_trace_stats(trace, options);
   if (args.json) {
-    fmt::print("{}\n", stats_json(trace, stats).dump(2));
+    fmt::print(
+        "{}\n",
+        stats_json(trace, stats).dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
     print_stats_text(trace, stats);
   }

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "cobalt/core/error.hpp"
+#include "cobalt/io/atomic_file.hpp"
 #include "commands.hpp"
 
 namespace cobalt::cli {
@@ -76,6 +78,27 @@ void require_output_directory(const std::string& path, const std::string& option
   if (!parent.empty() && !std::filesystem::is_directory(parent, error)) {
     throw UsageError(
         fmt::format("{} {}: directory {} does not exist", option, path, parent.string()));
+  }
+}
+
+void require_output_file(const std::string& path, const std::string& option,
+                         const std::string& input_path) {
+  require_output_directory(path, option);
+  namespace fs = std::filesystem;
+  std::error_code error;
+  if (fs::is_directory(path, error)) {
+    throw UsageError(fmt::format("{} {}: is a directory (give a file name)", option, path));
+  }
+  try {
+    (void)io::resolve_output_path(path, option);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!input_path.empty() && fs::exists(path, error) && fs::equivalent(path, input_path, error)) {
+    throw UsageError(
+        fmt::format("{} {}: is the input trace (it would be overwritten; give "
+                    "another file)",
+                    option, path));
   }
 }
 

@@ -16,6 +16,25 @@ io::TensorToWrite tensor(std::string name, io::Dtype dtype, std::vector<int64_t>
                            std::as_bytes(std::span<const T>(data))};
 }
 
+// Removes the files an earlier dump left in `dir` (safetensors with format "cobalt-dump"), so the
+// directory holds only this run's files; anything else is left alone.
+void remove_earlier_dump(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (!entry.is_regular_file(ec) || entry.path().extension() != ".safetensors") continue;
+    bool ours = false;
+    try {
+      const io::MappedFile file(entry.path().string(), "dump");
+      const auto header = io::parse_safetensors_header(file.bytes(), "dump");
+      const auto format = header.metadata.find("format");
+      ours = format != header.metadata.end() && format->second == "cobalt-dump";
+    } catch (const Error&) {
+      ours = false;  // not a safetensors file this tool wrote
+    }
+    if (ours) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 std::string dump_file_name(const std::string& policy) {
@@ -43,6 +62,7 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   COBALT_CHECK_ARG(!ec, "--dump: cannot create directory '{}': {}", dir_, ec.message());
+  remove_earlier_dump(dir_);
   step_offsets_.push_back(0);
   for (int s = 0; s < num_steps_; ++s)
     step_offsets_.push_back(step_offsets_.back() + source.num_tokens(s));

@@ -135,7 +135,8 @@ std::string simulation_json(const Scenario& scenario, const SimulationResult& re
   const int best = best_policy_index(result);
   j["best_policy"] =
       best >= 0 ? nlohmann::json(result.policies[best].name) : nlohmann::json(nullptr);
-  return j.dump(2);
+  // Invalid UTF-8 (e.g. in a file name) becomes U+FFFD instead of failing after the run.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace cobalt::eval

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/io/atomic_file.hpp"
 
 namespace cobalt::io {
 
@@ -157,17 +158,6 @@ class FileDescriptor {
  private:
   int fd_;
 };
-
-void write_all(int fd, std::span<const std::byte> bytes, const std::string& tmp_path,
-               std::string_view context) {
-  while (!bytes.empty()) {
-    const ssize_t written = ::write(fd, bytes.data(), bytes.size());
-    if (written < 0 && errno == EINTR) continue;
-    COBALT_CHECK_ARG(written > 0, "{}: cannot write {}: {}", context, tmp_path,
-                     errno_text(written < 0 ? errno : EIO));
-    bytes = bytes.subspan(static_cast<size_t>(written));
-  }
-}
 
 }  // namespace
 
@@ -383,27 +373,13 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   while ((8 + header_text.size()) % 8 != 0) header_text += ' ';
   const uint64_t header_len = header_text.size();
 
-  std::string tmp_path = path + ".tmp-XXXXXX";
-  FileDescriptor fd(::mkstemp(tmp_path.data()));
-  COBALT_CHECK_ARG(fd.get() >= 0, "{}: cannot create temporary file {}: {}", context, tmp_path,
-                   errno_text(errno));
-  try {
-    ::fchmod(fd.get(), 0644);
-    std::array<std::byte, 8> length_bytes{};
-    std::memcpy(length_bytes.data(), &header_len, sizeof(header_len));
-    write_all(fd.get(), length_bytes, tmp_path, context);
-    write_all(fd.get(), std::as_bytes(std::span(header_text)), tmp_path, context);
-    for (const TensorToWrite* tensor : order) write_all(fd.get(), tensor->data, tmp_path, context);
-    COBALT_CHECK_ARG(::fsync(fd.get()) == 0, "{}: cannot sync {}: {}", context, tmp_path,
-                     errno_text(errno));
-    COBALT_CHECK_ARG(fd.close() == 0, "{}: cannot close {}: {}", context, tmp_path,
-                     errno_text(errno));
-    COBALT_CHECK_ARG(::rename(tmp_path.c_str(), path.c_str()) == 0,
-                     "{}: cannot rename {} to {}: {}", context, tmp_path, path, errno_text(errno));
-  } catch (...) {
-    ::unlink(tmp_path.c_str());
-    throw;
-  }
+  AtomicFileWriter writer(path, context);
+  std::array<std::byte, 8> length_bytes{};
+  std::memcpy(length_bytes.data(), &header_len, sizeof(header_len));
+  writer.write(length_bytes);
+  writer.write(header_text);
+  for (const TensorToWrite* tensor : order) writer.write(tensor->data);
+  writer.commit();
 }
 
 }  // namespace cobalt::io

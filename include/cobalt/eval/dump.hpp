@@ -13,7 +13,8 @@
 //     step_offsets  I64 [S + 1]
 // Metadata (strings) of both: format = "cobalt-dump", version = "1", num_experts, top_k,
 // num_nodes, num_ranks, slots_per_rank, first_measured_step; policy files add policy.
-// Node of rank r = r / (num_ranks / num_nodes).
+// Node of rank r = r / (num_ranks / num_nodes). Files of an earlier dump in DIR (safetensors with
+// format "cobalt-dump") are removed first, so DIR never mixes two runs; other files stay.
 #pragma once
 
 #include <string>

@@ -134,6 +134,20 @@ TEST_F(SimulateCli, DumpFilesHaveTheContractShapes) {
   }
 }
 
+// A second dump into the same directory replaces the first one's files, including those of
+// policies the second run does not have; other files stay.
+TEST_F(SimulateCli, DumpDirectoryHoldsOnlyTheLatestRun) {
+  const std::string base =
+      "simulate --preset uniform --steps 2 --tokens-per-step 200 --cluster 2x4 ";
+  ASSERT_EQ(run(base + "--policies static,cobalt --dump " + path("d")).exit_code, 0);
+  std::ofstream(dir_ / "d" / "notes.safetensors") << "not ours";
+  ASSERT_EQ(run(base + "--policies static --dump " + path("d")).exit_code, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "static.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "routing.safetensors"));
+  EXPECT_FALSE(fs::exists(dir_ / "d" / "cobalt.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "notes.safetensors"));
+}
+
 TEST_F(SimulateCli, OneStepTraceIsRechunkedSoPoliciesCanPlan) {
   const auto trace = shared_traces() / "olmoe-1b-7b_layer0.safetensors";
   if (!fs::exists(trace)) GTEST_SKIP() << "no shared trace " << trace;
@@ -164,6 +178,37 @@ TEST_F(SimulateCli, HoldoutAndCycling) {
   EXPECT_EQ(j["scenario"]["chunking"]["mode"], "cycled");
   EXPECT_EQ(j["scenario"]["num_tokens"], 20000);
   EXPECT_EQ(j["scenario"]["holdout"], 0.25);
+}
+
+TEST_F(SimulateCli, HoldoutOnACycledTraceSaysItIsNotHeldOut) {
+  const auto trace = shared_traces() / "olmoe-1b-7b_layer0.safetensors";
+  if (!fs::exists(trace)) GTEST_SKIP() << "no shared trace " << trace;
+  const auto r = run("simulate --trace '" + trace.string() +
+                     "' --steps 4 --tokens-per-step 8000 --holdout 0.5 --policies static");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("not a held-out evaluation"), std::string::npos) << r.out;
+}
+
+// Empty steps are legal in a trace, but a measured window without tokens has nothing to compare:
+// a usage error instead of every policy tying at imbalance 1.
+TEST_F(SimulateCli, MeasuredStepsWithoutTokensAreRefused) {
+  io::TraceData d;
+  d.num_experts = 4;
+  d.top_k = 2;
+  d.num_layers = 1;
+  d.num_tokens = 16;
+  for (int t = 0; t < 16; ++t) {
+    d.topk_ids.push_back(t % 4);
+    d.topk_ids.push_back((t + 1) % 4);
+  }
+  d.step_offsets = {0, 0, 0, 16, 16};  // steps 0, 1 and 3 are empty
+  io::write_trace(path("empty_steps.st"), d);
+  const std::string base = "simulate --trace '" + path("empty_steps.st") + "' --cluster 2x2 ";
+  const auto refused = run(base + "--warmup-steps 3");
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("measured steps [3, 4) hold no tokens"), std::string::npos)
+      << refused.err;
+  EXPECT_EQ(run(base + "--warmup-steps 2").exit_code, 0);
 }
 
 TEST_F(SimulateCli, UsageErrors) {

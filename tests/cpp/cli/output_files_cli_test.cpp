@@ -1,0 +1,92 @@
+// Output files of the CLI: never the input trace, never a FIFO or device replaced, written
+// completely or not at all, symlinks followed; stdout write errors fail the command.
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "testing/cli.hpp"
+
+namespace cobalt::testing {
+namespace {
+
+using OutputFilesCli = CliTest;
+
+constexpr const char* kGen = "trace gen --preset uniform --steps 2 --tokens-per-step 64";
+
+TEST_F(OutputFilesCli, RefusesToOverwriteTheInputTrace) {
+  ASSERT_EQ(run(std::string(kGen) + " --out '" + path("t.st") + "'").exit_code, 0);
+  const std::string before = read_file(path("t.st"));
+  for (const std::string flags : {"--json", "--report"}) {
+    const auto r = run("simulate --trace '" + path("t.st") + "' --cluster 2x2 --policies static " +
+                       flags + " '" + path("t.st") + "'");
+    EXPECT_EQ(r.exit_code, 2) << flags << r.err;
+    EXPECT_NE(r.err.find("is the input trace"), std::string::npos) << r.err;
+  }
+  const auto plan =
+      run("plan --trace '" + path("t.st") + "' --cluster 2x2 --out '" + path("t.st") + "'");
+  EXPECT_EQ(plan.exit_code, 2) << plan.err;
+  EXPECT_EQ(read_file(path("t.st")), before);
+}
+
+TEST_F(OutputFilesCli, RefusesNonRegularTargetsAndFollowsLinks) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  const auto fifo = run(std::string(kGen) + " --out '" + path("fifo") + "'");
+  EXPECT_EQ(fifo.exit_code, 2);
+  EXPECT_NE(fifo.err.find("not a regular file"), std::string::npos) << fifo.err;
+  EXPECT_TRUE(std::filesystem::is_fifo(path("fifo")));
+  const auto directory =
+      run("plan --preset uniform --cluster 2x4 --steps 2 --tokens-per-step 64 "
+          "--out '" +
+          dir_.string() + "'");
+  EXPECT_EQ(directory.exit_code, 2) << directory.err;
+  // A dangling link: the file it names is written, the link stays a link.
+  std::filesystem::create_symlink("target.st", dir_ / "link.st");
+  ASSERT_EQ(run(std::string(kGen) + " --out '" + path("link.st") + "'").exit_code, 0);
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.st"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir_ / "target.st"));
+}
+
+TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
+  const std::string plan = "plan --preset uniform --cluster 2x4 --steps 2 --tokens-per-step 256 ";
+  ASSERT_EQ(run(plan + "--out '" + path("p.json") + "'").exit_code, 0);
+  const std::string before = read_file(path("p.json"));
+  ASSERT_GT(before.size(), 1024u);
+  // A file size limit of one block (512 bytes in dash, 1 KiB in bash): the write fails part-way.
+  const auto r = run_shell("ulimit -f 1; trap '' XFSZ; '" + std::string(COBALT_CLI_PATH) + "' " +
+                               plan + "--seed 3 --out '" + path("p.json") + "'",
+                           dir_);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(read_file(path("p.json")), before);
+  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+        << "temporary file left behind: " << entry.path();
+  }
+}
+
+// A file name that is not UTF-8 ends up in the JSON as U+FFFD instead of failing the run at the
+// end.
+TEST_F(OutputFilesCli, NonUtf8FileNamesInJson) {
+  const std::string name = path(
+      "bad\xff"
+      "name.st");
+  ASSERT_EQ(run(std::string(kGen) + " --out '" + name + "'").exit_code, 0);
+  const auto info = run("trace info --json '" + name + "'");
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  const auto sim = run("simulate --trace '" + name + "' --cluster 2x2 --policies static --json '" +
+                       path("o.json") + "'");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const auto j = nlohmann::json::parse(read_file(path("o.json")));
+  EXPECT_NE(j.at("scenario").at("workload").get<std::string>().find("\xEF\xBF\xBD"),
+            std::string::npos);
+}
+
+TEST_F(OutputFilesCli, StdoutWriteErrorsFail) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const auto r = run_shell(
+      "('" + std::string(COBALT_CLI_PATH) + "' trace gen --list-presets > /dev/full)", dir_);
+  EXPECT_EQ(r.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace cobalt::testing
