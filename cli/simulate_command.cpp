@@ -38,7 +38,7 @@ constexpr const char* kDefaultModel = "glm-4.5-air";
 struct SimulateArgs {
   std::string trace_path, preset, cluster, cluster_preset, model, json_path, report_path, dump_dir;
   std::optional<std::string> policies;  // default: all
-  double rho = 0.5, eps = 0.15, overlap = 0.0;
+  double rho = 0.5, eps = 0.15, overlap = 0.0, planner_time_scale = 1.0;
   std::optional<int> replica_slots;
   std::optional<int> steps, layers;
   std::optional<int64_t> tokens_per_step;
@@ -192,6 +192,7 @@ void run_simulate(const SimulateArgs& args) {
 
   eval::CostParams cost = eval::make_cost_params(cluster, model);
   cost.overlap_fraction = args.overlap;
+  cost.planner_time_scale = args.planner_time_scale;
   as_usage_error([&] {
     cost.validate();
     return 0;
@@ -340,6 +341,11 @@ void register_simulate_command(CLI::App& app) {
                   "cost model: fraction of min(compute, exchange) hidden by overlap, in [0, 1]")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--planner-time-scale", args->planner_time_scale,
+                  "cost model: factor on measured planner time (0 leaves planning out, so modelled "
+                  "times repeat exactly from run to run and machine to machine)")
+      ->capture_default_str()
+      ->check(non_negative());
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
       ->capture_default_str()
       ->check(seed_value());

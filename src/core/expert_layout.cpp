@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "cobalt/core/error.hpp"
 
@@ -151,13 +152,24 @@ LayoutDiff diff(const ExpertLayout& from, const ExpertLayout& to) {
                    to.num_experts());
   const Topology& topo = from.topology();
   LayoutDiff result;
+  // (expert, node) pairs that receive the expert over the fabric in this diff -> the rank that
+  // receives it: further new replicas on that node copy from there over NVLink (one inter-node
+  // copy per node, as for tokens).
+  std::unordered_map<int64_t, RankId> arrived;
   for (RankId r = 0; r < to.num_ranks(); ++r) {
     for (ExpertId e : to.slots_of(r)) {
       if (e == kEmptySlot || from.holds(r, e)) continue;
       const NodeId node = topo.node_of(r);
       auto local = from.ranks_of(e, node);
-      ReplicaMove move{e, 0, r, local.empty()};
-      move.src_rank = local.empty() ? from.ranks_of(e).front() : local.front();
+      ReplicaMove move{e, 0, r, false};
+      if (!local.empty()) {
+        move.src_rank = local.front();
+      } else {
+        const int64_t key = static_cast<int64_t>(e) * topo.num_nodes() + node;
+        const auto [it, first] = arrived.emplace(key, r);
+        move.cross_node = first;
+        move.src_rank = first ? from.ranks_of(e).front() : it->second;
+      }
       (move.cross_node ? result.num_cross_node : result.num_intra_node) += 1;
       result.moves.push_back(move);
     }

@@ -285,10 +285,24 @@ LinkBytes grad_sync_bytes(const ExpertLayout& layout, std::span<const RankId> ma
   for (ExpertId e = 0; e < layout.num_experts(); ++e) {
     if (layout.num_replicas_of(e) < 2) continue;
     const RankId main = main_ranks[e];
-    for (RankId r : layout.ranks_of(e)) {
-      if (r == main) continue;
-      add_transfer(bytes, topology, r, main, grad);
-      add_transfer(bytes, topology, main, r, refresh);
+    const NodeId main_node = topology.node_of(main);
+    for (NodeId n = 0; n < topology.num_nodes(); ++n) {
+      const auto holders = layout.ranks_of(e, n);
+      if (holders.empty()) continue;
+      // Hierarchical, like the token exchange: on the main's node every replica talks to the main
+      // over NVLink; elsewhere the node's replicas reduce into their lowest holder (NVLink), which
+      // sends one copy to the main over the fabric (and gets the refreshed parameters back, then
+      // fans them out).
+      const RankId leader = n == main_node ? main : holders.front();
+      for (RankId r : holders) {
+        if (r == leader) continue;
+        add_transfer(bytes, topology, r, leader, grad);
+        add_transfer(bytes, topology, leader, r, refresh);
+      }
+      if (n != main_node) {
+        add_transfer(bytes, topology, leader, main, grad);
+        add_transfer(bytes, topology, main, leader, refresh);
+      }
     }
   }
   return bytes;

@@ -106,7 +106,10 @@ struct LayoutDiff {
   int64_t num_removed = 0;     // replicas dropped (free)
 };
 
-// Replica moves that turn layout `from` into layout `to` (same topology and E).
+// Replica moves that turn layout `from` into layout `to` (same topology and E), in rank order. A
+// new replica copies from a holder on its own node when `from` has one (NVLink), else the first new
+// replica of the expert on that node copies from the expert's lowest holder over the fabric and
+// the node's other new replicas copy from it (NVLink): one inter-node copy per (expert, node).
 LayoutDiff diff(const ExpertLayout& from, const ExpertLayout& to);
 
 }  // namespace cobalt

@@ -15,11 +15,14 @@
 //   layer     = compute + 4 exchange - overlap_fraction * min(compute, 4 exchange)
 //   grad sync = every expert's extra replicas send their gradients (grad_bytes_per_element per
 //               parameter) to the expert's main instance (the rank holding its optimizer state)
-//               and, with param_refresh, receive the updated parameters back; timed like an
-//               exchange (IB per node, NVLink per rank).
+//               and, with param_refresh, receive the updated parameters back, hierarchically like
+//               the token exchange: replicas on the main's node over NVLink; on another node they
+//               reduce into the node's lowest holder (NVLink), which exchanges one copy with the
+//               main over IB. Timed like an exchange (IB per node, NVLink per rank).
 //   migration = layout changes between consecutive (step, layer) layouts (core::diff; the first
 //               layout of a replay is the initial placement and free): every added replica copies
-//               the expert's parameters from its source holder, and every expert whose main
+//               the expert's parameters from its source holder (one IB copy per (expert, node)
+//               without a holder, NVLink from there), and every expert whose main
 //               instance moves also copies its optimizer state (optimizer_factor x parameter
 //               bytes) from the old main to the new one, so a global re-layout that moves an
 //               expert across nodes costs parameters x (1 + optimizer_factor) over IB. Copies

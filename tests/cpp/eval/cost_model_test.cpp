@@ -116,6 +116,54 @@ TEST(CostModel, GradientSyncSendsEveryExtraReplicaToItsMain) {
   EXPECT_DOUBLE_EQ(grad_sync_bytes(layout, mains, p).node_out[0], 0);
 }
 
+// Replicas on a remote node reduce into the node's lowest holder over NVLink; one copy crosses
+// the fabric per (expert, node), in each direction.
+TEST(CostModel, GradientSyncCrossesTheFabricOncePerRemoteNode) {
+  const CostParams p = simple_params();  // 60 gradient bytes, 60 parameter bytes per replica
+  const Topology topo(2, 8);             // node 0 = ranks 0..3, node 1 = ranks 4..7
+  // Expert 0: main on rank 0, replicas on ranks 1 (same node) and 4, 5, 6 (node 1).
+  const ExpertLayout layout =
+      ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {0}, {}, {}, {0}, {0}, {0}, {1}});
+  const std::vector<RankId> mains = {0, 7};
+  const LinkBytes b = grad_sync_bytes(layout, mains, p);
+  EXPECT_DOUBLE_EQ(b.node_out[1], 60);  // rank 4's reduced gradient, once
+  EXPECT_DOUBLE_EQ(b.node_in[0], 60);
+  EXPECT_DOUBLE_EQ(b.node_out[0], 60);      // the refreshed parameters, once
+  EXPECT_DOUBLE_EQ(b.rank_in[4], 2 * 60);   // gradients of ranks 5 and 6
+  EXPECT_DOUBLE_EQ(b.rank_out[4], 2 * 60);  // their refreshed parameters
+  EXPECT_DOUBLE_EQ(b.rank_out[1], 60);      // rank 1 -> its main over NVLink
+  EXPECT_DOUBLE_EQ(b.rank_in[0], 60);
+  EXPECT_DOUBLE_EQ(b.total_inter(), 2 * 60);
+  // Brute-force reference: per remote node, one leader exchange plus one NVLink exchange per other
+  // holder; on the main's node one NVLink exchange per holder.
+  double nvlink = 0;
+  for (RankId r : layout.ranks_of(0)) nvlink += r == 0 || r == 4 ? 0 : 2 * 60;
+  EXPECT_DOUBLE_EQ(b.total_intra(), nvlink);
+}
+
+TEST(CostModel, MigrationCrossesTheFabricOncePerExpertAndNode) {
+  const CostParams p = simple_params();
+  const Topology topo(2, 8);
+  const ExpertLayout from =
+      ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {1}, {}, {}, {}, {}, {}, {}});
+  // Expert 0 gains three replicas on node 1 (no holder there): one IB copy, two NVLink copies from
+  // the first of them; mains stay.
+  const ExpertLayout to =
+      ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {1}, {}, {}, {0}, {0}, {0}, {}});
+  const LayoutDiff d = diff(from, to);
+  EXPECT_EQ(d.num_cross_node, 1);
+  EXPECT_EQ(d.num_intra_node, 2);
+  ASSERT_EQ(d.moves.size(), 3u);
+  EXPECT_TRUE(d.moves[0].cross_node);
+  EXPECT_EQ(d.moves[0].src_rank, 0);
+  EXPECT_EQ(d.moves[1].src_rank, 4);
+  EXPECT_EQ(d.moves[2].src_rank, 4);
+  const auto mains = initial_main_ranks(from);
+  const LinkBytes b = migration_bytes(d, mains, next_main_ranks(to, mains), topo, p);
+  EXPECT_DOUBLE_EQ(b.total_inter(), 60);
+  EXPECT_DOUBLE_EQ(b.rank_out[4], 2 * 60);
+}
+
 TEST(CostModel, MainsStayPutAndMigrationMovesStateOnlyWithTheMain) {
   const CostParams p = simple_params();  // parameters 60 bytes, optimizer state 6 x 60 = 360
   const Topology topo(2, 4);

@@ -211,6 +211,24 @@ TEST_F(SimulateCli, MeasuredStepsWithoutTokensAreRefused) {
   EXPECT_EQ(run(base + "--warmup-steps 2").exit_code, 0);
 }
 
+// Modelled times include measured planner time, so they vary from run to run; without it they
+// repeat exactly (everything but the measured planner_wall_ms).
+TEST_F(SimulateCli, PlannerTimeScaleZeroMakesModelledTimesRepeat) {
+  const std::string base =
+      "simulate --preset realistic --steps 4 --tokens-per-step 20000 --layers 2 --cluster 2x4 "
+      "--policies static,cobalt,cobalt+ --planner-time-scale 0 --json ";
+  ASSERT_EQ(run(base + path("a.json")).exit_code, 0);
+  ASSERT_EQ(run(base + path("b.json") + " --threads 2").exit_code, 0);
+  auto a = json("a.json"), b = json("b.json");
+  EXPECT_EQ(a["scenario"]["cost_model"]["planner_time_scale"], 0.0);
+  for (auto* j : {&a, &b}) {
+    for (auto& p : (*j)["policies"]) p.erase("planner_wall_ms");
+  }
+  EXPECT_EQ(a["policies"], b["policies"]);
+  EXPECT_EQ(a["best_policy"], b["best_policy"]);
+  EXPECT_EQ(run("simulate --preset uniform --steps 2 --planner-time-scale -1").exit_code, 2);
+}
+
 TEST_F(SimulateCli, UsageErrors) {
   const std::string base = "simulate --preset uniform --steps 2 --tokens-per-step 100 ";
   for (const char* bad :
