@@ -331,12 +331,46 @@ def run_activation_checkpointing(ep: EPGroup) -> dict[str, Any]:
         out[mode] = {
             "calls": source.calls, "records": len(rt.records),
             "replayed": sum(m.num_recomputed for m in layers),
-            "misses": sum(m.num_recompute_misses for m in layers),
             "moves": sum(moves(m) for m in layers),
             "grads": [gather_bank_grads(m) for m in layers],
             "router": [m.router.weight.grad.clone() for m in layers],
             "x_grads": x_grads,
         }
+    return out
+
+
+def run_checkpointed_micro_batches(ep: EPGroup) -> dict[str, Any]:
+    """Five checkpointed (non-reentrant) forwards into one backward, the layout alternating
+    per call (more forwards than a small cache would hold; every recomputation must replay its
+    own forward's decision), against the plain run; then the same batch twice in one step with
+    two different decisions: the recomputation cannot tell them apart and raises on every rank
+    (not a hang, not a silent wrong replay)."""
+    out: dict[str, Any] = {}
+    for mode in ("none", "non_reentrant"):
+        rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+        moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+        loss = torch.zeros(())
+        for index in range(5):
+            x, target = micro_batch(ep.rank, index)
+            x.requires_grad_(True)
+            y = moe(x) if mode == "none" else torch.utils.checkpoint.checkpoint(
+                moe, x, use_reentrant=False)
+            loss = loss + (y * target).sum()
+        loss.backward()
+        out[mode] = {"grads": gather_bank_grads(moe), "replayed": moe.num_recomputed}
+    rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x, target = micro_batch(ep.rank, 0)
+    loss = torch.zeros(())
+    for _ in range(2):
+        xi = x.clone().requires_grad_(True)
+        loss = loss + (torch.utils.checkpoint.checkpoint(moe, xi, use_reentrant=False)
+                       * target).sum()
+    try:
+        loss.backward()
+        out["ambiguous_error"] = None
+    except RuntimeError as exc:
+        out["ambiguous_error"] = str(exc)
     return out
 
 
@@ -354,6 +388,7 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "checkpoint_loading": run_checkpoint_loading,
     "recorder_empty_step": run_recorder_empty_step,
     "activation_checkpointing": run_activation_checkpointing,
+    "checkpointed_micro_batches": run_checkpointed_micro_batches,
 }
 
 

@@ -29,11 +29,17 @@ Every rank must backpropagate through every MoE output it computed.
 
 Activation checkpointing (``torch.utils.checkpoint``, reentrant or not). A forward that runs
 while the autograd engine runs a backward pass is a recomputation: it replays the decision of
-the forward it recomputes (matched by the global routing; the last ``recompute_cache_size``
-decisions per layer are kept), so the layout source is asked once per forward, statistics and
-records are not counted twice, and the recomputed exchanges have the shapes of the original
-ones. Nothing migrates during a backward pass. Replicas are fetched again from the main
-instances, whose values the optimizer has not changed yet.
+the forward it recomputes, found by the global routing among the decisions of the current step
+(at most ``recompute_cache_size`` per layer, 64 by default), so the layout source is asked once
+per forward, the source's statistics and the step records count it once, and the recomputed
+exchanges have the shapes of the original ones (non-reentrant checkpointing needs that). Nothing
+migrates during a backward pass. Replicas are fetched again from the main instances, whose values
+the optimizer has not changed yet; the traffic counters count the recomputation's exchanges,
+which do happen. A recomputation whose routing matches no kept decision (a router that is not
+deterministic under recomputation, or more forwards in the step than the cache holds), or two
+different decisions (the same global batch through the layer twice in a step with a source that
+decided differently), raises a RuntimeError on every rank alike - the lookup uses only the global
+routing, which every rank shares.
 """
 
 from __future__ import annotations
@@ -291,13 +297,13 @@ class ExpertParallelMoE(nn.Module):
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
         self._dense_sync = _DenseGradSync()
-        # Recent forwards' decisions, for activation-checkpoint recomputation:
-        # routing key -> (layout, exec_rank [T, K]), oldest first.
-        self._decisions: collections.OrderedDict[bytes, tuple[cobalt.ExpertLayout, np.ndarray]] \
-            = collections.OrderedDict()
-        self.recompute_cache_size = 4
+        # This step's decisions, for activation-checkpoint recomputation:
+        # routing key -> [(layout, exec_rank [T, K]), ...] (one per forward), oldest key first.
+        self._decisions: collections.OrderedDict[
+            bytes, list[tuple[cobalt.ExpertLayout, np.ndarray]]] = collections.OrderedDict()
+        self._decisions_step = -1
+        self.recompute_cache_size = 64
         self.num_recomputed = 0  # forwards that replayed a decision (identical on every rank)
-        self.num_recompute_misses = 0  # recomputations whose routing matched no kept decision
 
     # ------------------------------------------------------------------ parameters
     def expert_parameters(self) -> list[nn.Parameter]:
@@ -347,37 +353,44 @@ class ExpertParallelMoE(nn.Module):
 
     def _replay(self, gathered: GatheredRouting) -> tuple[cobalt.ExpertLayout, np.ndarray,
                                                           cobalt.RoutingBatch]:
-        """The decision of the forward being recomputed; when no kept decision has this
-        routing (a router that is not deterministic under recomputation, or more forwards
-        between a forward and its recomputation than the cache holds), the layout in force with
-        Algorithm 1. The layout source is not asked either way."""
+        """The decision of the forward being recomputed (the layout source is not asked). Raises
+        RuntimeError, on every rank alike, when none or two different ones match."""
         ep = self.runtime.ep
         batch = cobalt.RoutingBatch(gathered.topk_ids, gathered.source_rank, self.num_experts,
                                     ep.world_size)
-        kept = self._decisions.get(_routing_key(gathered))
-        if kept is not None:
-            self.num_recomputed += 1
-            return kept[0], kept[1], batch
-        self.num_recompute_misses += 1
-        if self.experts.layout_slots is None:
-            raise RuntimeError(f"{self._context()}: a forward inside a backward pass with no "
-                               "earlier forward to replay")
-        layout = cobalt.ExpertLayout(ep.topology, self.num_experts,
-                                     np.asarray(self.experts.layout_slots, dtype=np.int32))
-        exec_rank = cobalt.assign_node_cover(batch, layout, step=self.runtime.step,
-                                             layer=self.layer)
-        return layout, np.ascontiguousarray(exec_rank, dtype=np.int32), batch
+        kept = (self._decisions.get(_routing_key(gathered))
+                if self._decisions_step == self.runtime.step else None)
+        if not kept:
+            raise RuntimeError(
+                f"{self._context()}: a recomputed forward (activation checkpointing) whose "
+                "routing matches no forward of this step: the router must be deterministic "
+                "under recomputation (keep preserve_rng_state), and at most "
+                f"recompute_cache_size = {self.recompute_cache_size} forwards per step are kept")
+        layout, exec_rank = kept[0]
+        for other_layout, other_exec in kept[1:]:
+            if (not np.array_equal(other_layout.slots, layout.slots)
+                    or not np.array_equal(other_exec, exec_rank)):
+                raise RuntimeError(
+                    f"{self._context()}: a recomputed forward (activation checkpointing) matches "
+                    "two forwards of this step with the same routing but different decisions; "
+                    "cannot tell which one it recomputes")
+        self.num_recomputed += 1
+        return layout, exec_rank, batch
 
     def _keep_decision(self, gathered: GatheredRouting, layout: cobalt.ExpertLayout,
                        exec_rank: np.ndarray) -> None:
-        if self.recompute_cache_size <= 0:
+        if self._decisions_step != self.runtime.step:  # recomputations happen within the step
             self._decisions.clear()
+            self._decisions_step = self.runtime.step
+        if self.recompute_cache_size <= 0:
             return
         key = _routing_key(gathered)
-        self._decisions.pop(key, None)
-        self._decisions[key] = (layout, exec_rank)
-        while len(self._decisions) > self.recompute_cache_size:
-            self._decisions.popitem(last=False)
+        self._decisions.setdefault(key, []).append((layout, exec_rank))
+        while sum(len(v) for v in self._decisions.values()) > self.recompute_cache_size:
+            oldest = next(iter(self._decisions))
+            self._decisions[oldest].pop(0)
+            if not self._decisions[oldest]:
+                del self._decisions[oldest]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rt = self.runtime
