@@ -38,9 +38,9 @@ const CLI::Validator& non_empty_path();  // a path that is not "" (an empty --js
 // Throws UsageError unless `path`'s directory exists, so a long run does not end in an error
 // writing its output. `option` names the flag in the message.
 void require_output_directory(const std::string& path, const std::string& option);
-// require_output_directory, and the target is not a directory or another non-regular file (a FIFO,
-// a device: file outputs are replaced atomically, io/atomic_file.hpp) and not the file at
-// `input_path` (the trace being read).
+// require_output_directory, and the target is not a directory, block device or socket (files are
+// replaced atomically, FIFOs and character devices written in place: io/atomic_file.hpp) and not
+// the file at `input_path` (the trace being read).
 void require_output_file(const std::string& path, const std::string& option,
                          const std::string& input_path = "");
 

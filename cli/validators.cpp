@@ -89,10 +89,17 @@ void require_output_file(const std::string& path, const std::string& option,
   if (fs::is_directory(path, error)) {
     throw UsageError(fmt::format("{} {}: is a directory (give a file name)", option, path));
   }
+  io::OutputTarget target;
   try {
-    (void)io::resolve_output_path(path, option);
+    target = io::resolve_output_target(path, option);
   } catch (const Error& e) {
     throw UsageError(e.what());
+  }
+  // A link may name a file in another directory: that one must exist too.
+  const fs::path target_parent = fs::path(target.path).parent_path();
+  if (!target.direct && !target_parent.empty() && !fs::is_directory(target_parent, error)) {
+    throw UsageError(
+        fmt::format("{} {}: names {}, whose directory does not exist", option, path, target.path));
   }
   if (!input_path.empty() && fs::exists(path, error) && fs::equivalent(path, input_path, error)) {
     throw UsageError(

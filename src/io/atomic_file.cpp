@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <string>
 #include <system_error>
 
 #include "cobalt/core/error.hpp"
@@ -15,14 +19,56 @@ namespace {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
+// 1 or 2 when `path` is the file this process's stdout or stderr writes to (`--json /dev/stdout`
+// with stdout redirected to a file), else -1: replacing that file would cut the stream off, and
+// opening it anew would write at offset 0 over what the stream wrote.
+int standard_stream_of(const std::string& path) {
+  struct stat target {};
+  if (::stat(path.c_str(), &target) != 0) return -1;
+  for (int fd : {1, 2}) {
+    struct stat stream {};
+    if (::fstat(fd, &stream) == 0 && stream.st_dev == target.st_dev &&
+        stream.st_ino == target.st_ino) {
+      return fd;
+    }
+  }
+  return -1;
+}
+
+// A new file next to `target` named target.tmp-<pid>-<n>, created exclusively with `mode` (the
+// umask applies, as for any new file); -1 with errno set when the directory does not allow it.
+int create_temporary(const std::string& target, mode_t mode, std::string& tmp_path) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    tmp_path = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
 }  // namespace
 
-std::string resolve_output_path(const std::string& path, std::string_view context) {
+OutputTarget resolve_output_target(const std::string& path, std::string_view context) {
   COBALT_CHECK_ARG(!path.empty(), "{}: empty output path", context);
   namespace fs = std::filesystem;
   std::error_code error;
+  // The kernel follows links (also /proc's, such as /dev/stdout -> /proc/self/fd/1 -> pipe).
+  const fs::file_status status = fs::status(path, error);
+  if (fs::exists(status)) {
+    const int stream = standard_stream_of(path);
+    if (stream >= 0 || fs::is_fifo(status) || fs::is_character_file(status)) {
+      return {path, true, stream};
+    }
+    COBALT_CHECK_ARG(fs::is_regular_file(status), "{}: {} is {} (give a file name)", context, path,
+                     fs::is_directory(status) ? "a directory" : "not a regular file");
+    const fs::path real = fs::canonical(path, error);
+    COBALT_CHECK_ARG(!error, "{}: cannot resolve {}: {}", context, path, error.message());
+    return {real.string(), false};
+  }
+  // A new file, possibly through a dangling link (chains too): the link stays, the file it names
+  // is created.
   fs::path target = path;
-  // Follow links (chains too, dangling ones to the path they name); the links themselves stay.
   for (int hops = 0; fs::is_symlink(fs::symlink_status(target, error)); ++hops) {
     COBALT_CHECK_ARG(hops < 40, "{}: {}: too many levels of symbolic links", context, path);
     const fs::path next = fs::read_symlink(target, error);
@@ -30,25 +76,44 @@ std::string resolve_output_path(const std::string& path, std::string_view contex
                      error.message());
     target = next.is_absolute() ? next : target.parent_path() / next;
   }
-  const fs::file_status status = fs::status(target, error);
-  COBALT_CHECK_ARG(!fs::exists(status) || fs::is_regular_file(status),
-                   "{}: {} exists and is not a regular file (not replaced; write to a file)",
-                   context, path);
-  return target.string();
+  return {target.string(), false};
 }
 
 AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view context)
-    : target_(resolve_output_path(path, context)), context_(context) {
-  tmp_path_ = target_ + ".tmp-XXXXXX";
-  fd_ = ::mkstemp(tmp_path_.data());
-  COBALT_CHECK_ARG(fd_ >= 0, "{}: cannot create a temporary file next to {}: {}", context_, path,
-                   errno_text(errno));
-  ::fchmod(fd_, 0644);
+    : target_(resolve_output_target(path, context)), context_(context) {
+  if (!target_.direct) {
+    struct stat existing {};
+    const bool exists = ::stat(target_.path.c_str(), &existing) == 0;
+    fd_ = create_temporary(target_.path, exists ? (existing.st_mode & 07777) : 0666, tmp_path_);
+    if (fd_ >= 0) {
+      if (exists) ::fchmod(fd_, existing.st_mode & 07777);  // the replaced file's bits exactly
+      return;
+    }
+    const int create_errno = errno;
+    // A directory that cannot hold a temporary file (read-only, a bind-mounted single file): an
+    // existing writable file is overwritten in place, as plain tools do - not atomically.
+    COBALT_CHECK_ARG(exists && ::access(target_.path.c_str(), W_OK) == 0,
+                     "{}: cannot create a temporary file next to {}: {}", context_, path,
+                     errno_text(create_errno));
+    target_.direct = true;
+    fd_ = ::open(target_.path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    COBALT_CHECK_ARG(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
+    return;
+  }
+  if (target_.stream_fd >= 0) {
+    // Through the stream's own file description (its offset, O_APPEND), after what the process
+    // already buffered for it.
+    std::fflush(target_.stream_fd == 1 ? stdout : stderr);
+    fd_ = ::dup(target_.stream_fd);
+  } else {
+    fd_ = ::open(target_.path.c_str(), O_WRONLY | O_CLOEXEC);
+  }
+  COBALT_CHECK_ARG(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_path_.c_str());
+  if (!committed_ && !target_.direct) ::unlink(tmp_path_.c_str());
 }
 
 void AtomicFileWriter::write(std::span<const std::byte> bytes) {
@@ -56,7 +121,7 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
     if (written < 0 && errno == EINTR) continue;
-    COBALT_CHECK_ARG(written > 0, "{}: cannot write {}: {}", context_, target_,
+    COBALT_CHECK_ARG(written > 0, "{}: cannot write {}: {}", context_, target_.path,
                      errno_text(written < 0 ? errno : EIO));
     bytes = bytes.subspan(static_cast<size_t>(written));
   }
@@ -64,13 +129,17 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
 
 void AtomicFileWriter::commit() {
   COBALT_CHECK(fd_ >= 0 && !committed_, kFailedPrecondition, "{}: committed twice", context_);
-  COBALT_CHECK_ARG(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_,
-                   errno_text(errno));
+  if (!target_.direct) {
+    COBALT_CHECK_ARG(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_.path,
+                     errno_text(errno));
+  }
   const int rc = ::close(fd_);  // close can report deferred write errors
   fd_ = -1;
-  COBALT_CHECK_ARG(rc == 0, "{}: cannot close {}: {}", context_, target_, errno_text(errno));
-  COBALT_CHECK_ARG(::rename(tmp_path_.c_str(), target_.c_str()) == 0, "{}: cannot replace {}: {}",
-                   context_, target_, errno_text(errno));
+  COBALT_CHECK_ARG(rc == 0, "{}: cannot close {}: {}", context_, target_.path, errno_text(errno));
+  if (!target_.direct) {
+    COBALT_CHECK_ARG(::rename(tmp_path_.c_str(), target_.path.c_str()) == 0,
+                     "{}: cannot replace {}: {}", context_, target_.path, errno_text(errno));
+  }
   committed_ = true;
 }
 

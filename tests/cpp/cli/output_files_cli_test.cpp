@@ -29,22 +29,63 @@ TEST_F(OutputFilesCli, RefusesToOverwriteTheInputTrace) {
   EXPECT_EQ(read_file(path("t.st")), before);
 }
 
-TEST_F(OutputFilesCli, RefusesNonRegularTargetsAndFollowsLinks) {
+// FIFOs and character devices are written in place (never replaced by a regular file);
+// directories are refused; links are followed and kept; a replaced file keeps its mode.
+TEST_F(OutputFilesCli, WritesDevicesInPlaceAndFollowsLinks) {
   ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
-  const auto fifo = run(std::string(kGen) + " --out '" + path("fifo") + "'");
-  EXPECT_EQ(fifo.exit_code, 2);
-  EXPECT_NE(fifo.err.find("not a regular file"), std::string::npos) << fifo.err;
+  // A reader on the FIFO (opening it for writing waits for one).
+  const auto fifo = run_shell("cat '" + path("fifo") + "' > '" + path("from_fifo.st") + "' & '" +
+                                  std::string(COBALT_CLI_PATH) + "' " + kGen + " --out '" +
+                                  path("fifo") + "'; wait",
+                              dir_);
+  EXPECT_EQ(fifo.exit_code, 0) << fifo.err;
   EXPECT_TRUE(std::filesystem::is_fifo(path("fifo")));
+  EXPECT_GT(std::filesystem::file_size(path("from_fifo.st")), 100u);
+  if (std::filesystem::is_character_file("/dev/null")) {
+    EXPECT_EQ(run(std::string(kGen) + " --out /dev/null").exit_code, 0);
+    EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  }
+  const auto json_out =
+      run("simulate --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 "
+          "--policies static --json /dev/stdout");
+  EXPECT_EQ(json_out.exit_code, 0) << json_out.err;
+  EXPECT_NE(json_out.out.find("\"best_policy\""), std::string::npos);
   const auto directory =
       run("plan --preset uniform --cluster 2x4 --steps 2 --tokens-per-step 64 "
           "--out '" +
           dir_.string() + "'");
   EXPECT_EQ(directory.exit_code, 2) << directory.err;
+  EXPECT_NE(directory.err.find("is a directory"), std::string::npos) << directory.err;
   // A dangling link: the file it names is written, the link stays a link.
   std::filesystem::create_symlink("target.st", dir_ / "link.st");
   ASSERT_EQ(run(std::string(kGen) + " --out '" + path("link.st") + "'").exit_code, 0);
   EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "link.st"));
   EXPECT_TRUE(std::filesystem::is_regular_file(dir_ / "target.st"));
+  // Replacing keeps the file's permission bits.
+  std::filesystem::permissions(
+      dir_ / "target.st", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ASSERT_EQ(run(std::string(kGen) + " --seed 5 --out '" + path("link.st") + "'").exit_code, 0);
+  EXPECT_EQ(std::filesystem::status(dir_ / "target.st").permissions(),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+}
+
+// `--json /dev/stdout` with stdout redirected to a file: the JSON goes into the stream after the
+// table (replacing the file would have cut the table off).
+TEST_F(OutputFilesCli, JsonToRedirectedStdoutKeepsTheStream) {
+  const auto r =
+      run("simulate --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 "
+          "--policies static --json /dev/stdout");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("modelled time per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"best_policy\""), std::string::npos) << r.out;
+}
+
+TEST_F(OutputFilesCli, LinkIntoAMissingDirectoryIsRefusedBeforeTheRun) {
+  std::filesystem::create_symlink("missing/x.json", dir_ / "link.json");
+  const auto r = run("plan --preset uniform --cluster 2x4 --steps 2 --tokens-per-step 64 --out '" +
+                     path("link.json") + "'");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("whose directory does not exist"), std::string::npos) << r.err;
 }
 
 TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
