@@ -24,8 +24,9 @@ bundle=build/gpu-bundle
 # build files): a bundle built from other sources is refused, so a stale bundle cannot pass old
 # kernels against old references.
 source_digest() {
-  find src include cmake CMakeLists.txt -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum |
-    sha256sum | cut -c1-16
+  command -v sha256sum >/dev/null || { echo "run.sh: sha256sum not found" >&2; exit 7; }
+  find src include cmake CMakeLists.txt CMakePresets.json -type f -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 
 build() {
@@ -75,9 +76,10 @@ if [[ -f $bundle/cobalt_gpu_check ]]; then
       "rebuild it with 'bash bench/gpu/run.sh --bundle' (COBALT_GPU_ALLOW_STALE=1 runs it anyway)"
     exit 5
   fi
-  if ldd "$bin" | grep -q 'not found'; then
+  missing=$(ldd "$bin" 2>&1 | grep 'not found' || true)
+  if [[ -n $missing ]]; then
     echo "run.sh: the bundle's binary misses shared libraries on this machine:"
-    ldd "$bin" | grep 'not found'
+    echo "$missing"
     exit 6
   fi
 else

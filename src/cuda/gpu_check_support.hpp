@@ -122,7 +122,16 @@ inline double now_ms() {
 inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call) {
   for (int i = 0; i < 3; ++i) call();
   cuda_ok(cudaStreamSynchronize(ctx.stream), "warm-up");
-  std::vector<cudaEvent_t> events(2 * ctx.opt.reps);
+  // Destroyed on every path (a failed CUDA call throws out of here and the check goes on).
+  struct Events {
+    std::vector<cudaEvent_t> list;
+    ~Events() {
+      for (auto& e : list) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+    }
+  } owned{std::vector<cudaEvent_t>(2 * ctx.opt.reps, nullptr)};
+  auto& events = owned.list;
   for (auto& e : events) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
   for (int i = 0; i < ctx.opt.reps; ++i) {
     cuda_ok(cudaEventRecord(events[2 * i], ctx.stream), "cudaEventRecord");
@@ -136,7 +145,6 @@ inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call
     cuda_ok(cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]), "cudaEventElapsedTime");
     us[i] = 1000.0 * ms;
   }
-  for (auto& e : events) cudaEventDestroy(e);
   std::sort(us.begin(), us.end());
   row.median_us = us[us.size() / 2];
   row.min_us = us.front();

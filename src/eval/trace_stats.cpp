@@ -1,10 +1,13 @@
 #include "cobalt/eval/trace_stats.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <span>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/core/routing_batch.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 
@@ -273,6 +276,12 @@ TraceStats compute(const TraceSource& src, const TraceStatsOptions& options) {
   stats.hot_count = std::min(options.hot_count, stats.num_experts);  // capped at E
   stats.static_ep_ranks = options.num_ranks > 0 ? options.num_ranks : stats.num_sources;
 
+  // The largest tables, sized by the trace's declared E and R: E x E co-activation (int64 counts
+  // and their double copy) and R x E per-source loads.
+  const double num_experts = stats.num_experts;
+  require_memory(16.0 * num_experts * num_experts + 8.0 * stats.num_sources * num_experts,
+                 fmt::format("trace statistics for E = {} experts and {} sources",
+                             stats.num_experts, stats.num_sources));
   std::vector<RankId> source_scratch;
   std::span<const RankId> sources;
   if (!stats.load_only && src.has_source_rank()) sources = src.sources(source_scratch);

@@ -496,6 +496,11 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads) {
   const Topology& topo = input.topology;
   const int per_node = topo.ranks_per_node(), slots = input.slots_per_rank;
+  COBALT_CHECK_ARG(previous == nullptr || (previous->topology() == topo &&
+                                           previous->num_experts() == input.num_experts),
+                   "pack: the previous layout is for {} and E={}, the plan for {} and E={}",
+                   previous ? previous->topology().to_string() : "",
+                   previous ? previous->num_experts() : 0, topo.to_string(), input.num_experts);
   std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
   std::vector<std::vector<double>> list_loads(topo.num_ranks());
   struct Replica {

@@ -1,10 +1,13 @@
 #include "cobalt/stats/routing_stats.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/core/parallel.hpp"
 
 namespace cobalt {
@@ -62,6 +65,9 @@ RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
                    "stats: number of experts {} out of range [1, 65536]", num_experts);
   COBALT_CHECK_ARG(exact || (decay >= 0.0 && decay < 1.0),
                    "stats: EMA decay {} out of range [0, 1)", decay);
+  require_memory(8.0 * num_experts * num_experts,
+                 fmt::format("routing statistics: the {} x {} co-activation matrix", num_experts,
+                             num_experts));
   expert_load_.assign(num_experts, 0.0);
   coactivation_.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
 }

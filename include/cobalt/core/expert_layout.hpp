@@ -110,6 +110,8 @@ struct LayoutDiff {
 // new replica copies from a holder on its own node when `from` has one (NVLink), else the first new
 // replica of the expert on that node copies from the expert's lowest holder over the fabric and
 // the node's other new replicas copy from it (NVLink): one inter-node copy per (expert, node).
+// So the moves are ordered: a move may copy from the destination of an earlier move (apply them in
+// order, or the fabric copies first).
 LayoutDiff diff(const ExpertLayout& from, const ExpertLayout& to);
 
 }  // namespace cobalt

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cobalt/core/memory.hpp"
 #include "cobalt/eval/trace_stats.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
@@ -155,6 +156,23 @@ TEST_F(CliTest, MalformedTraceExitsOne) {
   EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
   const auto missing = run("trace info '" + path("missing.safetensors") + "'");
   EXPECT_EQ(missing.exit_code, 1) << missing.err;
+}
+
+// A tiny file declaring 65536 experts: the dense statistics would need 64 GiB; refused up front
+// with one line instead of an allocation failure or the OOM killer.
+TEST_F(CliTest, DeclaredSizesBeyondMemoryAreRefusedUpFront) {
+  if (physical_memory_bytes() >= 16.0 * 65536.0 * 65536.0) GTEST_SKIP() << "machine has >= 64 GiB";
+  io::TraceData d;
+  d.num_experts = 65536;
+  d.top_k = 1;
+  d.num_layers = 1;
+  d.num_tokens = 1;
+  d.topk_ids = {65535};
+  io::write_trace(path("wide.safetensors"), d);
+  const auto r = run("trace info '" + path("wide.safetensors") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(is_one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("needs 64.0 GiB"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTest, HelpExitsZero) {
