@@ -29,7 +29,7 @@ from cobalt.torch import (
 )
 
 CHANNELS = ["dispatch.fwd", "dispatch_gates.fwd", "combine.fwd", "dispatch.bwd",
-            "dispatch_gates.bwd", "combine.bwd"]
+            "dispatch_gates.bwd", "combine.bwd", "replica_params.fwd", "replica_grads.bwd"]
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,7 @@ def run_equivalence(ep: EPGroup, case: str, sz: Sizes, out_dir: str) -> dict[str
             "topk_ids": moe.last_topk_ids.copy(),
             "exec_rank": moe.last_exec_rank.copy(),
             "slots": np.array(moe.last_layout.slots),
+            "main_rank": moe.experts.main_rank.copy(),
             "num_replicas": rec.num_replicas,
             "cross_node_tokens": rec.cross_node_tokens,
             "traffic_fwd": {k: vars(v) for k, v in fwd.items()},

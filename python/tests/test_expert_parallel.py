@@ -152,6 +152,38 @@ def test_cross_node_bytes_equal_metric(suite: SuiteResult, case: str) -> None:
             assert both[channel]["intra_bytes"] == intra * sz.hidden * 4, channel
 
 
+@pytest.mark.parametrize("case", ["cobalt", "replicated"])
+def test_replica_copies_cross_nodes_once_per_expert_and_node(suite: SuiteResult,
+                                                             case: str) -> None:
+    """Replica parameters (forward) and gradients (backward) cross the fabric once per (expert,
+    node holding a replica off its main's node) and are relayed within the node: exactly what
+    the simulator's cost model charges (eval::grad_sync_bytes)."""
+    sz, m = suite.sizes, suite.ranks_per_node
+    row_bytes = 3 * sz.hidden * sz.ffn * 4
+    relayed_somewhere = False
+    for got in suite.equivalence(case)[0]:
+        slots, mains = got["slots"], got["main_rank"]
+        cross = intra = 0
+        for e in range(sz.num_experts):
+            holders = [r for r in range(suite.world) if e in slots[r]]
+            main_node = int(mains[e]) // m
+            for n in {r // m for r in holders}:
+                on_node = [r for r in holders if r // m == n and r != int(mains[e])]
+                if n == main_node:
+                    intra += len(on_node)
+                elif on_node:
+                    cross += 1
+                    intra += len(on_node) - 1
+                    relayed_somewhere |= len(on_node) > 1
+        for channel in ("replica_params.fwd", "replica_grads.bwd"):
+            t = got["traffic"].get(channel, {"cross_rows": 0, "intra_rows": 0, "cross_bytes": 0})
+            assert t["cross_rows"] == cross, channel
+            assert t["intra_rows"] == intra, channel
+            assert t["cross_bytes"] == cross * row_bytes, channel
+    if case == "replicated":
+        assert relayed_somewhere, "the replicated layout should put two replicas on a node"
+
+
 def test_training_with_layout_changes_matches_static(suite: SuiteResult) -> None:
     runs = suite.ranks[0]["training"]
     static = runs["static"]

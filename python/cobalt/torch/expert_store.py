@@ -7,7 +7,9 @@
 * **Replicas.** Every step, each rank that the layout gives a replica of e without holding e's
   main receives a copy of e's main parameters (forward); after the backward pass the replica's
   gradient goes back to the main instance and is added to its gradient (TopoEP style: the
-  optimizer state exists only at the main instance).
+  optimizer state exists only at the main instance). Both go node-deduplicated, like the token
+  dispatch: one inter-node copy per (expert, node), relayed within the node over NVLink
+  (:class:`ReplicaFetch`), as the simulator's cost model charges them.
 * **Layout changes.** When the layout in force changes, main instances whose rank no longer holds
   their expert move to a rank that does, together with their optimizer state
   (:meth:`ExpertStore.apply_layout`). A change is versioned and all-or-nothing: parameters and
@@ -66,13 +68,21 @@ class MigrationCounters:
 
 @dataclass
 class ReplicaFetch:
-    """One forward's replica copies, kept until their gradients go back (ordered as sent)."""
+    """One forward's replica copies, kept until their gradients go back. Copies travel in two
+    hops, like the token dispatch: from the main instance to each replica on the main's node and
+    to one relay replica per other node holding the expert (phase 1: one inter-node copy per
+    (expert, node)), then from the relay to the node's other replicas (phase 2, NVLink).
+    Gradients return the same way reversed, summed at the relay."""
 
-    leaf: torch.Tensor  # [n_recv, 3 * hidden * ffn] received copies (requires grad when training)
-    send_experts: np.ndarray  # experts whose main rows this rank sent, in send order
-    send_splits: list[int]
-    recv_splits: list[int]
+    leaf: torch.Tensor  # [n1 + n2, 3 * hidden * ffn] received copies, phase 1 rows first
+    send_experts: np.ndarray  # experts whose main rows this rank sent in phase 1, in send order
+    send_splits: list[int]  # phase 1
+    recv_splits: list[int]  # phase 1 (n1 = sum)
     main_slot: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
+    relay_send_splits: list[int] = field(default_factory=list)  # phase 2
+    relay_recv_splits: list[int] = field(default_factory=list)  # phase 2 (n2 = sum)
+    # Phase-1 row (index into the leaf) of each row this rank relayed in phase 2, in send order.
+    relay_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
 
 
 class ExpertStore(nn.Module):
@@ -161,33 +171,65 @@ class ExpertStore(nn.Module):
     def fetch_replicas(self, slots: np.ndarray, requires_grad: bool
                        ) -> tuple[list[Optional[tuple[torch.Tensor, ...]]], Optional[ReplicaFetch]]:
         """Weights for each of this rank's layout slots (slots [G, S]): the main instance's views
-        where the main is here, else a fresh copy received from the main rank (one
-        all_to_all_single; every rank must call this). Empty slots give None.
+        where the main is here, else a copy of the main's parameters (every rank must call this:
+        two all_to_all_single, see :class:`ReplicaFetch`; one inter-node copy per (expert,
+        node)). Empty slots give None.
 
         Returns (weights per local slot, the fetch record for :meth:`return_replica_grads`).
         """
-        g, me = self.ep.world_size, self.ep.rank
-        need_r, need_e = np.nonzero(slots >= 0)
-        need_e = slots[need_r, need_e].astype(np.int64)
+        g, me, per_node = self.ep.world_size, self.ep.rank, self.ep.ranks_per_node
+        need_r, need_s = np.nonzero(slots >= 0)
+        need_e = slots[need_r, need_s].astype(np.int64)
+        need_r = need_r.astype(np.int64)
         remote = self.main_rank[need_e] != need_r
-        msg_dst, msg_e = need_r[remote].astype(np.int64), need_e[remote]
-        msg_src = self.main_rank[msg_e]
-        send_sel = np.flatnonzero(msg_src == me)
-        send_sel = send_sel[np.lexsort((msg_e[send_sel], msg_dst[send_sel]))]
-        send_experts = msg_e[send_sel]
-        send_splits = np.bincount(msg_dst[send_sel], minlength=g).tolist()
-        recv_sel = np.flatnonzero(msg_dst == me)
-        recv_sel = recv_sel[np.lexsort((msg_e[recv_sel], msg_src[recv_sel]))]
-        recv_experts = msg_e[recv_sel]
-        recv_splits = np.bincount(msg_src[recv_sel], minlength=g).tolist()
-
+        dst, exp = need_r[remote], need_e[remote]
+        src = self.main_rank[exp].astype(np.int64)
+        # Relay of (expert, node) for replicas off the main's node: the node's lowest holder.
+        off_node = dst // per_node != src // per_node
+        relay = dst.copy()
+        if off_node.any():
+            key = exp * (g // per_node) + dst // per_node
+            order = np.lexsort((dst, key))  # by (expert, node), then rank
+            first = np.ones(order.size, dtype=bool)
+            first[1:] = key[order][1:] != key[order][:-1]
+            group_start = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+            relay[order] = dst[order][group_start]
+        hop1 = ~off_node | (relay == dst)  # straight from the main
+        # Phase 1: main -> replica on its node, or main -> relay.
+        p1_dst, p1_e, p1_src = dst[hop1], exp[hop1], src[hop1]
+        send_sel = np.flatnonzero(p1_src == me)
+        send_sel = send_sel[np.lexsort((p1_e[send_sel], p1_dst[send_sel]))]
+        send_experts = p1_e[send_sel]
+        send_splits = np.bincount(p1_dst[send_sel], minlength=g).tolist()
+        recv_sel = np.flatnonzero(p1_dst == me)
+        recv_sel = recv_sel[np.lexsort((p1_e[recv_sel], p1_src[recv_sel]))]
+        recv1_experts = p1_e[recv_sel]
+        recv_splits = np.bincount(p1_src[recv_sel], minlength=g).tolist()
         send = self._param_rows(self.main_slot[send_experts])
         if self.traffic is not None:
             self.traffic.record("replica_params.fwd", send_splits,
                                 self.param_row_size * send.element_size())
-        leaf = exchange_rows(send, send_splits, recv_splits, self.ep.group).detach()
+        recv1 = exchange_rows(send, send_splits, recv_splits, self.ep.group)
+        # Phase 2: relay -> the node's other replicas (NVLink).
+        p2_dst, p2_e, p2_src = dst[~hop1], exp[~hop1], relay[~hop1]
+        row1_of = {int(e): i for i, e in enumerate(recv1_experts)}
+        send2_sel = np.flatnonzero(p2_src == me)
+        send2_sel = send2_sel[np.lexsort((p2_e[send2_sel], p2_dst[send2_sel]))]
+        relay_rows = np.array([row1_of[int(e)] for e in p2_e[send2_sel]], dtype=np.int64)
+        relay_send_splits = np.bincount(p2_dst[send2_sel], minlength=g).tolist()
+        recv2_sel = np.flatnonzero(p2_dst == me)
+        recv2_sel = recv2_sel[np.lexsort((p2_e[recv2_sel], p2_src[recv2_sel]))]
+        recv2_experts = p2_e[recv2_sel]
+        relay_recv_splits = np.bincount(p2_src[recv2_sel], minlength=g).tolist()
+        send2 = recv1.index_select(0, torch.as_tensor(relay_rows, dtype=torch.long))
+        if self.traffic is not None:
+            self.traffic.record("replica_params.fwd", relay_send_splits,
+                                self.param_row_size * send2.element_size())
+        recv2 = exchange_rows(send2, relay_send_splits, relay_recv_splits, self.ep.group)
+
+        leaf = torch.cat([recv1, recv2]).detach()
         leaf.requires_grad_(requires_grad)
-        row_of = {int(e): i for i, e in enumerate(recv_experts)}
+        row_of = {int(e): i for i, e in enumerate(np.concatenate([recv1_experts, recv2_experts]))}
         weights: list[Optional[tuple[torch.Tensor, ...]]] = []
         for e in slots[me]:
             if e < 0:
@@ -197,7 +239,8 @@ class ExpertStore(nn.Module):
             else:
                 weights.append(self._split_row(leaf[row_of[int(e)]]))
         fetch = ReplicaFetch(leaf, send_experts, send_splits, recv_splits,
-                             self.main_slot[send_experts].copy())
+                             self.main_slot[send_experts].copy(), relay_send_splits,
+                             relay_recv_splits, relay_rows)
         return weights, (fetch if requires_grad else None)
 
     def ensure_grads(self) -> None:
@@ -208,13 +251,24 @@ class ExpertStore(nn.Module):
                 p.grad = torch.zeros_like(p)
 
     def return_replica_grads(self, fetch: ReplicaFetch) -> None:
-        """Sends each replica's gradient to its main instance and adds it there (a collective:
-        every rank calls it once per fetch, in the same order)."""
+        """Sends each replica's gradient to its main instance and adds it there, in the fetch's
+        two hops reversed: replicas relayed in phase 2 send to their relay, which adds them to
+        its own replica's gradient and sends one row per (expert, node) to the main (a
+        collective: every rank calls it once per fetch, in the same order)."""
         grad = fetch.leaf.grad if fetch.leaf.grad is not None else torch.zeros_like(fetch.leaf)
+        n1 = int(sum(fetch.recv_splits))
+        grad1, grad2 = grad[:n1], grad[n1:]
+        itemsize = self.param_row_size * grad.element_size()
         if self.traffic is not None:
-            self.traffic.record("replica_grads.bwd", fetch.recv_splits,
-                                self.param_row_size * grad.element_size())
-        back = exchange_rows(grad, fetch.recv_splits, fetch.send_splits, self.ep.group)
+            self.traffic.record("replica_grads.bwd", fetch.relay_recv_splits, itemsize)
+        relayed = exchange_rows(grad2, fetch.relay_recv_splits, fetch.relay_send_splits,
+                                self.ep.group)
+        if relayed.shape[0] > 0:
+            grad1 = grad1.index_add(0, torch.as_tensor(fetch.relay_rows, dtype=torch.long),
+                                    relayed)
+        if self.traffic is not None:
+            self.traffic.record("replica_grads.bwd", fetch.recv_splits, itemsize)
+        back = exchange_rows(grad1, fetch.recv_splits, fetch.send_splits, self.ep.group)
         # Sent: a second backward through a retained graph accumulates from zero again (else the
         # main instance would receive the first pass's gradient twice).
         fetch.leaf.grad = None
