@@ -14,8 +14,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/io/atomic_file.hpp"
@@ -261,12 +263,30 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
 
   const auto* json_begin = reinterpret_cast<const char*>(file.data() + 8);
   nlohmann::json json;
+  // A key twice in one object would be read as whichever came last: refused (ambiguous file).
+  std::vector<std::set<std::string>> keys_seen;
+  std::string duplicate;
+  const nlohmann::json::parser_callback_t on_event = [&](int, nlohmann::json::parse_event_t event,
+                                                         nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      keys_seen.emplace_back();
+    } else if (event == Event::object_end && !keys_seen.empty()) {
+      keys_seen.pop_back();
+    } else if (event == Event::key && !keys_seen.empty() && duplicate.empty() &&
+               !keys_seen.back().insert(parsed.get<std::string>()).second) {
+      duplicate = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    json = nlohmann::json::parse(json_begin, json_begin + header_len);
+    json = nlohmann::json::parse(json_begin, json_begin + header_len, on_event);
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
          printable(e.what(), 200));
   }
+  COBALT_CHECK_ARG(duplicate.empty(), "{}: header: key {} appears twice in one JSON object",
+                   context, printable(duplicate));
   COBALT_CHECK_ARG(json.is_object(), "{}: header: JSON header is {}, expected an object", context,
                    json.type_name());
 
@@ -309,6 +329,21 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
     }
     previous = &tensor;
   }
+  // The safetensors rule: the data buffer is entirely indexed, without holes (no bytes that no
+  // tensor owns, which would allow polyglot files).
+  uint64_t covered = 0;
+  for (const TensorInfo& tensor : header.tensors) {
+    if (tensor.begin == tensor.end) continue;
+    COBALT_CHECK_ARG(tensor.begin == covered,
+                     "{}: data bytes [{}, {}) belong to no tensor (tensor {} starts at {}; the "
+                     "buffer must be entirely indexed)",
+                     context, covered, tensor.begin, printable(tensor.name), tensor.begin);
+    covered = tensor.end;
+  }
+  COBALT_CHECK_ARG(covered == data_size,
+                   "{}: {} bytes after the last tensor belong to no tensor (data ends at {}, the "
+                   "file has {} data bytes)",
+                   context, data_size - covered, covered, data_size);
   return header;
 }
 

@@ -262,6 +262,31 @@ TEST_F(TraceReject, OverlappingTensors) {
   expect_edit_rejected([](Json& h) { h["step_offsets"]["data_offsets"] = {72, 96}; }, "overlap");
 }
 
+// The safetensors rule: the data buffer is entirely indexed (no holes, no trailing bytes), so a
+// file cannot carry bytes that no tensor owns.
+TEST_F(TraceReject, BytesThatNoTensorOwns) {
+  std::string trailing = build_file(trace_meta(), small_tensors());
+  expect_rejected(trailing + "junk", "4 bytes after the last tensor belong to no tensor");
+  std::vector<RawTensor> tensors = small_tensors();
+  tensors.insert(tensors.begin() + 1, RawTensor{"pad", "U8", {8}, std::string(8, 'x')});
+  std::string with_gap = build_file(trace_meta(), tensors, [](Json& h) { h.erase("pad"); });
+  expect_rejected(with_gap, "belong to no tensor");
+}
+
+// A key twice in one JSON object would be read as whichever came last.
+TEST_F(TraceReject, DuplicateHeaderKeys) {
+  const std::string ok = build_file(trace_meta(), small_tensors());
+  uint64_t len = 0;
+  std::memcpy(&len, ok.data(), 8);
+  std::string header = ok.substr(8, len);
+  const std::string data = ok.substr(8 + len);
+  // Repeat the metadata's "format" key (same value: still refused).
+  const auto at = header.find("\"format\"");
+  ASSERT_NE(at, std::string::npos);
+  header.insert(at, "\"format\":\"cobalt-trace\",");
+  expect_rejected(raw_file(header, data), "key format appears twice");
+}
+
 TEST_F(TraceReject, ByteSizeMismatch) {
   expect_edit_rejected([](Json& h) { h["source_rank"]["shape"] = {5}; },
                        "tensor source_rank: data_offsets span 24 bytes but shape [5] of I32 needs "
