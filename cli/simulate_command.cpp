@@ -198,6 +198,27 @@ void run_simulate(const SimulateArgs& args) {
     return 0;
   });
 
+  // Option errors first (before the replica budget, which depends on several of them), and
+  // outputs that cannot be written before the run, not after it.
+  std::vector<std::string> policies = parse_policies(args.policies);
+  const int warmup_steps = measured_from(args, source.num_steps());
+  if (source.has_tokens()) {
+    int64_t measured_tokens = 0;
+    for (int step = warmup_steps; step < source.num_steps(); ++step) {
+      measured_tokens += source.num_tokens(step);
+    }
+    if (measured_tokens == 0) {
+      throw UsageError(fmt::format(
+          "simulate: the measured steps [{}, {}) hold no tokens (empty steps in the trace): "
+          "nothing to compare; choose --warmup-steps or --holdout so that they do",
+          warmup_steps, source.num_steps()));
+    }
+  }
+  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
+  if (!args.report_path.empty()) {
+    require_output_file(args.report_path, "--report", args.trace_path);
+  }
+
   policy::PolicyConfig config;
   config.topology = topology;
   config.num_experts = source.num_experts();
@@ -218,26 +239,9 @@ void run_simulate(const SimulateArgs& args) {
 
   eval::SimulationOptions options;
   options.policy_config = config;
-  options.policies = parse_policies(args.policies);
-  options.warmup_steps = measured_from(args, source.num_steps());
-  if (source.has_tokens()) {
-    int64_t measured_tokens = 0;
-    for (int step = options.warmup_steps; step < source.num_steps(); ++step) {
-      measured_tokens += source.num_tokens(step);
-    }
-    if (measured_tokens == 0) {
-      throw UsageError(fmt::format(
-          "simulate: the measured steps [{}, {}) hold no tokens (empty steps in the trace): "
-          "nothing to compare; choose --warmup-steps or --holdout so that they do",
-          options.warmup_steps, source.num_steps()));
-    }
-  }
+  options.policies = std::move(policies);
+  options.warmup_steps = warmup_steps;
   options.cost = cost;
-  // Outputs that cannot be written are found before the run, not after it.
-  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
-  if (!args.report_path.empty()) {
-    require_output_file(args.report_path, "--report", args.trace_path);
-  }
   if (!args.dump_dir.empty()) require_output_directory(args.dump_dir, "--dump");
   std::unique_ptr<eval::DumpWriter> dump;
   if (!args.dump_dir.empty()) {
