@@ -10,6 +10,7 @@
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
+#include "cobalt/plan/rank_matching.hpp"
 #include "cobalt/policy/policy.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 
@@ -93,6 +94,20 @@ void BM_Rebalance_IntraNode(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Rebalance_IntraNode)->Unit(benchmark::kMicrosecond);
+
+// The exact group-to-rank matching of one node (Hungarian, O(M^3)) that pack_ranks and stage 2
+// run per node: M = 8 (an HGX node) and 72 (a rack-scale NVLink domain).
+void BM_RankMatching(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  SplitMix64 rng(6);
+  std::vector<int64_t> weight(static_cast<size_t>(n) * n);
+  for (auto& w : weight) w = static_cast<int64_t>(rng.below(8)) * (n + 1) + rng.below(2);
+  for (auto _ : state) {
+    auto perm = plan::max_weight_perfect_matching(weight, n);
+    benchmark::DoNotOptimize(perm.data());
+  }
+}
+BENCHMARK(BM_RankMatching)->Arg(8)->Arg(72)->Unit(benchmark::kMicrosecond);
 
 // The `cobalt` policy's planning call: 8 restarts + the incremental one, on 1 or 2 threads.
 void BM_GlobalPlan_CobaltDefault(benchmark::State& state) {
