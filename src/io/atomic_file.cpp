@@ -35,12 +35,16 @@ int standard_stream_of(const std::string& path) {
   return -1;
 }
 
-// A new file next to `target` named target.tmp-<pid>-<n>, created exclusively with `mode` (the
-// umask applies, as for any new file); -1 with errno set when the directory does not allow it.
+// A new file in `target`'s directory named .cobalt-<pid>-<n>.tmp (short whatever the target's
+// name), created exclusively with `mode` (the umask applies, as for any new file); -1 with errno
+// set when the directory does not allow it.
 int create_temporary(const std::string& target, mode_t mode, std::string& tmp_path) {
   static std::atomic<uint64_t> counter{0};
+  const std::filesystem::path dir = std::filesystem::path(target).parent_path();
   for (int attempt = 0; attempt < 100; ++attempt) {
-    tmp_path = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    const std::string name =
+        ".cobalt-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".tmp";
+    tmp_path = dir.empty() ? name : (dir / name).string();
     const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
     if (fd >= 0 || errno != EEXIST) return fd;
   }
@@ -90,9 +94,13 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
       return;
     }
     const int create_errno = errno;
-    // A directory that cannot hold a temporary file (read-only, a bind-mounted single file): an
-    // existing writable file is overwritten in place, as plain tools do - not atomically.
-    COBALT_CHECK_ARG(exists && ::access(target_.path.c_str(), W_OK) == 0,
+    // Only a directory that does not let us create files (permissions, a read-only mount with a
+    // writable bind-mounted file) falls back to overwriting an existing writable file in place,
+    // as plain tools do - not atomically. Any other failure (no space, no inodes, too many open
+    // files) would most likely fail the write too, after truncating the old file: refused.
+    const bool permission =
+        create_errno == EACCES || create_errno == EPERM || create_errno == EROFS;
+    COBALT_CHECK_ARG(permission && exists && ::access(target_.path.c_str(), W_OK) == 0,
                      "{}: cannot create a temporary file next to {}: {}", context_, path,
                      errno_text(create_errno));
     target_.direct = true;

@@ -333,7 +333,11 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
   // tensor owns, which would allow polyglot files).
   uint64_t covered = 0;
   for (const TensorInfo& tensor : header.tensors) {
-    if (tensor.begin == tensor.end) continue;
+    // Empty tensors too sit at the running offset (not inside another tensor's bytes).
+    COBALT_CHECK_ARG(tensor.begin >= covered,
+                     "{}: tensor {}: data_offsets [{}, {}) lie inside another tensor's bytes "
+                     "(which end at {})",
+                     context, printable(tensor.name), tensor.begin, tensor.end, covered);
     COBALT_CHECK_ARG(tensor.begin == covered,
                      "{}: data bytes [{}, {}) belong to no tensor (tensor {} starts at {}; the "
                      "buffer must be entirely indexed)",

@@ -65,7 +65,8 @@ RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
                    "stats: number of experts {} out of range [1, 65536]", num_experts);
   COBALT_CHECK_ARG(exact || (decay >= 0.0 && decay < 1.0),
                    "stats: EMA decay {} out of range [0, 1)", decay);
-  require_memory(8.0 * num_experts * num_experts,
+  // The EMA matrix (double) and update()'s int64 count scratch.
+  require_memory(16.0 * num_experts * num_experts,
                  fmt::format("routing statistics: the {} x {} co-activation matrix", num_experts,
                              num_experts));
   expert_load_.assign(num_experts, 0.0);

@@ -7,7 +7,8 @@
 
 namespace cobalt {
 
-// Physical memory of this machine in bytes (sysconf), 0 when unknown.
+// Memory this process may use in bytes: the machine's physical memory (sysconf), or the cgroup v2
+// limit (/sys/fs/cgroup/memory.max) when lower; 0 when unknown.
 double physical_memory_bytes();
 
 // Throws cobalt::Error(kFailedPrecondition) "WHAT needs X GiB (...); this machine has Y GiB of

@@ -30,7 +30,8 @@ Every rank must backpropagate through every MoE output it computed.
 Activation checkpointing (``torch.utils.checkpoint``, reentrant or not). A forward that runs
 while the autograd engine runs a backward pass is a recomputation: it replays the decision of
 the forward it recomputes, found by the global routing among the decisions of the current step
-(at most ``recompute_cache_size`` per layer, 64 by default), so the layout source is asked once
+(at most ``recompute_cache_size`` per layer, 64 by default, and ``recompute_cache_bytes``, 256 MiB;
+cleared at ``runtime.end_step()``), so the layout source is asked once
 per forward, the source's statistics and the step records count it once, and the recomputed
 exchanges have the shapes of the original ones (non-reentrant checkpointing needs that). Nothing
 migrates during a backward pass. Replicas are fetched again from the main instances, whose values
@@ -38,8 +39,9 @@ the optimizer has not changed yet; the traffic counters count the recomputation'
 which do happen. A recomputation whose routing matches no kept decision (a router that is not
 deterministic under recomputation, or more forwards in the step than the cache holds), or two
 different decisions (the same global batch through the layer twice in a step with a source that
-decided differently), raises a RuntimeError on every rank alike - the lookup uses only the global
-routing, which every rank shares.
+decided differently, e.g. an extra no_grad forward of the same batch for logging with a policy
+whose decision changed), raises a RuntimeError on every rank alike - the lookup uses only the
+global routing, which every rank shares.
 """
 
 from __future__ import annotations
@@ -302,8 +304,12 @@ class ExpertParallelMoE(nn.Module):
         self._decisions: collections.OrderedDict[
             bytes, list[tuple[cobalt.ExpertLayout, np.ndarray]]] = collections.OrderedDict()
         self._decisions_step = -1
+        # Bounds of the kept decisions per layer (exec_rank is the global [T, K] assignment,
+        # kept as int16 when G < 32768): count and bytes; cleared at runtime.end_step().
         self.recompute_cache_size = 64
+        self.recompute_cache_bytes = 256 << 20
         self.num_recomputed = 0  # forwards that replayed a decision (identical on every rank)
+        runtime.on_end_step(self._clear_decisions)
 
     # ------------------------------------------------------------------ parameters
     def expert_parameters(self) -> list[nn.Parameter]:
@@ -365,8 +371,10 @@ class ExpertParallelMoE(nn.Module):
                 f"{self._context()}: a recomputed forward (activation checkpointing) whose "
                 "routing matches no forward of this step: the router must be deterministic "
                 "under recomputation (keep preserve_rng_state), and at most "
-                f"recompute_cache_size = {self.recompute_cache_size} forwards per step are kept")
+                f"recompute_cache_size = {self.recompute_cache_size} forwards per step "
+                f"(recompute_cache_bytes = {self.recompute_cache_bytes}) are kept")
         layout, exec_rank = kept[0]
+        exec_rank_i32 = np.ascontiguousarray(exec_rank, dtype=np.int32)
         for other_layout, other_exec in kept[1:]:
             if (not np.array_equal(other_layout.slots, layout.slots)
                     or not np.array_equal(other_exec, exec_rank)):
@@ -375,22 +383,34 @@ class ExpertParallelMoE(nn.Module):
                     "two forwards of this step with the same routing but different decisions; "
                     "cannot tell which one it recomputes")
         self.num_recomputed += 1
-        return layout, exec_rank, batch
+        return layout, exec_rank_i32, batch
+
+    def _clear_decisions(self) -> None:
+        self._decisions.clear()
 
     def _keep_decision(self, gathered: GatheredRouting, layout: cobalt.ExpertLayout,
                        exec_rank: np.ndarray) -> None:
         if self._decisions_step != self.runtime.step:  # recomputations happen within the step
             self._decisions.clear()
             self._decisions_step = self.runtime.step
-        if self.recompute_cache_size <= 0:
+        if self.recompute_cache_size <= 0 or self.recompute_cache_bytes <= 0:
             return
+        compact = exec_rank.astype(np.int16) if self.runtime.ep.world_size < 32768 else exec_rank
         key = _routing_key(gathered)
-        self._decisions.setdefault(key, []).append((layout, exec_rank))
-        while sum(len(v) for v in self._decisions.values()) > self.recompute_cache_size:
+        self._decisions.setdefault(key, []).append((layout, compact))
+
+        def count_and_bytes() -> tuple[int, int]:
+            entries = [e for v in self._decisions.values() for _, e in v]
+            return len(entries), sum(e.nbytes for e in entries)
+
+        count, nbytes = count_and_bytes()
+        while self._decisions and (count > self.recompute_cache_size
+                                   or nbytes > self.recompute_cache_bytes):
             oldest = next(iter(self._decisions))
             self._decisions[oldest].pop(0)
             if not self._decisions[oldest]:
                 del self._decisions[oldest]
+            count, nbytes = count_and_bytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rt = self.runtime

@@ -4,8 +4,9 @@ main instances, byte counters and per-(step, layer) records."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -66,6 +67,7 @@ class ExpertParallelRuntime:
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.traffic = TrafficStats(ep.rank, ep.ranks_per_node)
         self.records: list[StepRecord] = []
+        self._end_step_hooks: list[weakref.WeakMethod] = []
 
     @property
     def slots_per_rank(self) -> int:
@@ -76,6 +78,17 @@ class ExpertParallelRuntime:
         instances (call on every rank, with the same optimizer type)."""
         self.optimizer = optimizer
 
+    def on_end_step(self, method: Callable[[], None]) -> None:
+        """Calls the bound `method` at every :meth:`end_step` while its object lives."""
+        self._end_step_hooks.append(weakref.WeakMethod(method))
+
     def end_step(self) -> None:
         """Marks the end of a training step (after optimizer.step())."""
         self.step += 1
+        alive = []
+        for ref in self._end_step_hooks:
+            method = ref()
+            if method is not None:
+                method()
+                alive.append(ref)
+        self._end_step_hooks = alive

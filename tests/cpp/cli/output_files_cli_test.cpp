@@ -100,7 +100,7 @@ TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(read_file(path("p.json")), before);
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
-    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos)
+    EXPECT_NE(entry.path().filename().string().rfind(".cobalt-", 0), 0u)
         << "temporary file left behind: " << entry.path();
   }
 }

@@ -271,6 +271,14 @@ TEST_F(TraceReject, BytesThatNoTensorOwns) {
   tensors.insert(tensors.begin() + 1, RawTensor{"pad", "U8", {8}, std::string(8, 'x')});
   std::string with_gap = build_file(trace_meta(), tensors, [](Json& h) { h.erase("pad"); });
   expect_rejected(with_gap, "belong to no tensor");
+  // An empty tensor inside another tensor's bytes (not at the running offset).
+  std::vector<RawTensor> with_empty = small_tensors();
+  with_empty.push_back(RawTensor{"empty", "U8", {0}, ""});
+  expect_rejected(build_file(trace_meta(), with_empty,
+                             [](Json& h) {
+                               h["empty"]["data_offsets"] = {4, 4};
+                             }),
+                  "tensor empty: data_offsets [4, 4) lie inside another tensor's bytes");
 }
 
 // A key twice in one JSON object would be read as whichever came last.
