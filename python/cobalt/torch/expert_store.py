@@ -85,6 +85,20 @@ class ReplicaFetch:
     relay_rows: np.ndarray = field(repr=False, default_factory=lambda: np.zeros(0, np.int64))
 
 
+def _route(src: np.ndarray, dst: np.ndarray, expert: np.ndarray, me: int, world: int
+           ) -> tuple[np.ndarray, list[int], np.ndarray, list[int]]:
+    """One all_to_all of expert rows given every message (src, dst, expert) of the group: the
+    experts this rank sends, ordered by (dst, expert), with per-destination counts, and the
+    experts it receives, ordered by (src, expert) - the order the rows arrive in - with
+    per-source counts."""
+    out = np.flatnonzero(src == me)
+    out = out[np.lexsort((expert[out], dst[out]))]
+    inc = np.flatnonzero(dst == me)
+    inc = inc[np.lexsort((expert[inc], src[inc]))]
+    return (expert[out], np.bincount(dst[out], minlength=world).tolist(), expert[inc],
+            np.bincount(src[inc], minlength=world).tolist())
+
+
 class ExpertStore(nn.Module):
     """Main instances of one layer's experts on this rank and the (global) main placement."""
 
@@ -196,31 +210,18 @@ class ExpertStore(nn.Module):
             relay[order] = dst[order][group_start]
         hop1 = ~off_node | (relay == dst)  # straight from the main
         # Phase 1: main -> replica on its node, or main -> relay.
-        p1_dst, p1_e, p1_src = dst[hop1], exp[hop1], src[hop1]
-        send_sel = np.flatnonzero(p1_src == me)
-        send_sel = send_sel[np.lexsort((p1_e[send_sel], p1_dst[send_sel]))]
-        send_experts = p1_e[send_sel]
-        send_splits = np.bincount(p1_dst[send_sel], minlength=g).tolist()
-        recv_sel = np.flatnonzero(p1_dst == me)
-        recv_sel = recv_sel[np.lexsort((p1_e[recv_sel], p1_src[recv_sel]))]
-        recv1_experts = p1_e[recv_sel]
-        recv_splits = np.bincount(p1_src[recv_sel], minlength=g).tolist()
+        send_experts, send_splits, recv1_experts, recv_splits = _route(
+            src[hop1], dst[hop1], exp[hop1], me, g)
         send = self._param_rows(self.main_slot[send_experts])
         if self.traffic is not None:
             self.traffic.record("replica_params.fwd", send_splits,
                                 self.param_row_size * send.element_size())
         recv1 = exchange_rows(send, send_splits, recv_splits, self.ep.group)
         # Phase 2: relay -> the node's other replicas (NVLink).
-        p2_dst, p2_e, p2_src = dst[~hop1], exp[~hop1], relay[~hop1]
+        relayed_experts, relay_send_splits, recv2_experts, relay_recv_splits = _route(
+            relay[~hop1], dst[~hop1], exp[~hop1], me, g)
         row1_of = {int(e): i for i, e in enumerate(recv1_experts)}
-        send2_sel = np.flatnonzero(p2_src == me)
-        send2_sel = send2_sel[np.lexsort((p2_e[send2_sel], p2_dst[send2_sel]))]
-        relay_rows = np.array([row1_of[int(e)] for e in p2_e[send2_sel]], dtype=np.int64)
-        relay_send_splits = np.bincount(p2_dst[send2_sel], minlength=g).tolist()
-        recv2_sel = np.flatnonzero(p2_dst == me)
-        recv2_sel = recv2_sel[np.lexsort((p2_e[recv2_sel], p2_src[recv2_sel]))]
-        recv2_experts = p2_e[recv2_sel]
-        relay_recv_splits = np.bincount(p2_src[recv2_sel], minlength=g).tolist()
+        relay_rows = np.array([row1_of[int(e)] for e in relayed_experts], dtype=np.int64)
         send2 = recv1.index_select(0, torch.as_tensor(relay_rows, dtype=torch.long))
         if self.traffic is not None:
             self.traffic.record("replica_params.fwd", relay_send_splits,

@@ -93,15 +93,16 @@ TEST(StepSource, TokensPerStepCutsAndCycles) {
   EXPECT_THROW(make_step_source(d, {.tokens_per_step = 0}), Error);
 }
 
-// A small load-only trace (S = 1, L = 1, R = 2, E = 2).
-io::TraceData counts_trace_for_errors() {
+io::TraceData counts_trace() {
   io::TraceData d;
-  d.num_experts = 2;
+  d.num_experts = 3;
   d.top_k = 1;
   d.num_layers = 1;
-  d.num_sources = 2;
-  d.num_count_steps = 1;
-  d.counts = {1, 0, 0, 1};
+  d.num_sources = 4;
+  d.num_count_steps = 2;
+  // [S = 2, L = 1, R = 4, E = 3]
+  d.counts = {1, 0, 0, 0, 2, 0, 0, 0, 3, 4, 0, 0,   // step 0
+              0, 1, 1, 1, 1, 0, 5, 0, 0, 0, 0, 7};  // step 1
   return d;
 }
 
@@ -110,7 +111,7 @@ io::TraceData counts_trace_for_errors() {
 TEST(StepSource, RejectsMalformedTraceData) {
   auto no_tokens = numbered_trace(6, 4, 1, false);
   no_tokens.num_tokens = 0;  // ids present, T = 0
-  auto no_count_steps = counts_trace_for_errors();
+  auto no_count_steps = counts_trace();
   no_count_steps.num_count_steps = 0;
   auto short_sources = numbered_trace(6, 4, 1, true);
   short_sources.source_rank.pop_back();
@@ -125,19 +126,6 @@ TEST(StepSource, RejectsMalformedTraceData) {
       EXPECT_NE(std::string(e.what()).find("step source"), std::string::npos) << e.what();
     }
   }
-}
-
-io::TraceData counts_trace() {
-  io::TraceData d;
-  d.num_experts = 3;
-  d.top_k = 1;
-  d.num_layers = 1;
-  d.num_sources = 4;
-  d.num_count_steps = 2;
-  // [S = 2, L = 1, R = 4, E = 3]
-  d.counts = {1, 0, 0, 0, 2, 0, 0, 0, 3, 4, 0, 0,   // step 0
-              0, 1, 1, 1, 1, 0, 5, 0, 0, 0, 0, 7};  // step 1
-  return d;
 }
 
 TEST(StepSource, LoadOnlyTracesServeMappedLoads) {
