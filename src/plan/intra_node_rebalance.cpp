@@ -69,12 +69,9 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
     // most of its replicas where they are (a maximum-weight matching; ties keep group g on rank g).
     std::vector<int64_t> kept(static_cast<size_t>(per_node) * per_node, 0);
     for (int g = 0; g < per_node; ++g) {
-      for (const Replica& rep : placed[g]) {
-        kept[static_cast<size_t>(g) * per_node + rep.old_rank] += per_node + 1;
-      }
-      kept[static_cast<size_t>(g) * per_node + g] += 1;
+      for (const Replica& rep : placed[g]) ++kept[static_cast<size_t>(g) * per_node + rep.old_rank];
     }
-    const std::vector<int> group2rank = max_weight_perfect_matching(kept, per_node);
+    const std::vector<int> group2rank = keep_most_in_place(kept, per_node);
     std::vector<std::vector<Replica>> matched(per_node);
     for (int g = 0; g < per_node; ++g) matched[group2rank[g]] = std::move(placed[g]);
     placed = std::move(matched);

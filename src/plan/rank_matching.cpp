@@ -110,17 +110,26 @@ std::vector<int> keep_replicas_in_place(const ExpertLayout& current, NodeId node
     }
   }
   const RankId first = topo.first_rank_of(node);
-  // A kept replica outweighs every identity bonus together (at most per_node of them).
-  const int64_t per_kept = per_node + 1;
-  std::vector<int64_t> weight(static_cast<size_t>(per_node) * per_node, 0);
+  std::vector<int64_t> kept(static_cast<size_t>(per_node) * per_node, 0);
   for (int g = 0; g < per_node; ++g) {
     for (int i = 0; i < per_node; ++i) {
-      int64_t kept = 0;
-      for (ExpertId e : groups[g]) kept += current.holds(first + i, e) ? 1 : 0;
-      weight[static_cast<size_t>(g) * per_node + i] = kept * per_kept + (g == i ? 1 : 0);
+      for (ExpertId e : groups[g])
+        kept[static_cast<size_t>(g) * per_node + i] += current.holds(first + i, e);
     }
   }
-  return max_weight_perfect_matching(weight, per_node);
+  return keep_most_in_place(kept, per_node);
+}
+
+std::vector<int> keep_most_in_place(std::span<const int64_t> kept, int n) {
+  COBALT_CHECK_ARG(n >= 0 && kept.size() == static_cast<size_t>(n) * n,
+                   "matching: {} kept counts for {} groups", kept.size(), n);
+  // A kept replica outweighs every identity bonus together (at most n of them).
+  std::vector<int64_t> weight(kept.size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    COBALT_CHECK_ARG(kept[i] >= 0, "matching: negative kept count {}", kept[i]);
+    weight[i] = kept[i] * (n + 1) + (i / n == i % n ? 1 : 0);
+  }
+  return max_weight_perfect_matching(weight, n);
 }
 
 }  // namespace cobalt::plan

@@ -25,6 +25,11 @@ std::vector<int> max_weight_perfect_matching(std::span<const int64_t> weight, in
 // Reference for tests: the best total weight by trying every permutation (n <= 9).
 int64_t max_weight_perfect_matching_brute_force(std::span<const int64_t> weight, int n);
 
+// Permutation group2pos [n] maximising the replicas kept in place, kept[g * n + p] = replicas of
+// group g already at position p (>= 0); among the best it keeps the most groups at their own
+// index (g -> g). Throws kInvalidArgument for a kept span of the wrong size or negative counts.
+std::vector<int> keep_most_in_place(std::span<const int64_t> kept, int n);
+
 // Permutation of the packed groups of node `node` over its ranks that keeps the most replicas on
 // their current rank. groups: [ranks_per_node] lists of experts (group g is bound for some rank of
 // the node); current: the layout in force. Returns group2rank [ranks_per_node], local rank indices
