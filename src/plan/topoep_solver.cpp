@@ -41,7 +41,7 @@ int64_t TopoEpSolver::instance_load(ExpertId e, RankId r) const {
   return -1;  // not hosted
 }
 
-void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
+void check_topoep_input(const TopoEpInput& in) {
   const int num_ranks = in.topology.num_ranks(), num_experts = in.num_experts;
   COBALT_CHECK_ARG(num_experts >= 1, "topoep: number of experts {} must be >= 1", num_experts);
   COBALT_CHECK_ARG(in.demand.size() == static_cast<size_t>(num_ranks) * num_experts,
@@ -57,6 +57,19 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   COBALT_CHECK_ARG(in.slots_per_rank >= mains_per_rank,
                    "topoep: {} slots per rank cannot hold the {} main instances per rank",
                    in.slots_per_rank, mains_per_rank);
+}
+
+void fail_negative_demand(const TopoEpInput& in, RankId source) {
+  const int64_t* row = in.demand.data() + static_cast<size_t>(source) * in.num_experts;
+  const auto e = static_cast<ExpertId>(
+      std::find_if(row, row + in.num_experts, [](int64_t w) { return w < 0; }) - row);
+  fail(ErrorCode::kInvalidArgument, "topoep: demand[{}][{}] = {} is negative", source, e, row[e]);
+}
+
+void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
+  check_topoep_input(in);
+  const int num_ranks = in.topology.num_ranks(), num_experts = in.num_experts;
+  const int mains_per_rank = (num_experts + num_ranks - 1) / num_ranks;
   num_ranks_ = num_ranks;
   num_experts_ = num_experts;
   num_nodes_ = in.topology.num_nodes();
@@ -74,10 +87,7 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
       smallest = std::min(smallest, row[e]);
       node_row[e] += row[e];
     }
-    if (smallest < 0) {
-      const ExpertId e = static_cast<ExpertId>(std::min_element(row, row + num_experts) - row);
-      fail(ErrorCode::kInvalidArgument, "topoep: demand[{}][{}] = {} is negative", s, e, row[e]);
-    }
+    if (smallest < 0) fail_negative_demand(in, s);
   }
 
   // Main instances (C5).

@@ -141,4 +141,15 @@ class TopoEpSolver {
 // Convenience: one call with a fresh solver.
 TopoEpPlan solve_topoep(const TopoEpInput& input);
 
+// What solve() checks before it starts (the errors listed there), except the sign of each demand
+// entry, which solve() checks in its first pass over Omega and fail_negative_demand reports.
+void check_topoep_input(const TopoEpInput& input);
+// Throws cobalt::Error (kInvalidArgument) naming the first negative entry of Omega's row `source`.
+[[noreturn]] void fail_negative_demand(const TopoEpInput& input, RankId source);
+
+// The simple reference TopoEpSolver::solve must equal bit for bit: the three stages above with
+// dense [E, G] matrices and every refinement move applied to the quotas at once (O(E G) per move;
+// for tests, not for the training step). Throws as solve() does.
+TopoEpPlan solve_topoep_reference(const TopoEpInput& input);
+
 }  // namespace cobalt::plan

@@ -220,12 +220,71 @@ TEST(TopoEpSolver, NoExtraSlotsMeansStaticPlacement) {
   EXPECT_EQ(plan.stats.num_refinement_moves, 0);
 }
 
+bool stats_equal(const TopoEpStats& a, const TopoEpStats& b) {
+  return a.num_inter_node_replicas == b.num_inter_node_replicas &&
+         a.num_intra_node_replicas == b.num_intra_node_replicas &&
+         a.num_refinement_moves == b.num_refinement_moves &&
+         a.num_dropped_replicas == b.num_dropped_replicas;
+}
+
+// The solver against its simple reference, bit for bit, on random shapes that reach every stage:
+// replicas placed across nodes, moves into hosted ranks and new replicas, replicas drained and
+// dropped, sparse and dense demand, ranks with nothing to do, one rank per node.
+TEST(TopoEpSolver, EqualsTheReferenceOnRandomInstances) {
+  SplitMix64 rng(2026);
+  TopoEpSolver solver;  // reused: scratch from earlier instances must not leak into later ones
+  int64_t num_moves = 0, num_dropped = 0, num_intra = 0, num_inter = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int nodes = 1 + static_cast<int>(rng.below(5));
+    const int per_node = 1 + static_cast<int>(rng.below(6));
+    const int G = nodes * per_node;
+    const int E = 1 + static_cast<int>(rng.below(4 * G + 8));
+    const int slots = (E + G - 1) / G + static_cast<int>(rng.below(4));
+    const int64_t tasks = 1 + static_cast<int64_t>(rng.below(trial % 3 == 0 ? 8 : 600));
+    auto demand = skewed_demand(rng.next(), G, E, tasks);
+    if (trial % 5 == 0) {  // concentrate one source's demand on one remote expert
+      demand[static_cast<size_t>(rng.below(G)) * E + rng.below(E)] += 50 * tasks;
+    }
+    const double token_bytes = trial % 7 == 0 ? 0.0 : static_cast<double>(1 + rng.below(4096));
+    const double param_bytes = static_cast<double>(rng.below(3) == 0 ? 0 : rng.below(1 << 20));
+    const TopoEpInput in{Topology(nodes, G), E, slots, token_bytes, param_bytes, demand};
+    SCOPED_TRACE(testing::Message() << "trial " << trial << ": " << nodes << "x" << per_node
+                                    << " E=" << E << " S=" << slots << " tasks=" << tasks);
+    TopoEpPlan plan;
+    solver.solve(in, plan);
+    const TopoEpPlan expected = solve_topoep_reference(in);
+    ASSERT_TRUE(plans_equal(plan, expected));
+    ASSERT_TRUE(stats_equal(plan.stats, expected.stats));
+    expect_constraints(in, plan);
+    num_moves += plan.stats.num_refinement_moves;
+    num_dropped += plan.stats.num_dropped_replicas;
+    num_intra += plan.stats.num_intra_node_replicas;
+    num_inter += plan.stats.num_inter_node_replicas;
+  }
+  // The instances reach every stage (else the comparison proves little).
+  EXPECT_GT(num_moves, 300);
+  EXPECT_GT(num_dropped, 0);
+  EXPECT_GT(num_intra, 0);
+  EXPECT_GT(num_inter, 0);
+}
+
+TEST(TopoEpSolver, EqualsTheReferenceAtTheBenchmarkScale) {
+  const int G = 128, E = 640;
+  const auto demand = skewed_demand(11, G, E, 4096);
+  const TopoEpInput in{Topology(16, G), E, 5 + 2, 4096, 9.4e6, demand};
+  const TopoEpPlan plan = solve_topoep(in), expected = solve_topoep_reference(in);
+  EXPECT_TRUE(plans_equal(plan, expected));
+  EXPECT_TRUE(stats_equal(plan.stats, expected.stats));
+  EXPECT_GT(plan.stats.num_refinement_moves, 0);
+}
+
 TEST(TopoEpSolver, RejectsBadInputs) {
   std::vector<int64_t> demand(8 * 16, 1);
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 1, 1, 1, demand}), Error);  // < 2
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 15, 2, 1, 1, demand}), Error);  // shape
   demand[3] = -1;
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, 1, demand}), Error);
+  EXPECT_THROW(solve_topoep_reference(TopoEpInput{Topology(2, 8), 16, 2, 1, 1, demand}), Error);
   demand[3] = 1;
   // Sizes the benefit rule 2 D S_tok - |W| cannot use (a negative |W| replicated experts nobody
   // routes to).
