@@ -34,7 +34,7 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
 
   std::vector<uint8_t> hosted(static_cast<size_t>(E) * G, 0);
   std::vector<int64_t> load(static_cast<size_t>(E) * G, 0);  // U
-  std::vector<int64_t> rank_loads(G, 0);                      // L
+  std::vector<int64_t> rank_loads(G, 0);                     // L
   std::vector<int> replicas_used(G, 0);
   std::vector<RankId> main_rank(E);
   TopoEpStats stats;
@@ -161,8 +161,8 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
           }
         }
       }
-      COBALT_CHECK_INTERNAL(remaining == 0, "topoep reference: move of expert {} lost {} tasks",
-                            e, remaining);
+      COBALT_CHECK_INTERNAL(remaining == 0, "topoep reference: move of expert {} lost {} tasks", e,
+                            remaining);
     }
   }
 
