@@ -32,14 +32,25 @@ struct Candidate {
   }
 };
 
-}  // namespace
-
-int64_t TopoEpSolver::instance_load(ExpertId e, RankId r) const {
-  for (const Instance& inst : instances_[e]) {
-    if (inst.rank == r) return inst.load;
+// Stage (2)'s even split of w tasks from source s over k instances: calls fn(i, c) for each
+// position i with c > 0 tasks, ascending. Each gets floor(w / k); position i gets one leftover
+// task when (i - s) mod k < w mod k.
+template <typename Fn>
+inline void for_each_split(int64_t w, int k, RankId s, Fn&& fn) {
+  if (k == 1) {
+    fn(0, w);
+    return;
   }
-  return -1;  // not hosted
+  const int64_t base = w / k, leftover = w % k;
+  int rotated = (k - s % k) % k;  // (i - s) mod k at i = 0
+  for (int i = 0; i < k; ++i) {
+    const int64_t c = base + (rotated < leftover ? 1 : 0);
+    rotated = rotated + 1 == k ? 0 : rotated + 1;
+    if (c != 0) fn(i, c);
+  }
 }
+
+}  // namespace
 
 void check_topoep_input(const TopoEpInput& in) {
   const int num_ranks = in.topology.num_ranks(), num_experts = in.num_experts;
@@ -156,29 +167,35 @@ void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
 }
 
 void TopoEpSolver::route(const TopoEpInput& in) {
-  // [N, E]: the instance range a source on node n splits over — the instances on n if any
-  // (contiguous: instances are sorted by rank and nodes hold contiguous ranks), else all of them.
+  // The instances of every expert as they are now, flattened (route_ranks_, by expert, ascending
+  // rank); route_first_ / route_count_ [N, E]: the run of them a source on node n splits over —
+  // the instances on n if any (contiguous: nodes hold contiguous ranks), else all of them.
+  // Refinement inserts instances later; emit() recomputes the routed quotas from these tables
+  // instead of storing them.
   const size_t table = static_cast<size_t>(num_experts_) * num_nodes_;
-  route_first_.assign(table, 0);
+  route_first_.assign(table, -1);
   route_count_.assign(table, 0);
-  inst_data_.resize(num_experts_);
+  route_ranks_.clear();
   for (ExpertId e = 0; e < num_experts_; ++e) {
     const auto& inst = instances_[e];
-    inst_data_[e] = instances_[e].data();
-    for (int i = 0; i < static_cast<int>(inst.size()); ++i) {
-      const size_t at = static_cast<size_t>(in.topology.node_of(inst[i].rank)) * num_experts_ + e;
-      if (route_count_[at]++ == 0) route_first_[at] = i;
+    const auto expert_first = static_cast<int32_t>(route_ranks_.size());
+    for (const Instance& i : inst) {
+      const size_t at = static_cast<size_t>(in.topology.node_of(i.rank)) * num_experts_ + e;
+      if (route_count_[at]++ == 0) route_first_[at] = static_cast<int32_t>(route_ranks_.size());
+      route_ranks_.push_back(i.rank);
     }
     for (NodeId n = 0; n < num_nodes_; ++n) {
-      int32_t& count = route_count_[static_cast<size_t>(n) * num_experts_ + e];
-      if (count == 0) count = static_cast<int32_t>(inst.size());  // first stays 0
+      const size_t at = static_cast<size_t>(n) * num_experts_ + e;
+      if (route_count_[at] == 0) {
+        route_first_[at] = expert_first;
+        route_count_[at] = static_cast<int32_t>(inst.size());
+      }
     }
   }
-  rank_loads_.assign(num_ranks_, 0);
-  routed_.clear();
-  routed_offsets_.assign(num_ranks_ + 1, 0);
-  int64_t* rank_loads = rank_loads_.data();
-  Instance* const* inst_data = inst_data_.data();
+  // One pass over Omega: the tasks of every instance (U), one add per quota.
+  route_loads_.assign(route_ranks_.size(), 0);
+  int64_t* loads = route_loads_.data();
+  int64_t num_quotas = 0;
   for (RankId s = 0; s < num_ranks_; ++s) {
     const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts_;
     const size_t node_base = static_cast<size_t>(s / per_node_) * num_experts_;
@@ -187,50 +204,71 @@ void TopoEpSolver::route(const TopoEpInput& in) {
     for (ExpertId e = 0; e < num_experts_; ++e) {
       const int64_t w = row[e];
       if (w == 0) continue;
-      Instance* inst = inst_data[e] + first[e];
+      int64_t* at = loads + first[e];
       const int k = count[e];
       if (k == 1) {
-        routed_.push_back(TopoEpQuota{e, inst->rank, w});
-        inst->load += w;
-        rank_loads[inst->rank] += w;
+        *at += w;
+        num_quotas += 1;
         continue;
       }
-      const int64_t base = w / k, leftover = w % k;
-      // Position i gets a leftover task when (i - s) mod k < leftover.
-      int rotated = (k - s % k) % k;  // (i - s) mod k at i = 0
-      for (int i = 0; i < k; ++i) {
-        const int64_t c = base + (rotated < leftover ? 1 : 0);
-        rotated = rotated + 1 == k ? 0 : rotated + 1;
-        if (c == 0) continue;
-        routed_.push_back(TopoEpQuota{e, inst[i].rank, c});
-        inst[i].load += c;
-        rank_loads[inst[i].rank] += c;
-      }
+      for_each_split(w, k, s, [&](int i, int64_t c) {
+        at[i] += c;
+        num_quotas += 1;
+      });
     }
-    routed_offsets_[s + 1] = static_cast<int64_t>(routed_.size());
+  }
+  num_routed_quotas_ = num_quotas;
+  rank_loads_.assign(num_ranks_, 0);
+  for (ExpertId e = 0, i = 0; e < num_experts_; ++e) {
+    for (Instance& inst : instances_[e]) {
+      inst.load = route_loads_[i++];
+      rank_loads_[inst.rank] += inst.load;
+    }
   }
 }
 
 void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
   const RankId first = in.topology.first_rank_of(node), last = first + per_node_;
   if (per_node_ < 2) return;
+  // Per target rank of the node (index t - first): the half gap to the busiest rank, 0 when the
+  // target cannot take tasks.
+  half_gap_.resize(per_node_);
   while (true) {
     RankId busiest = first;
     for (RankId r = first + 1; r < last; ++r) {
       if (rank_loads_[r] > rank_loads_[busiest]) busiest = r;
     }
+    int64_t max_half_gap = 0;
+    for (RankId t = first; t < last; ++t) {
+      const int64_t gap = rank_loads_[busiest] - rank_loads_[t];
+      half_gap_[t - first] = t == busiest || gap < 2 ? 0 : gap / 2;
+      max_half_gap = std::max(max_half_gap, half_gap_[t - first]);
+    }
+    if (max_half_gap == 0) return;  // no target: every delta would be 0
     Candidate best;
     for (ExpertId e : rank_experts_[busiest]) {
-      const int64_t from_load = instance_load(e, busiest);
+      // The instances of e on this node: a contiguous run of the rank-sorted list.
+      const auto& inst = instances_[e];
+      auto it = std::lower_bound(inst.begin(), inst.end(), first,
+                                 [](const Instance& i, RankId r) { return i.rank < r; });
+      const auto node_end = std::lower_bound(
+          it, inst.end(), last, [](const Instance& i, RankId r) { return i.rank < r; });
+      int64_t from_load = 0;
+      for (auto j = it; j != node_end; ++j) {
+        if (j->rank == busiest) from_load = j->load;
+      }
       if (from_load <= 0) continue;
+      // Every candidate of e has delta <= min(from_load, max_half_gap): skip e when that cannot
+      // reach the best delta so far (a tie is still decided by the later keys).
+      if (best.expert >= 0 && std::min(from_load, max_half_gap) < best.delta) continue;
       const bool main_here = main_node_[e] == node;
       for (RankId t = first; t < last; ++t) {
-        if (t == busiest) continue;
-        const int64_t gap = rank_loads_[busiest] - rank_loads_[t];
-        if (gap < 2) continue;
-        const bool hosted = instance_load(e, t) >= 0;
+        const int64_t half_gap = half_gap_[t - first];
+        while (it != node_end && it->rank < t) ++it;
+        if (half_gap == 0) continue;
+        const bool hosted = it != node_end && it->rank == t;
         if (!hosted && replicas_used_[t] >= extra_slots_) continue;
-        Candidate c{std::min(from_load, gap / 2), rank_loads_[t],
+        Candidate c{std::min(from_load, half_gap), rank_loads_[t],
                     hosted ? kCostHosted : (main_here ? kCostNvlink : kCostInterNode), e, t};
         if (c.better_than(best)) best = c;
       }
@@ -259,48 +297,70 @@ void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
 
 void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
   std::vector<SourcedQuota>& work = final_[e];
+  const size_t num_routed = work.size();  // sorted by (src, dst); moves append after them
+  // A move stays inside one node and touches only quotas on two of its ranks. The moves of one
+  // expert come node by node (refinement visits the nodes in order), so per node the work list
+  // is indexed once: entry_index_ [ranks per node, G] = the entry of (src, dst) or -1, and
+  // dst_entries_[dst - first] = the entries on dst in list order.
+  NodeId node = -1;
+  RankId first = 0;
+  dst_entries_.resize(per_node_);
   for (; next_move < moves_.size() && moves_[next_move].expert == e; ++next_move) {
     const Move& m = moves_[next_move];
-    int64_t remaining = m.count;
-    // Existing (src, to) entries, so each take is O(1): to_entry_[src] = index or -1.
-    to_entry_.assign(num_ranks_, -1);
-    for (size_t i = 0; i < work.size(); ++i) {
-      if (work[i].dst == m.to) to_entry_[work[i].src] = static_cast<int64_t>(i);
+    if (m.from / per_node_ != node) {
+      node = m.from / per_node_;
+      first = node * per_node_;
+      entry_index_.assign(static_cast<size_t>(per_node_) * num_ranks_, -1);
+      for (auto& entries : dst_entries_) entries.clear();
+      for (size_t i = 0; i < work.size(); ++i) {
+        const SourcedQuota& q = work[i];
+        if (q.dst / per_node_ != node) continue;
+        entry_index_[static_cast<size_t>(q.dst - first) * num_ranks_ + q.src] =
+            static_cast<int64_t>(i);
+        dst_entries_[q.dst - first].push_back(static_cast<int64_t>(i));
+      }
     }
-    auto take = [&](size_t i) {
+    int64_t* to_index = entry_index_.data() + static_cast<size_t>(m.to - first) * num_ranks_;
+    const int64_t* from_index =
+        entry_index_.data() + static_cast<size_t>(m.from - first) * num_ranks_;
+    int64_t remaining = m.count;
+    auto take = [&](int64_t i) {
+      if (i < 0) return;
       const int64_t t = std::min(work[i].count, remaining);
       if (t == 0) return;
       work[i].count -= t;
       remaining -= t;
       const RankId src = work[i].src;
-      if (to_entry_[src] >= 0) {
-        work[to_entry_[src]].count += t;
+      if (to_index[src] >= 0) {
+        work[to_index[src]].count += t;
       } else {
-        to_entry_[src] = static_cast<int64_t>(work.size());
+        to_index[src] = static_cast<int64_t>(work.size());
+        dst_entries_[m.to - first].push_back(to_index[src]);
         work.push_back(SourcedQuota{src, m.to, t});
       }
     };
-    // Sources: the target rank itself, then ascending ranks, the origin rank last.
-    const size_t n = work.size();
-    for (size_t i = 0; i < n && remaining > 0; ++i) {
-      if (work[i].dst == m.from && work[i].src == m.to) take(i);
+    // Sources: the target rank itself, then the others in list order, the origin rank last.
+    take(from_index[m.to]);
+    const std::vector<int64_t>& on_origin = dst_entries_[m.from - first];
+    for (size_t j = 0; j < on_origin.size() && remaining > 0; ++j) {
+      const RankId src = work[on_origin[j]].src;
+      if (src != m.to && src != m.from) take(on_origin[j]);
     }
-    for (size_t i = 0; i < n && remaining > 0; ++i) {
-      if (work[i].dst == m.from && work[i].src != m.to && work[i].src != m.from) take(i);
-    }
-    for (size_t i = 0; i < n && remaining > 0; ++i) {
-      if (work[i].dst == m.from && work[i].src == m.from) take(i);
-    }
+    if (remaining > 0) take(from_index[m.from]);
     COBALT_CHECK_INTERNAL(remaining == 0,
                           "topoep: move of {} tasks of expert {} from rank {} found only {}",
                           m.count, e, m.from, m.count - remaining);
   }
+  // Sorted by (src, dst): the routed prefix already is; sort the appended tail and merge.
+  auto by_source = [](const SourcedQuota& a, const SourcedQuota& b) {
+    return a.src != b.src ? a.src < b.src : a.dst < b.dst;
+  };
+  const auto routed_end = work.begin() + static_cast<std::ptrdiff_t>(num_routed);
+  std::sort(routed_end, work.end(), by_source);
+  std::inplace_merge(work.begin(), routed_end, work.end(), by_source);
   work.erase(
       std::remove_if(work.begin(), work.end(), [](const SourcedQuota& q) { return q.count == 0; }),
       work.end());
-  std::sort(work.begin(), work.end(), [](const SourcedQuota& a, const SourcedQuota& b) {
-    return a.src != b.src ? a.src < b.src : a.dst < b.dst;
-  });
   // A temporary replica that ended without tasks is not materialised.
   const RankId main = main_rank_[e];
   auto& inst = instances_[e];
@@ -319,62 +379,72 @@ void TopoEpSolver::emit(const TopoEpInput& in, TopoEpPlan& plan) {
   plan.num_ranks = num_ranks_;
   plan.num_experts = num_experts_;
   plan.slots_per_rank = in.slots_per_rank;
-  if (moves_.empty()) {
-    plan.quotas.swap(routed_);
-    plan.source_offsets.swap(routed_offsets_);
-  } else {
-    // Gather the routed quotas of moved experts (by source), apply their moves in order.
-    moved_.assign(num_experts_, 0);
-    for (const Move& m : moves_) moved_[m.expert] = 1;
-    final_.resize(num_experts_);
-    for (ExpertId e = 0; e < num_experts_; ++e) {
-      if (moved_[e]) final_[e].clear();
-    }
-    int64_t gathered = 0;
+  // Moved experts: their routed quotas by source (recomputed from the routing tables, one column
+  // of Omega each), then their moves in order.
+  moved_.assign(num_experts_, 0);
+  for (const Move& m : moves_) moved_[m.expert] = 1;
+  final_.resize(num_experts_);
+  int64_t total = num_routed_quotas_;
+  for (ExpertId e = 0; e < num_experts_; ++e) {
+    if (!moved_[e]) continue;
+    std::vector<SourcedQuota>& work = final_[e];
+    work.clear();
     for (RankId s = 0; s < num_ranks_; ++s) {
-      for (int64_t i = routed_offsets_[s]; i < routed_offsets_[s + 1]; ++i) {
-        const TopoEpQuota& q = routed_[i];
-        if (moved_[q.expert]) {
-          final_[q.expert].push_back(SourcedQuota{s, q.dst, q.count});
-          ++gathered;
-        }
-      }
+      const int64_t w = in.demand[static_cast<size_t>(s) * num_experts_ + e];
+      if (w == 0) continue;
+      const size_t at = static_cast<size_t>(s / per_node_) * num_experts_ + e;
+      const RankId* chosen = route_ranks_.data() + route_first_[at];
+      for_each_split(w, route_count_[at], s, [&](int i, int64_t c) {
+        work.push_back(SourcedQuota{s, chosen[i], c});
+      });
     }
-    std::stable_sort(moves_.begin(), moves_.end(),
-                     [](const Move& a, const Move& b) { return a.expert < b.expert; });
-    for (size_t next = 0; next < moves_.size();) apply_moves(moves_[next].expert, next);
-    // Merge: routed quotas, with each moved (src, expert) replaced by its final quotas.
-    int64_t total = static_cast<int64_t>(routed_.size()) - gathered;
-    for (ExpertId e = 0; e < num_experts_; ++e) {
-      if (moved_[e]) total += static_cast<int64_t>(final_[e].size());
-    }
-    to_entry_.assign(num_experts_, 0);  // cursor into final_[e]
-    plan.quotas.resize(total);
-    plan.source_offsets.assign(num_ranks_ + 1, 0);
-    TopoEpQuota* out = plan.quotas.data();
-    const uint8_t* moved = moved_.data();
-    for (RankId s = 0; s < num_ranks_; ++s) {
-      for (int64_t i = routed_offsets_[s]; i < routed_offsets_[s + 1]; ++i) {
-        const TopoEpQuota& q = routed_[i];
-        if (!moved[q.expert]) {
-          *out++ = q;
-          continue;
-        }
-        if (i > routed_offsets_[s] && routed_[i - 1].expert == q.expert) continue;
-        const auto& fin = final_[q.expert];
-        int64_t& c = to_entry_[q.expert];
-        for (; c < static_cast<int64_t>(fin.size()) && fin[c].src == s; ++c) {
-          *out++ = TopoEpQuota{q.expert, fin[c].dst, fin[c].count};
-        }
-      }
-      plan.source_offsets[s + 1] = out - plan.quotas.data();
-    }
-    COBALT_CHECK_INTERNAL(out == plan.quotas.data() + total, "topoep: merged {} of {} quotas",
-                          out - plan.quotas.data(), total);
+    total -= static_cast<int64_t>(work.size());
   }
+  std::stable_sort(moves_.begin(), moves_.end(),
+                   [](const Move& a, const Move& b) { return a.expert < b.expert; });
+  for (size_t next = 0; next < moves_.size();) apply_moves(moves_[next].expert, next);
+  for (ExpertId e = 0; e < num_experts_; ++e) {
+    if (moved_[e]) total += static_cast<int64_t>(final_[e].size());
+  }
+
+  // Quotas by source: the routed split of every unmoved expert, the final quotas of moved ones.
+  plan.quotas.resize(total);
+  plan.source_offsets.assign(num_ranks_ + 1, 0);
+  to_entry_.assign(num_experts_, 0);  // cursor into final_[e]
+  TopoEpQuota* out = plan.quotas.data();
+  const uint8_t* moved = moved_.data();
+  const RankId* route_ranks = route_ranks_.data();
+  for (RankId s = 0; s < num_ranks_; ++s) {
+    const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts_;
+    const size_t node_base = static_cast<size_t>(s / per_node_) * num_experts_;
+    const int32_t* first = route_first_.data() + node_base;
+    const int32_t* count = route_count_.data() + node_base;
+    for (ExpertId e = 0; e < num_experts_; ++e) {
+      const int64_t w = row[e];
+      if (w == 0) continue;
+      if (moved[e]) {
+        const auto& fin = final_[e];
+        int64_t& c = to_entry_[e];
+        for (; c < static_cast<int64_t>(fin.size()) && fin[c].src == s; ++c) {
+          *out++ = TopoEpQuota{e, fin[c].dst, fin[c].count};
+        }
+        continue;
+      }
+      const RankId* chosen = route_ranks + first[e];
+      const int k = count[e];
+      if (k == 1) {
+        *out++ = TopoEpQuota{e, chosen[0], w};
+        continue;
+      }
+      for_each_split(w, k, s, [&](int i, int64_t c) { *out++ = TopoEpQuota{e, chosen[i], c}; });
+    }
+    plan.source_offsets[s + 1] = out - plan.quotas.data();
+  }
+  COBALT_CHECK_INTERNAL(out == plan.quotas.data() + total, "topoep: wrote {} of {} quotas",
+                        out - plan.quotas.data(), total);
   // Slots: mains (ascending), then temporary replicas (ascending expert id).
   plan.slots.assign(static_cast<size_t>(num_ranks_) * in.slots_per_rank, kEmptySlot);
-  std::vector<int32_t>& fill = route_count_;  // reused as per-rank fill counters
+  std::vector<int32_t>& fill = num_fill_;
   fill.assign(num_ranks_, 0);
   for (ExpertId e = 0; e < num_experts_; ++e) {
     const RankId main = main_rank_[e];

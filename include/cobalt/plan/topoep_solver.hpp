@@ -88,8 +88,10 @@ inline RankId topoep_main_rank(ExpertId e, int num_experts, int num_ranks) {
 }
 
 // Reusable solver: keeps its scratch buffers between calls (one per thread; not thread-safe).
-// Cost: two passes over Omega (row order) plus work proportional to the quotas and the refinement
-// moves.
+// Cost: three passes over Omega in row order (node demand, instance loads, the quotas written
+// straight into the plan; stage (2)'s quotas are not stored but recomputed from the routing
+// tables), one column of Omega per expert that refinement moves, and per move work proportional
+// to the quotas it takes (the moved expert's quotas indexed by (src, dst) per node).
 class TopoEpSolver {
  public:
   // Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
@@ -116,7 +118,6 @@ class TopoEpSolver {
   void refine_node(const TopoEpInput& input, NodeId node);
   void apply_moves(ExpertId e, size_t& next_move);
   void emit(const TopoEpInput& input, TopoEpPlan& plan);
-  int64_t instance_load(ExpertId e, RankId r) const;
 
   int num_ranks_ = 0, num_experts_ = 0, num_nodes_ = 0, per_node_ = 0, extra_slots_ = 0;
   std::vector<int64_t> node_demand_;                 // D [N, E]
@@ -126,15 +127,19 @@ class TopoEpSolver {
   std::vector<int64_t> rank_loads_;                  // L [G]
   std::vector<RankId> main_rank_;                    // [E]
   std::vector<NodeId> main_node_;                    // [E]
-  std::vector<int32_t> route_first_, route_count_;   // [N, E]: instances a source of node n uses
-  std::vector<Instance*> inst_data_;                 // [E]: instances_[e].data() while routing
-  std::vector<int64_t> routed_offsets_;              // [G + 1] into routed_
-  std::vector<TopoEpQuota> routed_;                  // stage (2) quotas, by (src, expert, dst)
+  std::vector<RankId> route_ranks_;                  // instance ranks at stage (2), by expert
+  std::vector<int64_t> route_loads_;                 // their loads, parallel to route_ranks_
+  std::vector<int32_t> route_first_, route_count_;   // [N, E]: the run of route_ranks_ node n uses
+  int64_t num_routed_quotas_ = 0;                    // quotas stage (2) creates
+  std::vector<int32_t> num_fill_;                    // scratch [G]: slots filled per rank
   std::vector<Move> moves_;                          // stage (3) updates in order
   std::vector<uint8_t> moved_;                       // [E]: expert has stage (3) moves
   std::vector<std::vector<SourcedQuota>> final_;     // quotas of moved experts, by (src, dst)
   std::vector<int64_t> candidates_;                  // scratch: candidate experts
-  std::vector<int64_t> to_entry_;                    // scratch [G]
+  std::vector<int64_t> to_entry_;                    // scratch [E]: cursor into final_
+  std::vector<int64_t> entry_index_;                 // scratch [ranks per node, G]: quota index
+  std::vector<std::vector<int64_t>> dst_entries_;    // scratch [ranks per node]: quota indices
+  std::vector<int64_t> half_gap_;                    // scratch [ranks per node]
   TopoEpStats stats_;
 };
 
