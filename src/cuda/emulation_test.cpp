@@ -114,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // four), sparse layouts so multi-node covers are common.
                       AssignCase{3, 2, 24, 6, 5, 0.2, 0.5}, AssignCase{5, 2, 40, 8, 5, 0.2, 0.5},
                       AssignCase{6, 2, 48, 8, 5, 0.2, 0.5}, AssignCase{7, 2, 56, 16, 5, 0.2, 0.5},
-                      AssignCase{8, 2, 64, 16, 5, 0.1, 0.5},
-                      AssignCase{12, 2, 96, 8, 6, 0.3, 0.5}, AssignCase{16, 8, 512, 8, 6, 0.3, 1.0},
+                      AssignCase{8, 2, 64, 16, 5, 0.1, 0.5}, AssignCase{12, 2, 96, 8, 6, 0.3, 0.5},
+                      AssignCase{16, 8, 512, 8, 6, 0.3, 1.0},
                       // K = 16 over many nodes: subset DPs beyond the local table (deferred;
                       // 2^16-state DPs are slow on the CPU too, so fewer tokens).
                       AssignCase{32, 2, 128, 16, 3, 0.8, 0.0, 200},

@@ -48,8 +48,8 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
 // that always fits). When `previous` is given, a replica prefers its previous rank among the least
 // loaded candidates, and each node's packed groups are then put on its ranks by a maximum-weight
 // matching that keeps the most replicas where `previous` has them (rank_matching.hpp); loads and
-// cross-node traffic do not depend on that permutation, only the copies do. Writes the expected load of each slot [G, S] to *slot_loads
-// if non-null.
+// cross-node traffic do not depend on that permutation, only the copies do. Writes the expected
+// load of each slot [G, S] to *slot_loads if non-null.
 ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads);
 

@@ -4,9 +4,9 @@
 // free slot and no replica of that expert; ties prefer the replica's current rank, then the lowest
 // rank). The packed groups are then put on the node's ranks by a maximum-weight matching that keeps
 // the most replicas on their current rank (rank_matching.hpp; the loads do not depend on which rank
-// gets which group). A node keeps its current placement unless the packing lowers its maximum rank load by more
-// than `min_gain` (relative), so replicas stay put when moving them gains nothing. Only ranks
-// within a node change: the set of replicas per node is preserved.
+// gets which group). A node keeps its current placement unless the packing lowers its maximum rank
+// load by more than `min_gain` (relative), so replicas stay put when moving them gains nothing.
+// Only ranks within a node change: the set of replicas per node is preserved.
 #pragma once
 
 #include <span>
