@@ -1,7 +1,8 @@
 # One-command entry points (each installs its own Debian dependencies first).
 #   make demo   - install, build, and run the main job on the embedded default workload
 #   make test   - install, build (release + ASan/UBSan debug + Python bindings), and run every
-#                 test (ctest twice, then pytest python/tests with Debian's /usr/bin/python3)
+#                 test (ctest twice, then pytest python/tests with Debian's /usr/bin/python3),
+#                 and check that the C++/CUDA sources are clang-formatted
 #   make bench  - install, build, and run the Google Benchmark suite
 JOBS ?= $(shell nproc)
 BUILD ?= build/release
@@ -10,7 +11,7 @@ BUILD ?= build/release
 PYTHON ?= /usr/bin/python3
 
 .PHONY: deps build build-debug build-python demo test test-release test-debug test-python bench \
-	format clean
+	format format-check clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -42,7 +43,7 @@ build-python: deps
 test-python: build-python
 	$(PYTHON) -m pytest python/tests -q
 
-test: test-release test-debug test-python test-cuda-compile
+test: test-release test-debug test-python test-cuda-compile format-check
 
 # CUDA kernels (docs/gpu.md), when nvcc is present: configure the `cuda` preset and build only the
 # CUDA targets (a compile and link check; nothing runs on a GPU): the kernels, cobalt_gpu_check,
@@ -66,8 +67,16 @@ test-cuda-compile: build-python
 bench: build
 	$(BUILD)/bench/cobalt_bench --benchmark_counters_tabular=true
 
+FORMAT_SOURCES = find include src cli tests bench python \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' \) -print0
+
 format:
-	find include src cli tests bench -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' | xargs clang-format -i
+	$(FORMAT_SOURCES) | xargs -0 clang-format -i
+
+# Fails (listing the files) when a source differs from what `make format` would write.
+format-check: deps
+	@$(FORMAT_SOURCES) | xargs -0 clang-format --dry-run --Werror 2>&1 | grep -o '^[^:]*: error' \
+	  | sort -u | sed 's/: error/: not clang-formatted (run make format)/' | tee /dev/stderr \
+	  | grep -q . && exit 1 || echo "format-check: sources are clang-formatted"
 
 clean:
 	rm -rf build
