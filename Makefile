@@ -74,9 +74,11 @@ format:
 
 # Fails (listing the files) when a source differs from what `make format` would write.
 format-check: deps
-	@$(FORMAT_SOURCES) | xargs -0 clang-format --dry-run --Werror 2>&1 | grep -o '^[^:]*: error' \
-	  | sort -u | sed 's/: error/: not clang-formatted (run make format)/' | tee /dev/stderr \
-	  | grep -q . && exit 1 || echo "format-check: sources are clang-formatted"
+	@bad=$$($(FORMAT_SOURCES) | xargs -0 clang-format --dry-run --Werror 2>&1 \
+	  | grep -E ':[0-9]+:[0-9]+: error:' | cut -d: -f1 | sort -u); \
+	if [ -n "$$bad" ]; then \
+	  echo "$$bad" | sed 's/$$/: not clang-formatted (run make format)/' >&2; exit 1; \
+	fi; echo "format-check: sources are clang-formatted"
 
 clean:
 	rm -rf build
