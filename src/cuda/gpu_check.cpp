@@ -52,16 +52,18 @@ void measure_bandwidth(Context& ctx) {
 int run_cases(Context& ctx);
 
 void print_table(const Context& ctx) {
-  std::printf("\n%-9s %-28s %-34s %-8s %9s %10s %10s %9s %7s  %s\n", "kernel", "input", "shape",
-              "check", "cpu_ms", "median_us", "min_us", "floor_us", "xfloor", "note");
+  std::printf("\n%-9s %-28s %-34s %-8s %9s %10s %10s %9s %9s %7s  %s\n", "kernel", "input", "shape",
+              "check", "cpu_ms", "median_us", "min_us", "graph_us", "floor_us", "xfloor", "note");
   for (const Row& r : ctx.rows) {
     const double floor_us = r.bytes / ctx.copy_bandwidth * 1e6;
-    char timing[96] = "";
+    char timing[112] = "", graph[16] = "-";
+    if (r.graph_us >= 0) std::snprintf(graph, sizeof graph, "%.1f", r.graph_us);
     if (r.median_us >= 0) {
-      std::snprintf(timing, sizeof timing, "%10.1f %10.1f %9.2f %7.2f", r.median_us, r.min_us,
-                    floor_us, r.median_us / floor_us);
+      std::snprintf(timing, sizeof timing, "%10.1f %10.1f %9s %9.2f %7.2f", r.median_us, r.min_us,
+                    graph, floor_us, r.median_us / floor_us);
     } else {
-      std::snprintf(timing, sizeof timing, "%10s %10s %9.2f %7s", "-", "-", floor_us, "-");
+      std::snprintf(timing, sizeof timing, "%10s %10s %9s %9.2f %7s", "-", "-", graph, floor_us,
+                    "-");
     }
     std::printf("%-9s %-28s %-34s %-8s %9.2f %s  %s\n", r.kernel.c_str(), r.input.c_str(),
                 r.shape.c_str(),
@@ -72,15 +74,20 @@ void print_table(const Context& ctx) {
   }
   if (!ctx.opt.csv.empty()) {
     if (FILE* f = std::fopen(ctx.opt.csv.c_str(), "w")) {
-      std::fprintf(f, "kernel,input,shape,check,cpu_ms,median_us,min_us,floor_us,bytes,note\n");
+      // -1 where a time was not measured; the note quoted (it holds commas).
+      std::fprintf(f,
+                   "kernel,input,shape,check,cpu_ms,median_us,min_us,graph_us,floor_us,bytes,"
+                   "note\n");
       for (const Row& r : ctx.rows) {
-        std::fprintf(f, "%s,%s,%s,%s,%.3f,%.2f,%.2f,%.3f,%.0f,%s\n", r.kernel.c_str(),
+        std::string note;
+        for (char c : r.note) note += c == '"' ? std::string("\"\"") : std::string(1, c);
+        std::fprintf(f, "%s,%s,%s,%s,%.3f,%.2f,%.2f,%.2f,%.3f,%.0f,\"%s\"\n", r.kernel.c_str(),
                      r.input.c_str(), r.shape.c_str(),
                      r.mismatches < 0    ? "-"
                      : r.mismatches == 0 ? "ok"
                                          : "FAIL",
-                     r.cpu_ms, r.median_us, r.min_us, r.bytes / ctx.copy_bandwidth * 1e6, r.bytes,
-                     r.note.c_str());
+                     r.cpu_ms, r.median_us, r.min_us, r.graph_us,
+                     r.bytes / ctx.copy_bandwidth * 1e6, r.bytes, note.c_str());
       }
       std::fclose(f);
     }

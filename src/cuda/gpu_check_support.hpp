@@ -101,6 +101,7 @@ struct Row {
   std::string note;
   double cpu_ms = -1;  // CPU reference, one thread
   double median_us = -1, min_us = -1;
+  double graph_us = -1;  // median of the same call replayed from a CUDA graph (no launch cost)
   double bytes = 0;
 };
 
@@ -150,14 +151,72 @@ inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call
   row.min_us = us.front();
 }
 
-// One checked call (outputs poisoned by the caller), then, when timed, the timing loop and a second
-// comparison of the last timed call's outputs. compare() synchronises and returns mismatches.
+// The call captured once into a CUDA graph and replayed (3 warm-ups, then `reps` replays timed
+// with events): what the call costs on the device when a training step replays it from a graph,
+// without the host's launch latency that time_calls includes (several kernels per call). Sets
+// row.graph_us; a capture the call does not support leaves it at -1 with a note.
+inline void time_graph_replays(Context& ctx, Row& row, const std::function<void()>& call) {
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::vector<cudaEvent_t> events;
+    ~Graph() {
+      for (auto& e : events) {
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+  } g;
+  // Relaxed: the launchers query device attributes while they enqueue.
+  cuda_ok(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeRelaxed),
+          "cudaStreamBeginCapture");
+  try {
+    call();
+  } catch (...) {
+    (void)cudaStreamEndCapture(ctx.stream, &g.graph);
+    throw;
+  }
+  cuda_ok(cudaStreamEndCapture(ctx.stream, &g.graph), "cudaStreamEndCapture");
+  cuda_ok(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
+  for (int i = 0; i < 3; ++i) cuda_ok(cudaGraphLaunch(g.exec, ctx.stream), "cudaGraphLaunch");
+  g.events.assign(2 * ctx.opt.reps, nullptr);
+  for (auto& e : g.events) cuda_ok(cudaEventCreate(&e), "cudaEventCreate");
+  for (int i = 0; i < ctx.opt.reps; ++i) {
+    cuda_ok(cudaEventRecord(g.events[2 * i], ctx.stream), "cudaEventRecord");
+    cuda_ok(cudaGraphLaunch(g.exec, ctx.stream), "cudaGraphLaunch");
+    cuda_ok(cudaEventRecord(g.events[2 * i + 1], ctx.stream), "cudaEventRecord");
+  }
+  cuda_ok(cudaStreamSynchronize(ctx.stream), "graph replays");
+  std::vector<double> us(ctx.opt.reps);
+  for (int i = 0; i < ctx.opt.reps; ++i) {
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, g.events[2 * i], g.events[2 * i + 1]),
+            "cudaEventElapsedTime");
+    us[i] = 1000.0 * ms;
+  }
+  std::sort(us.begin(), us.end());
+  row.graph_us = us[us.size() / 2];
+}
+
+// One checked call (outputs poisoned by the caller), then, when timed, the timing loop, the graph
+// replays and a second comparison of the last replay's outputs. compare() synchronises and
+// returns mismatches. A graph that cannot be captured or replayed is a note, not a failure, unless
+// the context is lost (then the error goes on to guarded()).
 template <typename Call, typename Compare>
 void check_then_time(Context& ctx, Row& row, const Call& call, const Compare& compare, bool timed) {
   call();
   row.mismatches = compare();
   if (timed) {
     time_calls(ctx, row, call);
+    try {
+      time_graph_replays(ctx, row, call);
+    } catch (const CudaFailure& e) {
+      if (cudaDeviceSynchronize() != cudaSuccess) throw;
+      (void)cudaGetLastError();
+      row.graph_us = -1;
+      row.note += std::string(row.note.empty() ? "" : "; ") + "no graph timing: " + e.what();
+    }
     row.mismatches += compare();
   }
 }
