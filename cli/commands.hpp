@@ -48,6 +48,7 @@ void register_trace_commands(CLI::App& app);
 void register_simulate_command(CLI::App& app);
 void register_plan_command(CLI::App& app);
 void register_eplb_command(CLI::App& app);
+void register_bench_command(CLI::App& app);
 
 // Progress output on stderr for long runs: "\r<label> [#####.....] 42%". Silent unless stderr is a
 // terminal or COBALT_PROGRESS=1.

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   cobalt::cli::register_simulate_command(app);
   cobalt::cli::register_plan_command(app);
   cobalt::cli::register_eplb_command(app);
+  cobalt::cli::register_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -33,7 +33,6 @@ namespace {
 
 constexpr int kOneStepTraceSteps = 8;
 constexpr const char* kDefaultClusterPreset = "4x8-b200";
-constexpr const char* kDefaultModel = "glm-4.5-air";
 
 struct SimulateArgs {
   std::string trace_path, preset, cluster, cluster_preset, model, json_path, report_path, dump_dir;
@@ -123,27 +122,6 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
   return input;
 }
 
-// The model preset and why it was chosen.
-std::pair<eval::ModelPreset, std::string> choose_model(const SimulateArgs& args,
-                                                       const WorkloadInput& input) {
-  if (!args.model.empty()) {
-    return {as_usage_error([&] { return eval::model_preset(args.model); }), "--model"};
-  }
-  const auto& meta = workload_metadata(input);
-  const auto it = meta.find("model");
-  const std::string from_trace = it == meta.end() ? "" : it->second;
-  const auto guess =
-      eval::guess_model_preset(from_trace, input.source->num_experts(), input.source->top_k());
-  if (guess) {
-    const auto& preset = eval::model_preset(*guess);
-    const bool by_name =
-        !from_trace.empty() && eval::guess_model_preset(from_trace, 0, 0).has_value();
-    return {preset, by_name ? fmt::format("trace metadata model '{}'", from_trace)
-                            : "same E and K as the workload"};
-  }
-  return {eval::model_preset(kDefaultModel), "default"};
-}
-
 int measured_from(const SimulateArgs& args, int num_steps) {
   if (args.holdout) {
     const double f = *args.holdout;
@@ -182,7 +160,7 @@ void run_simulate(const SimulateArgs& args) {
                     "of {}",
                     topology.to_string(), cluster.name));
   }
-  const auto [model, model_reason] = choose_model(args, input);
+  const auto [model, model_reason] = choose_model(args.model, input);
   if (model.num_experts != source.num_experts() || model.top_k != source.top_k()) {
     scenario.notes.push_back(fmt::format(
         "the workload has E={} K={}, model {} has E={} K={}: the workload keeps its own E and K "

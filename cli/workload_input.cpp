@@ -48,4 +48,22 @@ const std::map<std::string, std::string>& workload_metadata(const WorkloadInput&
   return input.reader ? input.reader->metadata() : input.data->metadata;
 }
 
+std::pair<eval::ModelPreset, std::string> choose_model(const std::string& name,
+                                                       const WorkloadInput& input) {
+  if (!name.empty()) return {as_usage_error([&] { return eval::model_preset(name); }), "--model"};
+  const auto& meta = workload_metadata(input);
+  const auto it = meta.find("model");
+  const std::string from_trace = it == meta.end() ? "" : it->second;
+  const auto guess =
+      eval::guess_model_preset(from_trace, input.source->num_experts(), input.source->top_k());
+  if (guess) {
+    const auto& preset = eval::model_preset(*guess);
+    const bool by_name =
+        !from_trace.empty() && eval::guess_model_preset(from_trace, 0, 0).has_value();
+    return {preset, by_name ? fmt::format("trace metadata model '{}'", from_trace)
+                            : "same E and K as the workload"};
+  }
+  return {eval::model_preset("glm-4.5-air"), "default"};
+}
+
 }  // namespace cobalt::cli

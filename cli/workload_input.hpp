@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
@@ -37,5 +38,11 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
 
 // The metadata of the loaded trace (the file's extra keys or the generated trace's).
 const std::map<std::string, std::string>& workload_metadata(const WorkloadInput& input);
+
+// The model preset for the cost model's sizes and why it was chosen: `name` when given (an
+// unknown name is a usage error), else the trace metadata's model, else a preset with the
+// workload's E and K, else glm-4.5-air.
+std::pair<eval::ModelPreset, std::string> choose_model(const std::string& name,
+                                                       const WorkloadInput& input);
 
 }  // namespace cobalt::cli

@@ -1,0 +1,199 @@
+// `cobalt bench`: wall-clock time of the per-step operations (statistics, stage-1 planning, rank
+// packing, stage 2, Algorithm 1, cobalt+'s assignment, dispatch layout, TopoEP) on one (step,
+// layer) batch of a trace or preset, at a chosen cluster shape and replica budget, next to the
+// memory-copy floor of the same bytes (eval/step_timing.hpp). Prints a table; --json writes it.
+#include <fmt/core.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/eval/cost_model.hpp"
+#include "cobalt/eval/step_timing.hpp"
+#include "cobalt/io/atomic_file.hpp"
+#include "commands.hpp"
+#include "workload_input.hpp"
+
+namespace cobalt::cli {
+namespace {
+
+struct BenchArgs {
+  std::string trace_path, preset, cluster = "4x8", model, json_path;
+  double rho = 0.5, eps = 0.15;
+  std::optional<int> replica_slots, steps;
+  std::optional<int64_t> tokens_per_step;
+  int step = 0, layer = 0, threads = 1, reps = 5;
+  uint64_t seed = 0;
+};
+
+// "312 M tokens/s" style rate; empty when the operation has no per-item rate.
+std::string rate(const eval::TimedOperation& op) {
+  if (op.items <= 0 || op.median_ms <= 0) return "";
+  const double per_s = op.items / (op.median_ms * 1e-3);
+  if (per_s >= 1e9) return fmt::format("{:.2f} G {}/s", per_s * 1e-9, op.unit);
+  if (per_s >= 1e6) return fmt::format("{:.1f} M {}/s", per_s * 1e-6, op.unit);
+  return fmt::format("{:.0f} k {}/s", per_s * 1e-3, op.unit);
+}
+
+void run_bench(const BenchArgs& args) {
+  const Topology topology = as_usage_error([&] { return Topology::parse(args.cluster); });
+  workload::PresetOverrides overrides;
+  eval::ChunkOptions chunks;
+  if (args.trace_path.empty()) {
+    overrides.num_steps = args.steps;
+    overrides.tokens_per_step = args.tokens_per_step;
+    overrides.seed = args.seed;
+  } else {
+    chunks.num_steps = args.steps;
+    chunks.tokens_per_step = args.tokens_per_step;
+  }
+  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
+  WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks);
+  const eval::StepSource& source = *input.source;
+  if (!source.has_tokens()) {
+    throw UsageError("bench: the trace is load-only (counts): the timed operations need tokens");
+  }
+  if (args.step < 0 || args.step >= source.num_steps()) {
+    throw UsageError(
+        fmt::format("bench: --step {} out of range [0, {})", args.step, source.num_steps()));
+  }
+  if (args.layer < 0 || args.layer >= source.num_layers()) {
+    throw UsageError(
+        fmt::format("bench: --layer {} out of range [0, {})", args.layer, source.num_layers()));
+  }
+  const int num_experts = source.num_experts(), num_ranks = topology.num_ranks();
+  const int slots = as_usage_error([&] {
+    return args.replica_slots ? slots_for_extra(num_experts, num_ranks, *args.replica_slots)
+                              : slots_for_rho(num_experts, num_ranks, args.rho);
+  });
+  const auto [model, model_reason] = choose_model(args.model, input);
+  const eval::CostParams cost =
+      eval::make_cost_params(eval::cluster_preset("4x8-b200"), model);  // sizes only
+
+  eval::StepScratch scratch;
+  const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);
+  if (batch.num_tokens() == 0) {
+    throw UsageError(
+        fmt::format("bench: step {} holds no tokens; choose another --step", args.step));
+  }
+  eval::StepTimingOptions options;
+  options.topology = topology;
+  options.slots_per_rank = slots;
+  options.topoep_slots_per_rank = slots;
+  options.eps = args.eps;
+  options.seed = args.seed;
+  options.step = args.step;
+  options.layer = args.layer;
+  options.num_threads = args.threads;
+  options.reps = args.reps;
+  options.token_bytes = cost.token_bytes();
+  options.expert_param_bytes = cost.expert_param_bytes();
+  as_usage_error([&] {
+    options.validate(batch);
+    return 0;
+  });
+  Progress progress("bench", 10);
+  options.on_operation = [&](const std::string&) { progress.advance(); };
+  const auto ops = eval::time_step_operations(batch, options);
+  progress.finish();
+
+  const std::string workload = args.trace_path.empty() ? args.preset : args.trace_path;
+  fmt::print(
+      "cobalt bench: {} step {} layer {}: {} tokens x top-{}, E = {}, cluster {}, {} slots per "
+      "rank, {} thread{}\nwall-clock ms on this machine: median and minimum of {} runs after one "
+      "untimed run (measured, not modelled; TopoEP sizes from model {}, {})\n\n",
+      workload, args.step, args.layer, batch.num_tokens(), batch.top_k(), num_experts,
+      topology.to_string(), slots, args.threads, args.threads == 1 ? "" : "s", args.reps,
+      model.name, model_reason);
+  fmt::print("{:<16} {:>10} {:>10} {:>20} {:>8}  {}\n", "operation", "median_ms", "min_ms",
+             "throughput", "vs_copy", "note");
+  for (const auto& op : ops) {
+    fmt::print("{:<16} {:>10.4f} {:>10.4f} {:>20} {:>8}  {}\n", op.name, op.median_ms, op.min_ms,
+               rate(op), op.copy_ratio > 0 ? fmt::format("{:.1f}%", 100 * op.copy_ratio) : "",
+               op.note);
+  }
+  fmt::print(
+      "\nvs_copy: copy_bound's median / the operation's (the share of the memory-copy floor of "
+      "the same bytes it reaches)\n");
+  if (args.json_path.empty()) return;
+  nlohmann::json doc;
+  doc["workload"] = workload;
+  doc["step"] = args.step;
+  doc["layer"] = args.layer;
+  doc["num_tokens"] = batch.num_tokens();
+  doc["top_k"] = batch.top_k();
+  doc["num_experts"] = num_experts;
+  doc["cluster"] = topology.to_string();
+  doc["slots_per_rank"] = slots;
+  doc["threads"] = args.threads;
+  doc["reps"] = args.reps;
+  doc["model"] = model.name;
+  doc["timing"] = "wall-clock, measured on this machine";
+  doc["operations"] = nlohmann::json::array();
+  for (const auto& op : ops) {
+    nlohmann::json o = {
+        {"name", op.name}, {"what", op.what}, {"median_ms", op.median_ms},  {"min_ms", op.min_ms},
+        {"reps", op.reps}, {"note", op.note}, {"copy_ratio", op.copy_ratio}};
+    if (op.items > 0) {
+      o["items"] = op.items;
+      o["unit"] = op.unit;
+      o["items_per_s"] = op.items / (op.median_ms * 1e-3);
+    }
+    doc["operations"].push_back(std::move(o));
+  }
+  io::write_file_atomically(
+      args.json_path, doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n",
+      "--json");
+}
+
+}  // namespace
+
+void register_bench_command(CLI::App& app) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* cmd = app.add_subcommand(
+      "bench",
+      "Time the per-step operations (planning, assignment, TopoEP, ...) on one batch of a trace");
+  auto* trace = cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
+  auto* preset =
+      cmd->add_option("--preset", args->preset,
+                      "synthetic workload preset (see `cobalt trace gen --list-presets`)");
+  trace->excludes(preset);
+  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
+  cmd->add_option("--step", args->step, "step whose batch is timed")->capture_default_str();
+  cmd->add_option("--layer", args->layer, "MoE layer whose batch is timed")->capture_default_str();
+  auto* rho =
+      cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
+          ->capture_default_str()
+          ->check(non_negative());
+  auto* extra = cmd->add_option("--replica-slots", args->replica_slots,
+                                "replica budget: S = ceil(E/G) + N slots per rank")
+                    ->check(non_negative());
+  rho->excludes(extra);
+  cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for the global planner")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--steps", args->steps,
+                  "steps: generated (presets) or re-chunked / cycled (traces)")
+      ->check(positive());
+  cmd->add_option("--tokens-per-step", args->tokens_per_step,
+                  "tokens per step: generated (presets) or re-chunked / cycled (traces)")
+      ->check(positive());
+  cmd->add_option("--model", args->model,
+                  "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)");
+  cmd->add_option("--threads", args->threads, "worker threads of the parallel operations")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--reps", args->reps, "timed runs of each operation (after one untimed run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--seed", args->seed, "seed for generation and the assignment's draws")
+      ->capture_default_str()
+      ->check(seed_value());
+  cmd->add_option("--json", args->json_path, "also write the timings as JSON")
+      ->check(non_empty_path());
+  cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace cobalt::cli

@@ -1,0 +1,123 @@
+// Step timing (`cobalt bench`): the operations run in order, each the number of times asked, on
+// the inputs the policies give them (the reported results equal the library calls made directly),
+// independent of the thread count; bad options are rejected by name.
+#include "cobalt/eval/step_timing.hpp"
+
+#include <gtest/gtest.h>
+
+#include "cobalt/assign/node_cover.hpp"
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/eval/metrics.hpp"
+#include "cobalt/plan/global_planner.hpp"
+#include "cobalt/stats/routing_stats.hpp"
+#include "testing/random_inputs.hpp"
+
+namespace cobalt::eval {
+namespace {
+
+StepTimingOptions options_for(const Topology& topo, int num_experts) {
+  StepTimingOptions o;
+  o.topology = topo;
+  o.slots_per_rank = slots_for_rho(num_experts, topo.num_ranks(), 0.5);
+  o.topoep_slots_per_rank = slots_for_extra(num_experts, topo.num_ranks(), 2);
+  o.reps = 3;
+  o.step = 4;
+  o.layer = 1;
+  o.seed = 9;
+  return o;
+}
+
+TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
+  const Topology topo(2, 8);
+  const auto owned = testing::random_batch(3, 3000, 4, 32, topo.num_ranks(), 1.0);
+  const RoutingBatch batch = owned.view();
+  auto options = options_for(topo, 32);
+  std::vector<std::string> announced;
+  options.on_operation = [&](const std::string& name) { announced.push_back(name); };
+  const auto ops = time_step_operations(batch, options);
+
+  const std::vector<std::string> expected = {
+      "copy_bound", "stats_update",    "global_plan",     "pack_ranks",    "rebalance",
+      "assign",     "assign_balanced", "dispatch_layout", "demand_matrix", "topoep_solve"};
+  ASSERT_EQ(ops.size(), expected.size());
+  EXPECT_EQ(announced, expected);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    SCOPED_TRACE(ops[i].name);
+    EXPECT_EQ(ops[i].name, expected[i]);
+    EXPECT_EQ(ops[i].reps, 3);
+    EXPECT_GE(ops[i].min_ms, 0.0);
+    EXPECT_LE(ops[i].min_ms, ops[i].median_ms);
+    EXPECT_FALSE(ops[i].what.empty());
+    const bool is_assignment = ops[i].name == "assign" || ops[i].name == "assign_balanced";
+    EXPECT_EQ(ops[i].copy_ratio > 0, is_assignment);
+  }
+  EXPECT_EQ(ops[0].items, 3000);      // tokens
+  EXPECT_EQ(ops[7].items, 3000 * 4);  // tasks
+  EXPECT_EQ(ops[2].items, 0);         // planning has no per-item rate
+
+  // The reported cross-node transfers are those of the library calls the cobalt policy makes:
+  // stage 1 (restarts + the incremental one from static EP), packing, Algorithm 1 keyed by the
+  // batch's (step, layer).
+  RoutingStats stats(32, 0.9);
+  stats.update(batch);
+  const plan::GlobalPlanInput input{
+      topo, 32, options.slots_per_rank, 0.15, stats.expert_load(), stats.coactivation(), {}, 0.0};
+  const ExpertLayout static_layout = ExpertLayout::static_ep(topo, 32, options.slots_per_rank);
+  const plan::NodePlan current = plan::node_plan_of(static_layout, stats.expert_load());
+  plan::HeuristicOptions heuristic;
+  heuristic.num_restarts = 8;
+  heuristic.seed = 9;
+  heuristic.initial = &current;
+  const auto planned = plan::plan_global_heuristic(input, heuristic);
+  const ExpertLayout layout = plan::pack_ranks(input, planned.plan, &static_layout, nullptr);
+  std::vector<RankId> exec(batch.num_tasks());
+  assign::assign_node_cover(batch, layout, {9, 4, 1, 0}, {}, exec);
+  const auto metrics = step_metrics(batch, exec, topo);
+  EXPECT_EQ(ops[5].note.rfind(fmt::format("V {},", metrics.transfers.dedup), 0), 0u) << ops[5].note;
+  EXPECT_EQ(ops[3].note, fmt::format("{} replicas for 32 experts", layout.num_replicas()));
+}
+
+TEST(StepTiming, ResultsDoNotDependOnTheThreadCount) {
+  const Topology topo(4, 16);
+  const auto owned = testing::random_batch(5, 5000, 8, 64, topo.num_ranks(), 2.0);
+  auto options = options_for(topo, 64);
+  options.reps = 1;
+  const auto one = time_step_operations(owned.view(), options);
+  options.num_threads = 2;
+  const auto two = time_step_operations(owned.view(), options);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i].note, two[i].note) << one[i].name;
+}
+
+TEST(StepTiming, RejectsBadOptions) {
+  const Topology topo(2, 8);
+  const auto owned = testing::random_batch(3, 100, 4, 32, topo.num_ranks());
+  const RoutingBatch batch = owned.view();
+  auto expect_rejected = [&](StepTimingOptions o, const std::string& words) {
+    try {
+      time_step_operations(batch, o);
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  auto o = options_for(topo, 32);
+  o.topology = Topology(2, 4);
+  expect_rejected(o, "the cluster has 4 ranks, the batch was mapped to 8");
+  o = options_for(topo, 32);
+  o.slots_per_rank = 1;
+  expect_rejected(o, "1 slots per rank out of range [4, 32]");
+  o = options_for(topo, 32);
+  o.topoep_slots_per_rank = 1;
+  expect_rejected(o, "need >= 4");
+  o = options_for(topo, 32);
+  o.reps = 0;
+  expect_rejected(o, "reps 0 out of range");
+  const testing::OwnedBatch empty{{}, {}, 4, 32, 8};
+  EXPECT_THROW(time_step_operations(empty.view(), options_for(topo, 32)), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::eval
