@@ -119,8 +119,13 @@ void BM_GlobalPlan_CobaltDefault(benchmark::State& state) {
   plan::GlobalPlanInput input{
       topo, num_experts,         slots_for_rho(num_experts, topo.num_ranks(), 0.5),
       0.15, stats.expert_load(), stats.coactivation()};
+  // The incremental restart starts from the layout in force: static EP at the first plan.
+  const ExpertLayout in_force =
+      ExpertLayout::static_ep(topo, num_experts, slots_for_rho(num_experts, topo.num_ranks(), 0.5));
+  const plan::NodePlan current = plan::node_plan_of(in_force, stats.expert_load());
   plan::HeuristicOptions options{8, 0, true, 50};
   options.num_threads = static_cast<int>(state.range(0));
+  options.initial = &current;
   for (auto _ : state) {
     auto result = plan::plan_global_heuristic(input, options);
     benchmark::DoNotOptimize(result.objective);
