@@ -15,6 +15,10 @@
 #
 # Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
+# With COBALT_GPU_SANITIZE=1, when the checks passed, compute-sanitizer's memcheck and then
+# racecheck also run the quick check on 20000 tokens (one timed call each; about a minute or two
+# more, at most 3 minutes each): exit 8 when either reports an error or times out, their logs
+# in $OUT/sanitizer_*.txt (/tmp without $OUT).
 # Designed to finish in well under 3 minutes of device time with the bundle (no build there).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -107,4 +111,29 @@ set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
   "(0 all checks passed, 1 a check failed, 2 no GPU, 3 a CUDA error outside a check," \
   "124 timeout)" | tee -a "$log"
-exit "$status"
+if [[ $status -ne 0 || -z ${COBALT_GPU_SANITIZE:-} ]]; then exit "$status"; fi
+
+# What the host emulation cannot see: out-of-bounds or misaligned device accesses, uninitialised
+# reads (memcheck), shared-memory races (racecheck).
+sanitizer=$(command -v compute-sanitizer || true)
+[[ -z $sanitizer && -x /usr/local/cuda/bin/compute-sanitizer ]] &&
+  sanitizer=/usr/local/cuda/bin/compute-sanitizer
+if [[ -z $sanitizer ]]; then
+  echo "run.sh: COBALT_GPU_SANITIZE set but compute-sanitizer not found" | tee -a "$log"
+  exit 0
+fi
+found=0
+for tool in memcheck racecheck; do
+  tool_log=${OUT:-/tmp}/sanitizer_$tool.txt
+  set +e
+  timeout 180 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --traces "$traces" --quick \
+    --tokens 20000 --reps 1 >"$tool_log" 2>&1
+  tool_status=$?
+  set -e
+  tail -3 "$tool_log" 2>/dev/null | sed "s/^/  $tool: /" | tee -a "$log"
+  echo "run.sh: compute-sanitizer --tool $tool exit status $tool_status" \
+    "(0 clean, 9 errors reported, 124 timeout)" | tee -a "$log"
+  [[ $tool_status -ne 0 ]] && found=1
+done
+if [[ $found -ne 0 ]]; then exit 8; fi
+exit 0
