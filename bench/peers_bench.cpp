@@ -2,6 +2,7 @@
 //   BM_TopoEP_Solve/E/G      TopoEP's per-microbatch solver (DESIGN.md target: E=640, G=128 in
 //                            <= 1 ms), on a hot-block routing matrix (4096 tokens per rank, top-8,
 //                            8 ranks per node, 2 extra slots per rank);
+//   BM_TopoEP_Solve_WideNode/E/G/N  the same with wide NVLink domains (4 x 72, 1 x 256 ranks);
 //   BM_UltraEP_Solve/E/G     UltraEP's quota placement on the same matrices;
 //   BM_EPLB_Rebalance/E/R/G  DeepSeek-EPLB rebalance_experts for one layer (hierarchical policy
 //                            with E/8 groups over G/8 nodes: DeepSeek-V3's 256 experts + 32
@@ -67,6 +68,28 @@ BENCHMARK(BM_TopoEP_Solve)
     ->Args({640, 32})
     ->Args({640, 128})
     ->Args({1024, 128})
+    ->Unit(benchmark::kMicrosecond);
+
+// The same with wide NVLink domains: 4 nodes of 72 ranks (NVL72), one node of 256 ranks.
+void BM_TopoEP_Solve_WideNode(benchmark::State& state) {
+  const int num_experts = static_cast<int>(state.range(0));
+  const int num_ranks = static_cast<int>(state.range(1));
+  const int num_nodes = static_cast<int>(state.range(2));
+  const auto demand = hot_block_demand(num_experts, num_ranks);
+  const int slots = (num_experts + num_ranks - 1) / num_ranks + 2;
+  plan::TopoEpInput input{
+      Topology(num_nodes, num_ranks), num_experts, slots, 8192.0, 3.46e7, demand};
+  plan::TopoEpSolver solver;
+  plan::TopoEpPlan plan;
+  for (auto _ : state) {
+    solver.solve(input, plan);
+    benchmark::DoNotOptimize(plan.rank_loads.data());
+  }
+  state.counters["moves"] = static_cast<double>(plan.stats.num_refinement_moves);
+}
+BENCHMARK(BM_TopoEP_Solve_WideNode)
+    ->Args({640, 288, 4})
+    ->Args({512, 256, 1})
     ->Unit(benchmark::kMicrosecond);
 
 void BM_UltraEP_Solve(benchmark::State& state) {

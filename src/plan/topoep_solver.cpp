@@ -2,9 +2,11 @@
 #include "cobalt/plan/topoep_solver.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -300,29 +302,57 @@ void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
   const size_t num_routed = work.size();  // sorted by (src, dst); moves append after them
   // A move stays inside one node and touches only quotas on two of its ranks. The moves of one
   // expert come node by node (refinement visits the nodes in order), so per node the work list
-  // is indexed once: entry_index_ [ranks per node, G] = the entry of (src, dst) or -1, and
-  // dst_entries_[dst - first] = the entries on dst in list order.
-  NodeId node = -1;
+  // is indexed once: dst_entries_[dst - first] = the entries on dst in list order, quota_slots_
+  // = a hash table (open addressing) from (src, dst) to the entry. Both are O(entries on the
+  // node), whatever the node's width.
+  if (dst_entries_.size() < static_cast<size_t>(per_node_)) dst_entries_.resize(per_node_);
+  auto slot_of = [&](RankId src, RankId dst) -> int64_t& {  // the entry, or an empty (-1) slot
+    const size_t mask = quota_slots_.size() - 1;
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(src)) << 32) | static_cast<uint32_t>(dst);
+    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
+      int64_t& slot = quota_slots_[h];
+      if (slot < 0 || (work[slot].src == src && work[slot].dst == dst)) return slot;
+    }
+  };
+  auto index_node = [&](size_t capacity) {  // every entry of the node's lists into the table
+    quota_slots_.assign(capacity, -1);
+    num_slotted_ = 0;
+    for (const int d : touched_dsts_) {
+      for (const int64_t i : dst_entries_[d]) slot_of(work[i].src, work[i].dst) = i;
+      num_slotted_ += static_cast<int64_t>(dst_entries_[d].size());
+    }
+  };
   RankId first = 0;
-  dst_entries_.resize(per_node_);
+  auto add_entry = [&](int64_t i) {  // an entry appended to `work` on a rank of the node
+    const int d = work[i].dst - first;
+    if (dst_entries_[d].empty()) touched_dsts_.push_back(d);
+    dst_entries_[d].push_back(i);
+    if (2 * static_cast<size_t>(num_slotted_ + 1) > quota_slots_.size()) {
+      index_node(2 * quota_slots_.size());  // load factor <= 1/2
+    } else {
+      slot_of(work[i].src, work[i].dst) = i;
+      ++num_slotted_;
+    }
+  };
+  NodeId node = -1;
   for (; next_move < moves_.size() && moves_[next_move].expert == e; ++next_move) {
     const Move& m = moves_[next_move];
     if (m.from / per_node_ != node) {
       node = m.from / per_node_;
       first = node * per_node_;
-      entry_index_.assign(static_cast<size_t>(per_node_) * num_ranks_, -1);
-      for (auto& entries : dst_entries_) entries.clear();
+      for (const int d : touched_dsts_) dst_entries_[d].clear();
+      touched_dsts_.clear();
+      size_t on_node = 0;
       for (size_t i = 0; i < work.size(); ++i) {
-        const SourcedQuota& q = work[i];
-        if (q.dst / per_node_ != node) continue;
-        entry_index_[static_cast<size_t>(q.dst - first) * num_ranks_ + q.src] =
-            static_cast<int64_t>(i);
-        dst_entries_[q.dst - first].push_back(static_cast<int64_t>(i));
+        if (work[i].dst / per_node_ != node) continue;
+        const int d = work[i].dst - first;
+        if (dst_entries_[d].empty()) touched_dsts_.push_back(d);
+        dst_entries_[d].push_back(static_cast<int64_t>(i));
+        ++on_node;
       }
+      index_node(std::bit_ceil(4 * on_node + 16));
     }
-    int64_t* to_index = entry_index_.data() + static_cast<size_t>(m.to - first) * num_ranks_;
-    const int64_t* from_index =
-        entry_index_.data() + static_cast<size_t>(m.from - first) * num_ranks_;
     int64_t remaining = m.count;
     auto take = [&](int64_t i) {
       if (i < 0) return;
@@ -331,22 +361,22 @@ void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
       work[i].count -= t;
       remaining -= t;
       const RankId src = work[i].src;
-      if (to_index[src] >= 0) {
-        work[to_index[src]].count += t;
+      const int64_t into = slot_of(src, m.to);
+      if (into >= 0) {
+        work[into].count += t;
       } else {
-        to_index[src] = static_cast<int64_t>(work.size());
-        dst_entries_[m.to - first].push_back(to_index[src]);
         work.push_back(SourcedQuota{src, m.to, t});
+        add_entry(static_cast<int64_t>(work.size()) - 1);
       }
     };
     // Sources: the target rank itself, then the others in list order, the origin rank last.
-    take(from_index[m.to]);
+    take(slot_of(m.to, m.from));
     const std::vector<int64_t>& on_origin = dst_entries_[m.from - first];
     for (size_t j = 0; j < on_origin.size() && remaining > 0; ++j) {
       const RankId src = work[on_origin[j]].src;
       if (src != m.to && src != m.from) take(on_origin[j]);
     }
-    if (remaining > 0) take(from_index[m.from]);
+    if (remaining > 0) take(slot_of(m.from, m.from));
     COBALT_CHECK_INTERNAL(remaining == 0,
                           "topoep: move of {} tasks of expert {} from rank {} found only {}",
                           m.count, e, m.from, m.count - remaining);
@@ -361,7 +391,9 @@ void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
   work.erase(
       std::remove_if(work.begin(), work.end(), [](const SourcedQuota& q) { return q.count == 0; }),
       work.end());
-  // A temporary replica that ended without tasks is not materialised.
+  // A temporary replica that ended without tasks is not materialised. Only moved experts can have
+  // one: a stage-(1) replica exists only where its node's demand D > 0 (a positive benefit), is
+  // the only instance of e on that node, so routing gives it all of D.
   const RankId main = main_rank_[e];
   auto& inst = instances_[e];
   for (size_t i = 0; i < inst.size();) {

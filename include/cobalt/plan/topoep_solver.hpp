@@ -8,8 +8,10 @@
 //   (1) Inter-node placement. D[d, e] = sum of Omega[s, e] over the ranks s of node d. For every
 //       node d and expert e whose main is on another node, the benefit is
 //       b = 2 D[d, e] S_tok - |W_e|. Each node takes its positive-benefit candidates in descending
-//       order (ties: lower expert id) and puts each on the least occupied rank of d (fewest used
-//       replica slots, ties: lower rank) that has a free slot; it stops when the node is full.
+//       order of D (the benefit's order, except where 2 D S_tok rounds to equal or infinite
+//       doubles; ties: lower expert id) and puts each on the least occupied rank of d (fewest
+//       used replica slots, ties: lower rank) that has a free slot; it stops when the node is
+//       full.
 //       So a replica outside main(e)'s node exists only where |W_e| < 2 D S_tok (C4).
 //   (2) Routing. Each (s, e) demand goes to the instances of e on s's node if there are any, else
 //       to all instances of e, split evenly: each of the k chosen instances (ascending rank)
@@ -90,8 +92,9 @@ inline RankId topoep_main_rank(ExpertId e, int num_experts, int num_ranks) {
 // Reusable solver: keeps its scratch buffers between calls (one per thread; not thread-safe).
 // Cost: three passes over Omega in row order (node demand, instance loads, the quotas written
 // straight into the plan; stage (2)'s quotas are not stored but recomputed from the routing
-// tables), one column of Omega per expert that refinement moves, and per move work proportional
-// to the quotas it takes (the moved expert's quotas indexed by (src, dst) per node).
+// tables), one column of Omega per expert that refinement moves, per (moved expert, node) one
+// pass over that expert's quotas (indexed by (src, dst) in a hash table of the node's quotas),
+// and per move work proportional to the quotas it takes.
 class TopoEpSolver {
  public:
   // Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
@@ -137,8 +140,10 @@ class TopoEpSolver {
   std::vector<std::vector<SourcedQuota>> final_;     // quotas of moved experts, by (src, dst)
   std::vector<int64_t> candidates_;                  // scratch: candidate experts
   std::vector<int64_t> to_entry_;                    // scratch [E]: cursor into final_
-  std::vector<int64_t> entry_index_;                 // scratch [ranks per node, G]: quota index
-  std::vector<std::vector<int64_t>> dst_entries_;    // scratch [ranks per node]: quota indices
+  std::vector<std::vector<int64_t>> dst_entries_;    // scratch [>= ranks per node]: quota indices
+  std::vector<int> touched_dsts_;                    // scratch: non-empty lists of dst_entries_
+  std::vector<int64_t> quota_slots_;                 // scratch: hash table (src, dst) -> quota
+  int64_t num_slotted_ = 0;                          // entries in quota_slots_
   std::vector<int64_t> half_gap_;                    // scratch [ranks per node]
   TopoEpStats stats_;
 };

@@ -243,7 +243,9 @@ TEST(TopoEpSolver, EqualsTheReferenceOnRandomInstances) {
     const int64_t tasks = 1 + static_cast<int64_t>(rng.below(trial % 3 == 0 ? 8 : 600));
     auto demand = skewed_demand(rng.next(), G, E, tasks);
     if (trial % 5 == 0) {  // concentrate one source's demand on one remote expert
-      demand[static_cast<size_t>(rng.below(G)) * E + rng.below(E)] += 50 * tasks;
+      const auto source = static_cast<size_t>(rng.below(G));  // drawn in a fixed order
+      const auto expert = static_cast<size_t>(rng.below(E));
+      demand[source * E + expert] += 50 * tasks;
     }
     const double token_bytes = trial % 7 == 0 ? 0.0 : static_cast<double>(1 + rng.below(4096));
     const double param_bytes = static_cast<double>(rng.below(3) == 0 ? 0 : rng.below(1 << 20));
@@ -266,6 +268,83 @@ TEST(TopoEpSolver, EqualsTheReferenceOnRandomInstances) {
   EXPECT_GT(num_dropped, 0);
   EXPECT_GT(num_intra, 0);
   EXPECT_GT(num_inter, 0);
+}
+
+// Hand-checked instances for the paths the random shapes rarely reach (found by a review with an
+// independent transcription of the rules): a replica created by refinement, drained by a later
+// move and dropped; a stage-(1) replica drained and dropped; one expert moved on two nodes; a move
+// that merges into the entry an earlier move created.
+TEST(TopoEpSolver, DrainedReplicasAreDroppedAndMovesMerge) {
+  using Q = std::tuple<ExpertId, RankId, int64_t>;
+  auto quotas_of = [](const TopoEpPlan& plan) {
+    std::vector<std::vector<Q>> out(plan.num_ranks);
+    for (RankId s = 0; s < plan.num_ranks; ++s) {
+      for (int64_t i = plan.source_offsets[s]; i < plan.source_offsets[s + 1]; ++i) {
+        out[s].emplace_back(plan.quotas[i].expert, plan.quotas[i].dst, plan.quotas[i].count);
+      }
+    }
+    return out;
+  };
+  {
+    // Moves: e0 0->3 (12), e2 2->0 (4), e2 2->1 (1), e0 0->3 (2), e2 1->0 (1): e2's replica on
+    // rank 1 is created, then drained and dropped; the second e0 move merges into the first's.
+    const std::vector<int64_t> demand = {8, 3, 1, 1, 0, 5, 8, 5, 3, 8, 8, 13};
+    const TopoEpInput in{Topology(1, 4), 3, 2, 1.0, 0.0, demand};
+    const TopoEpPlan plan = solve_topoep(in);
+    EXPECT_TRUE(plans_equal(plan, solve_topoep_reference(in)));
+    expect_constraints(in, plan);
+    EXPECT_EQ(plan.stats.num_inter_node_replicas, 0);
+    EXPECT_EQ(plan.stats.num_intra_node_replicas, 3);
+    EXPECT_EQ(plan.stats.num_refinement_moves, 5);
+    EXPECT_EQ(plan.stats.num_dropped_replicas, 1);
+    EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{16, 16, 17, 14}));
+    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, 2, 1, -1, 2, -1, 0, -1}));
+    EXPECT_EQ(quotas_of(plan),
+              (std::vector<std::vector<Q>>{{{0, 0, 8}, {1, 1, 3}, {2, 0, 1}},
+                                           {{0, 3, 1}, {2, 0, 4}, {2, 2, 1}},
+                                           {{0, 0, 3}, {0, 3, 5}, {1, 1, 5}, {2, 2, 3}},
+                                           {{0, 3, 8}, {1, 1, 8}, {2, 2, 13}}}));
+  }
+  {
+    // Stage (1) puts e1 on rank 0 and e0 on rank 3; moves: e0 0->1 (8), e1 0->2 (4), e0 1->0
+    // (2), e1 0->2 (1), e1 3->4 (4), e1 3->5 (2), e1 4->5 (1): the stage-(1) replica of e1 on
+    // rank 0 is drained and dropped, and e1 moves on both nodes.
+    const std::vector<int64_t> demand = {0, 5, 3, 0, 8, 0, 0, 1, 3, 3, 0, 2};
+    const TopoEpInput in{Topology(2, 6), 2, 2, 1.0, 0.0, demand};
+    const TopoEpPlan plan = solve_topoep(in);
+    EXPECT_TRUE(plans_equal(plan, solve_topoep_reference(in)));
+    expect_constraints(in, plan);
+    EXPECT_EQ(plan.stats.num_inter_node_replicas, 2);
+    EXPECT_EQ(plan.stats.num_intra_node_replicas, 4);
+    EXPECT_EQ(plan.stats.num_refinement_moves, 7);
+    EXPECT_EQ(plan.stats.num_dropped_replicas, 1);
+    EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{5, 6, 5, 3, 3, 3}));
+    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, -1, 0, -1, 1, -1, 1, 0, 1, -1, 1, -1}));
+    EXPECT_EQ(quotas_of(plan), (std::vector<std::vector<Q>>{{{1, 2, 5}},
+                                                            {{0, 1, 3}},
+                                                            {{0, 0, 5}, {0, 1, 3}},
+                                                            {{1, 5, 1}},
+                                                            {{0, 3, 3}, {1, 4, 3}},
+                                                            {{1, 5, 2}}}));
+  }
+}
+
+// Wide nodes (an NVL72-like 72-rank domain, one 256-rank node): the move index is sized by the
+// node's quotas, not by ranks per node x G.
+TEST(TopoEpSolver, EqualsTheReferenceOnWideNodes) {
+  for (const auto& [nodes, ranks, experts] :
+       std::vector<std::tuple<int, int, int>>{{4, 288, 640}, {1, 256, 512}}) {
+    const auto demand = skewed_demand(31, ranks, experts, 512);
+    const TopoEpInput in{
+        Topology(nodes, ranks), experts, (experts + ranks - 1) / ranks + 2, 4096, 9.4e6, demand};
+    TopoEpPlan plan;
+    TopoEpSolver solver;
+    solver.solve(in, plan);
+    const TopoEpPlan expected = solve_topoep_reference(in);
+    EXPECT_TRUE(plans_equal(plan, expected)) << nodes << "x" << ranks / nodes;
+    EXPECT_TRUE(stats_equal(plan.stats, expected.stats));
+    EXPECT_GT(plan.stats.num_refinement_moves, 0);
+  }
 }
 
 TEST(TopoEpSolver, EqualsTheReferenceAtTheBenchmarkScale) {
