@@ -1,7 +1,8 @@
-// `cobalt bench`: wall-clock time of the per-step operations (statistics, stage-1 planning, rank
-// packing, stage 2, Algorithm 1, cobalt+'s assignment, dispatch layout, TopoEP) on one (step,
-// layer) batch of a trace or preset, at a chosen cluster shape and replica budget, next to the
-// memory-copy floor of the same bytes (eval/step_timing.hpp). Prints a table; --json writes it.
+// `cobalt bench`: wall-clock time of the per-step work on one (step, layer) batch of a trace or
+// preset, at a chosen cluster shape and replica budget: each library call alone (statistics,
+// stage-1 heuristic, packing, Algorithm 1, stage 2, cobalt+'s assignment, dispatch layout,
+// TopoEP), next to the memory-copy floor of the same bytes, then whole steps of the cobalt,
+// cobalt+ and topoep policies (eval/step_timing.hpp). Prints a table; --json writes it.
 #include <fmt/core.h>
 
 #include <memory>
@@ -21,10 +22,10 @@ namespace {
 
 struct BenchArgs {
   std::string trace_path, preset, cluster = "4x8", model, json_path;
-  double rho = 0.5, eps = 0.15;
+  double rho = 0.5, eps = 0.15, max_seconds = 10;
   std::optional<int> replica_slots, steps;
   std::optional<int64_t> tokens_per_step;
-  int step = 0, layer = 0, threads = 1, reps = 5;
+  int step = 0, layer = 0, threads = 1, reps = 5, steps_per_global_plan = 10;
   uint64_t seed = 0;
 };
 
@@ -50,6 +51,9 @@ void run_bench(const BenchArgs& args) {
     chunks.tokens_per_step = args.tokens_per_step;
   }
   if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
+  if (!args.model.empty()) {  // a bad name fails before the workload is generated
+    as_usage_error([&] { return eval::model_preset(args.model); });
+  }
   WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks);
   const eval::StepSource& source = *input.source;
   if (!source.has_tokens()) {
@@ -75,48 +79,56 @@ void run_bench(const BenchArgs& args) {
   eval::StepScratch scratch;
   const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);
   if (batch.num_tokens() == 0) {
-    throw UsageError(
-        fmt::format("bench: step {} holds no tokens; choose another --step", args.step));
+    throw UsageError(fmt::format(
+        "bench: step {} of layer {} holds no tokens; choose a --step in [0, {}) that has some",
+        args.step, args.layer, source.num_steps()));
   }
   eval::StepTimingOptions options;
   options.topology = topology;
   options.slots_per_rank = slots;
-  options.topoep_slots_per_rank = slots;
   options.eps = args.eps;
   options.seed = args.seed;
   options.step = args.step;
   options.layer = args.layer;
   options.num_threads = args.threads;
   options.reps = args.reps;
+  options.max_seconds = args.max_seconds;
+  options.steps_per_global_plan = args.steps_per_global_plan;
   options.token_bytes = cost.token_bytes();
   options.expert_param_bytes = cost.expert_param_bytes();
   as_usage_error([&] {
     options.validate(batch);
     return 0;
   });
-  Progress progress("bench", 10);
+  Progress progress("bench", 15);
   options.on_operation = [&](const std::string&) { progress.advance(); };
   const auto ops = eval::time_step_operations(batch, options);
   progress.finish();
 
   const std::string workload = args.trace_path.empty() ? args.preset : args.trace_path;
+  const int64_t num_tokens = batch.num_tokens();
   fmt::print(
-      "cobalt bench: {} step {} layer {}: {} tokens x top-{}, E = {}, cluster {}, {} slots per "
-      "rank, {} thread{}\nwall-clock ms on this machine: median and minimum of {} runs after one "
-      "untimed run (measured, not modelled; TopoEP sizes from model {}, {})\n\n",
-      workload, args.step, args.layer, batch.num_tokens(), batch.top_k(), num_experts,
-      topology.to_string(), slots, args.threads, args.threads == 1 ? "" : "s", args.reps,
-      model.name, model_reason);
-  fmt::print("{:<16} {:>10} {:>10} {:>20} {:>8}  {}\n", "operation", "median_ms", "min_ms",
-             "throughput", "vs_copy", "note");
+      "cobalt bench: {} step {} layer {}: {} token{} x top-{}, E = {}, cluster {}, {} slots per "
+      "rank, {} thread{}\nwall-clock ms on this machine: median and minimum of up to {} runs "
+      "after one untimed run (measured, not modelled; TopoEP sizes from model {}, {})\n\n",
+      workload, args.step, args.layer, num_tokens, num_tokens == 1 ? "" : "s", batch.top_k(),
+      num_experts, topology.to_string(), slots, args.threads, args.threads == 1 ? "" : "s",
+      args.reps, model.name, model_reason);
+  fmt::print("{:<18} {:>10} {:>10} {:>5} {:>20} {:>8}  {}\n", "operation", "median_ms", "min_ms",
+             "runs", "throughput", "vs_copy", "note");
+  bool policy_rows = false;
   for (const auto& op : ops) {
-    fmt::print("{:<16} {:>10.4f} {:>10.4f} {:>20} {:>8}  {}\n", op.name, op.median_ms, op.min_ms,
-               rate(op), op.copy_ratio > 0 ? fmt::format("{:.1f}%", 100 * op.copy_ratio) : "",
-               op.note);
+    if (op.policy_step && !policy_rows) {
+      policy_rows = true;
+      fmt::print("whole policy steps (Policy::run, as `cobalt simulate` runs them):\n");
+    }
+    fmt::print("{:<18} {:>10.4f} {:>10.4f} {:>5} {:>20} {:>8}  {}\n", op.name, op.median_ms,
+               op.min_ms, op.reps, rate(op),
+               op.copy_ratio > 0 ? fmt::format("{:.1f}%", 100 * op.copy_ratio) : "", op.note);
   }
   fmt::print(
       "\nvs_copy: copy_bound's median / the operation's (the share of the memory-copy floor of "
-      "the same bytes it reaches)\n");
+      "the same bytes it reaches); V: cross-node token transfers of the step\n");
   if (args.json_path.empty()) return;
   nlohmann::json doc;
   doc["workload"] = workload;
@@ -129,13 +141,28 @@ void run_bench(const BenchArgs& args) {
   doc["slots_per_rank"] = slots;
   doc["threads"] = args.threads;
   doc["reps"] = args.reps;
+  doc["max_seconds"] = args.max_seconds;
+  doc["eps"] = args.eps;
+  if (args.replica_slots) {
+    doc["replica_slots"] = *args.replica_slots;
+  } else {
+    doc["rho"] = args.rho;
+  }
+  doc["steps_per_global_plan"] = args.steps_per_global_plan;
+  doc["seed"] = args.seed;
   doc["model"] = model.name;
+  doc["model_reason"] = model_reason;
   doc["timing"] = "wall-clock, measured on this machine";
   doc["operations"] = nlohmann::json::array();
   for (const auto& op : ops) {
-    nlohmann::json o = {
-        {"name", op.name}, {"what", op.what}, {"median_ms", op.median_ms},  {"min_ms", op.min_ms},
-        {"reps", op.reps}, {"note", op.note}, {"copy_ratio", op.copy_ratio}};
+    nlohmann::json o = {{"name", op.name},
+                        {"what", op.what},
+                        {"median_ms", op.median_ms},
+                        {"min_ms", op.min_ms},
+                        {"reps", op.reps},
+                        {"note", op.note},
+                        {"copy_ratio", op.copy_ratio},
+                        {"policy_step", op.policy_step}};
     if (op.items > 0) {
       o["items"] = op.items;
       o["unit"] = op.unit;
@@ -154,7 +181,7 @@ void register_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   auto* cmd = app.add_subcommand(
       "bench",
-      "Time the per-step operations (planning, assignment, TopoEP, ...) on one batch of a trace");
+      "Time the per-step work (library calls and whole policy steps) on one batch of a trace");
   auto* trace = cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
   auto* preset =
       cmd->add_option("--preset", args->preset,
@@ -182,12 +209,22 @@ void register_bench_command(CLI::App& app) {
       ->check(positive());
   cmd->add_option("--model", args->model,
                   "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)");
-  cmd->add_option("--threads", args->threads, "worker threads of the parallel operations")
+  cmd->add_option("--threads", args->threads,
+                  "worker threads (statistics, planner restarts, assignments; the other calls run "
+                  "on one)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
-  cmd->add_option("--reps", args->reps, "timed runs of each operation (after one untimed run)")
+  cmd->add_option("--reps", args->reps, "timed runs of each row (after one untimed run)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-seconds", args->max_seconds,
+                  "a row stops repeating once its timed runs took this long (at least one run)")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-3, 1e6));
+  cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
+                  "the policies' global re-layout period P")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed for generation and the assignment's draws")
       ->capture_default_str()
       ->check(seed_value());

@@ -143,6 +143,9 @@ int measured_from(const SimulateArgs& args, int num_steps) {
 
 void run_simulate(const SimulateArgs& args) {
   eval::Scenario scenario;
+  if (!args.model.empty()) {  // a bad name fails before the workload is generated
+    as_usage_error([&] { return eval::model_preset(args.model); });
+  }
   WorkloadInput input = load_input(args, scenario.notes);
   const auto& source = *input.source;
 

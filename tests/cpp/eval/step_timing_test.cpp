@@ -10,6 +10,7 @@
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "cobalt/plan/global_planner.hpp"
+#include "cobalt/policy/policy.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "testing/random_inputs.hpp"
 
@@ -20,7 +21,6 @@ StepTimingOptions options_for(const Topology& topo, int num_experts) {
   StepTimingOptions o;
   o.topology = topo;
   o.slots_per_rank = slots_for_rho(num_experts, topo.num_ranks(), 0.5);
-  o.topoep_slots_per_rank = slots_for_extra(num_experts, topo.num_ranks(), 2);
   o.reps = 3;
   o.step = 4;
   o.layer = 1;
@@ -38,19 +38,19 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
   const auto ops = time_step_operations(batch, options);
 
   const std::vector<std::string> expected = {
-      "copy_bound", "stats_update",    "global_plan",     "pack_ranks",    "rebalance",
-      "assign",     "assign_balanced", "dispatch_layout", "demand_matrix", "topoep_solve"};
+      "copy_bound",       "stats_update",    "plan_heuristic",    "pack_ranks",    "assign",
+      "rebalance",        "assign_balanced", "dispatch_layout",   "demand_matrix", "topoep_solve",
+      "cobalt_plan_step", "cobalt_step",     "cobalt+_plan_step", "cobalt+_step",  "topoep_step"};
   ASSERT_EQ(ops.size(), expected.size());
   EXPECT_EQ(announced, expected);
   for (size_t i = 0; i < ops.size(); ++i) {
     SCOPED_TRACE(ops[i].name);
     EXPECT_EQ(ops[i].name, expected[i]);
     EXPECT_EQ(ops[i].reps, 3);
-    EXPECT_GE(ops[i].min_ms, 0.0);
-    EXPECT_LE(ops[i].min_ms, ops[i].median_ms);
     EXPECT_FALSE(ops[i].what.empty());
     const bool is_assignment = ops[i].name == "assign" || ops[i].name == "assign_balanced";
     EXPECT_EQ(ops[i].copy_ratio > 0, is_assignment);
+    EXPECT_EQ(ops[i].policy_step, i >= 10);
   }
   EXPECT_EQ(ops[0].items, 3000);      // tokens
   EXPECT_EQ(ops[7].items, 3000 * 4);  // tasks
@@ -74,20 +74,65 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
   std::vector<RankId> exec(batch.num_tasks());
   assign::assign_node_cover(batch, layout, {9, 4, 1, 0}, {}, exec);
   const auto metrics = step_metrics(batch, exec, topo);
-  EXPECT_EQ(ops[5].note.rfind(fmt::format("V {},", metrics.transfers.dedup), 0), 0u) << ops[5].note;
+  EXPECT_EQ(ops[4].note.rfind(fmt::format("V {},", metrics.transfers.dedup), 0), 0u) << ops[4].note;
   EXPECT_EQ(ops[3].note, fmt::format("{} replicas for 32 experts", layout.num_replicas()));
+
+  // The policy rows run the registered policies as the simulator does: the plan step is the
+  // second step a fresh policy sees, an ordinary step comes after it; their assignments match.
+  policy::PolicyConfig config;
+  config.topology = topo;
+  config.num_experts = 32;
+  config.top_k = 4;
+  config.num_layers = 2;
+  config.slots_per_rank = options.slots_per_rank;
+  config.seed = 9;
+  for (const std::string name : {"cobalt", "cobalt+"}) {
+    auto pol = policy::make_policy(name, config);
+    std::vector<RankId> policy_exec(batch.num_tasks());
+    pol->run(4, 1, batch, policy_exec);
+    pol->run(5, 1, batch, policy_exec);
+    const auto plan_step = step_metrics(batch, policy_exec, topo);
+    const auto& row = name == "cobalt" ? ops[10] : ops[12];
+    EXPECT_EQ(row.note.rfind(fmt::format("V {},", plan_step.transfers.dedup), 0), 0u)
+        << name << ": " << row.note;
+    EXPECT_NE(row.note.find("planning (both stages)"), std::string::npos) << row.note;
+  }
+  auto topoep = policy::make_policy("topoep", config);
+  std::vector<RankId> topoep_exec(batch.num_tasks());
+  topoep->run(4, 1, batch, topoep_exec);
+  EXPECT_EQ(ops[14].note.rfind(
+                fmt::format("V {},", step_metrics(batch, topoep_exec, topo).transfers.dedup), 0),
+            0u)
+      << ops[14].note;
+}
+
+TEST(StepTiming, StopsRepeatingWhenTheTimeBudgetRunsOut) {
+  const Topology topo(2, 8);
+  const auto owned = testing::random_batch(3, 2000, 4, 32, topo.num_ranks());
+  auto options = options_for(topo, 32);
+  options.reps = 100000;
+  options.max_seconds = 1e-9;  // every row stops after its first timed run
+  for (const auto& op : time_step_operations(owned.view(), options)) {
+    EXPECT_EQ(op.reps, 1) << op.name;
+    EXPECT_EQ(op.median_ms, op.min_ms) << op.name;
+  }
 }
 
 TEST(StepTiming, ResultsDoNotDependOnTheThreadCount) {
   const Topology topo(4, 16);
-  const auto owned = testing::random_batch(5, 5000, 8, 64, topo.num_ranks(), 2.0);
+  // 40000 tokens: the assignments split them into several chunks per thread.
+  const auto owned = testing::random_batch(5, 40000, 8, 64, topo.num_ranks(), 2.0);
   auto options = options_for(topo, 64);
   options.reps = 1;
   const auto one = time_step_operations(owned.view(), options);
   options.num_threads = 2;
   const auto two = time_step_operations(owned.view(), options);
   ASSERT_EQ(one.size(), two.size());
-  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i].note, two[i].note) << one[i].name;
+  // The notes' results, not their measured times ("; planning ... ms").
+  auto results = [](const std::string& note) { return note.substr(0, note.find(';')); };
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(results(one[i].note), results(two[i].note)) << one[i].name;
+  }
 }
 
 TEST(StepTiming, RejectsBadOptions) {
@@ -110,13 +155,31 @@ TEST(StepTiming, RejectsBadOptions) {
   o.slots_per_rank = 1;
   expect_rejected(o, "1 slots per rank out of range [4, 32]");
   o = options_for(topo, 32);
-  o.topoep_slots_per_rank = 1;
-  expect_rejected(o, "need >= 4");
-  o = options_for(topo, 32);
   o.reps = 0;
   expect_rejected(o, "reps 0 out of range");
+  o = options_for(topo, 32);
+  o.num_threads = 0;
+  expect_rejected(o, "threads 0 must be >= 1");
+  o = options_for(topo, 32);
+  o.planner_restarts = 0;
+  expect_rejected(o, "planner restarts 0 must be >= 1");
+  o = options_for(topo, 32);
+  o.layer = -1;
+  expect_rejected(o, "layer -1 out of range");
+  o = options_for(topo, 32);
+  o.max_seconds = 0;
+  expect_rejected(o, "max seconds 0 out of range");
+  o = options_for(topo, 32);
+  o.reps = 100001;
+  expect_rejected(o, "reps 100001 out of range [1, 100000]");
   const testing::OwnedBatch empty{{}, {}, 4, 32, 8};
-  EXPECT_THROW(time_step_operations(empty.view(), options_for(topo, 32)), Error);
+  try {
+    time_step_operations(empty.view(), options_for(topo, 32));
+    ADD_FAILURE() << "an empty batch was timed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("holds no tokens"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
