@@ -151,31 +151,49 @@ inline void time_calls(Context& ctx, Row& row, const std::function<void()>& call
   row.min_us = us.front();
 }
 
-// The call captured once into a CUDA graph and replayed (3 warm-ups, then `reps` replays timed
-// with events): what the call costs on the device when a training step replays it from a graph,
-// without the host's launch latency that time_calls includes (several kernels per call). Sets
-// row.graph_us; a capture the call does not support leaves it at -1 with a note.
+// The call captured kGraphCalls times into one CUDA graph and the graph replayed (3 warm-ups,
+// then `reps` replays timed with events), per call: what the call costs on the device when a
+// training step replays it from a graph, without the host's launch latency that time_calls
+// includes (several kernels per call; k calls per graph so a short call cannot leave the device
+// idle between the events). Sets row.graph_us. Throws CudaFailure when the call cannot be
+// captured or replayed (the caller makes that a note).
+inline constexpr int kGraphCalls = 10;
 inline void time_graph_replays(Context& ctx, Row& row, const std::function<void()>& call) {
   struct Graph {
+    cudaStream_t stream;
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     std::vector<cudaEvent_t> events;
     ~Graph() {
+      // Never leave the stream capturing (every later call on it, or a device-wide sync, would
+      // fail and read as a lost context).
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &status) == cudaSuccess &&
+          status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(stream, &partial);
+        if (partial != nullptr) cudaGraphDestroy(partial);
+      }
+      (void)cudaGetLastError();
       for (auto& e : events) {
         if (e != nullptr) cudaEventDestroy(e);
       }
       if (exec != nullptr) cudaGraphExecDestroy(exec);
       if (graph != nullptr) cudaGraphDestroy(graph);
     }
-  } g;
-  // Relaxed: the launchers query device attributes while they enqueue.
-  cuda_ok(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeRelaxed),
+  } g{ctx.stream, nullptr, nullptr, {}};
+  // Thread-local mode: a launcher that made an unsafe call (an allocation, a synchronisation)
+  // while capturing is refused instead of silently baking its result into the graph. The device
+  // attributes the launchers query were cached by the direct calls before.
+  cuda_ok(cudaStreamBeginCapture(ctx.stream, cudaStreamCaptureModeThreadLocal),
           "cudaStreamBeginCapture");
   try {
-    call();
-  } catch (...) {
+    for (int i = 0; i < kGraphCalls; ++i) call();
+  } catch (const std::exception& e) {
+    // The same call ran directly just before, so what failed is its capture.
     (void)cudaStreamEndCapture(ctx.stream, &g.graph);
-    throw;
+    (void)cudaGetLastError();
+    throw CudaFailure(std::string("during capture: ") + e.what());
   }
   cuda_ok(cudaStreamEndCapture(ctx.stream, &g.graph), "cudaStreamEndCapture");
   cuda_ok(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
@@ -193,7 +211,7 @@ inline void time_graph_replays(Context& ctx, Row& row, const std::function<void(
     float ms = 0;
     cuda_ok(cudaEventElapsedTime(&ms, g.events[2 * i], g.events[2 * i + 1]),
             "cudaEventElapsedTime");
-    us[i] = 1000.0 * ms;
+    us[i] = 1000.0 * ms / kGraphCalls;
   }
   std::sort(us.begin(), us.end());
   row.graph_us = us[us.size() / 2];
@@ -257,7 +275,7 @@ void guarded(Context& ctx, Row& row, GpuPart&& gpu_part) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "  %s %s: %s\n", row.kernel.c_str(), row.input.c_str(), e.what());
     row.mismatches = std::max<int64_t>(row.mismatches, 1);
-    row.note = std::string("error: ") + e.what();
+    row.note = std::string("error: ") + e.what() + (row.note.empty() ? "" : "; " + row.note);
     const cudaError_t sticky = cudaDeviceSynchronize();
     (void)cudaGetLastError();  // clear a non-sticky error
     if (sticky != cudaSuccess) {
