@@ -33,6 +33,21 @@ void GlobalPlanInput::validate() const {
                      "global plan: expert {} has load {} (must be finite and >= 0)", e,
                      expert_load[e]);
   }
+  // Co-activation and source demand are token counts: the planners rely on them being >= 0.
+  for (size_t i = 0; i < coactivation.size(); ++i) {
+    COBALT_CHECK_ARG(coactivation[i] >= 0 && std::isfinite(coactivation[i]),
+                     "global plan: co-activation of experts {} and {} is {} (must be finite and "
+                     ">= 0)",
+                     i / num_experts, i % num_experts, coactivation[i]);
+  }
+  COBALT_CHECK_ARG(source_weight >= 0 && std::isfinite(source_weight),
+                   "global plan: source weight {} must be finite and >= 0", source_weight);
+  for (size_t i = 0; i < source_demand.size(); ++i) {
+    COBALT_CHECK_ARG(source_demand[i] >= 0 && std::isfinite(source_demand[i]),
+                     "global plan: source demand of node {} for expert {} is {} (must be finite "
+                     "and >= 0)",
+                     i / num_experts, i % num_experts, source_demand[i]);
+  }
 }
 
 double GlobalPlanInput::total_load() const {

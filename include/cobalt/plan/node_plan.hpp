@@ -35,8 +35,8 @@ struct GlobalPlanInput {
   std::span<const double> source_demand;
   double source_weight = 0.0;
 
-  // Throws cobalt::Error when sizes disagree, loads are negative, or the budget cannot hold E
-  // experts.
+  // Throws cobalt::Error when sizes disagree, a load, co-activation, source demand or the source
+  // weight is negative or not finite, or the budget cannot hold E experts.
   void validate() const;
   double total_load() const;
   double rank_load_cap() const;  // (1 + eps) * W / G

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
 
 #include "cobalt/core/error.hpp"
@@ -117,6 +118,36 @@ TEST(GlobalPlanner, ReportsImpossibleBudgets) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
   }
+}
+
+// Co-activation and source demand are counts: a negative or non-finite entry is named, not planned
+// with (local search's bounds and the MILP assume them >= 0).
+TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
+  auto inst = random_instance(2, 8, 0.0);
+  auto expect_rejected = [](const GlobalPlanInput& in, const std::string& words) {
+    try {
+      plan_global_heuristic(in, {});
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  auto c = inst.c;
+  c[1 * 8 + 3] = -1;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, c},
+                  "co-activation of experts 1 and 3 is -1");
+  c[1 * 8 + 3] = std::nan("");
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, c}, "co-activation");
+  std::vector<double> demand(2 * 8, 1.0);
+  demand[8 + 5] = -2;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, demand, 1.0},
+                  "source demand of node 1 for expert 5 is -2");
+  demand[8 + 5] = 2;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, demand, -1.0},
+                  "source weight -1");
+  EXPECT_NO_THROW(plan_global_heuristic(
+      GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, demand, 1.0}, {}));
 }
 
 TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
