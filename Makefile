@@ -74,6 +74,7 @@ format:
 
 # Fails (listing the files) when a source differs from what `make format` would write.
 format-check: deps
+	@command -v clang-format >/dev/null || { echo "format-check: clang-format not found" >&2; exit 1; }
 	@bad=$$($(FORMAT_SOURCES) | xargs -0 clang-format --dry-run --Werror 2>&1 \
 	  | grep -E ':[0-9]+:[0-9]+: error:' | cut -d: -f1 | sort -u); \
 	if [ -n "$$bad" ]; then \

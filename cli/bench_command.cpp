@@ -25,7 +25,7 @@ struct BenchArgs {
   double rho = 0.5, eps = 0.15, max_seconds = 10;
   std::optional<int> replica_slots, steps;
   std::optional<int64_t> tokens_per_step;
-  int step = 0, layer = 0, threads = 1, reps = 5, steps_per_global_plan = 10;
+  int step = 0, layer = 0, threads = 1, reps = 5;
   uint64_t seed = 0;
 };
 
@@ -93,7 +93,6 @@ void run_bench(const BenchArgs& args) {
   options.num_threads = args.threads;
   options.reps = args.reps;
   options.max_seconds = args.max_seconds;
-  options.steps_per_global_plan = args.steps_per_global_plan;
   options.token_bytes = cost.token_bytes();
   options.expert_param_bytes = cost.expert_param_bytes();
   as_usage_error([&] {
@@ -148,7 +147,8 @@ void run_bench(const BenchArgs& args) {
   } else {
     doc["rho"] = args.rho;
   }
-  doc["steps_per_global_plan"] = args.steps_per_global_plan;
+  if (args.steps) doc["steps"] = *args.steps;
+  if (args.tokens_per_step) doc["tokens_per_step"] = *args.tokens_per_step;
   doc["seed"] = args.seed;
   doc["model"] = model.name;
   doc["model_reason"] = model_reason;
@@ -221,10 +221,6 @@ void register_bench_command(CLI::App& app) {
                   "a row stops repeating once its timed runs took this long (at least one run)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e6));
-  cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
-                  "the policies' global re-layout period P")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--seed", args->seed, "seed for generation and the assignment's draws")
       ->capture_default_str()
       ->check(seed_value());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check and benchmark of Cobalt's CUDA kernels (docs/gpu.md): every kernel against its CPU
 # reference (bitwise, poisoned outputs) on random, synthetic-preset and real traces, then timed
-# (CUDA events, 3 warm-ups, median of 20) against the memory-bandwidth floor; one table.
+# (CUDA events, 3 warm-ups, median of 20; and replayed from a CUDA graph) against the
+# memory-bandwidth floor; one table.
 #
 #   bash bench/gpu/run.sh --bundle [JOBS=n]   on a machine with nvcc (no GPU needed): build
 #                                            cobalt_gpu_check and pack it, the shared libraries it
@@ -16,10 +17,12 @@
 # Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
 # With COBALT_GPU_SANITIZE=1, when the checks passed, compute-sanitizer's memcheck and then
-# racecheck also run the quick check on 20000 tokens (one timed call each; about a minute or two
-# more, at most 3 minutes each): exit 8 when either reports an error or times out, their logs
-# in $OUT/sanitizer_*.txt (/tmp without $OUT).
-# Designed to finish in well under 3 minutes of device time with the bundle (no build there).
+# racecheck also run the quick check on 20000 tokens (per timed case one direct call and four
+# replays of a 10-call graph under the tool; not yet timed on a GPU; at most 150 s each): exit 8
+# when either reports an error or times out, their logs in $OUT/sanitizer_*.txt (/tmp without
+# $OUT). Worst case 240 + 2 x 150 s: give the device call timeout_s=600.
+# Designed to finish in well under 3 minutes of device time with the bundle (no build there)
+# without COBALT_GPU_SANITIZE.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle=build/gpu-bundle
@@ -126,7 +129,7 @@ found=0
 for tool in memcheck racecheck; do
   tool_log=${OUT:-/tmp}/sanitizer_$tool.txt
   set +e
-  timeout 180 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --traces "$traces" --quick \
+  timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin" --traces "$traces" --quick \
     --tokens 20000 --reps 1 >"$tool_log" 2>&1
   tool_status=$?
   set -e

@@ -94,8 +94,6 @@ void StepTimingOptions::validate(const RoutingBatch& batch) const {
   COBALT_CHECK_ARG(num_threads >= 1, "step timing: threads {} must be >= 1", num_threads);
   COBALT_CHECK_ARG(planner_restarts >= 1, "step timing: planner restarts {} must be >= 1",
                    planner_restarts);
-  COBALT_CHECK_ARG(steps_per_global_plan >= 1, "step timing: steps per global plan {} must be >= 1",
-                   steps_per_global_plan);
   COBALT_CHECK_ARG(step >= 0 && step <= std::numeric_limits<int64_t>::max() / 2,
                    "step timing: step {} out of range [0, 2^62]", step);
   COBALT_CHECK_ARG(layer >= 0 && layer < 65536, "step timing: layer {} out of range [0, 65536)",
@@ -237,7 +235,6 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
   config.num_layers = options.layer + 1;
   config.slots_per_rank = options.slots_per_rank;
   config.eps = options.eps;
-  config.steps_per_global_plan = options.steps_per_global_plan;
   config.seed = options.seed;
   config.num_threads = options.num_threads;
   config.planner_restarts = options.planner_restarts;

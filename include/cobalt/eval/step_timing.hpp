@@ -22,10 +22,9 @@ namespace cobalt::eval {
 
 struct StepTimingOptions {
   Topology topology{1, 1};
-  int slots_per_rank = 0;          // S for every layout (slots_for_rho / slots_for_extra)
-  double eps = 0.15;               // load tolerance of the global planner
-  int planner_restarts = 8;        // the policies' default
-  int steps_per_global_plan = 10;  // P
+  int slots_per_rank = 0;    // S for every layout (slots_for_rho / slots_for_extra)
+  double eps = 0.15;         // load tolerance of the global planner
+  int planner_restarts = 8;  // the policies' default
   uint64_t seed = 0;
   int64_t step = 0;  // the (step, layer) of the batch: the assignment's RNG keys
   int layer = 0;

@@ -30,7 +30,8 @@ TEST_F(BenchCli, PrintsAndWritesEveryOperation) {
   EXPECT_EQ(doc["reps"].get<int>(), 2);
   EXPECT_EQ(doc["model"].get<std::string>(), "glm-4.5-air");
   EXPECT_EQ(doc["rho"].get<double>(), 0.5);
-  EXPECT_EQ(doc["steps_per_global_plan"].get<int>(), 10);
+  EXPECT_EQ(doc["steps"].get<int>(), 3);
+  EXPECT_EQ(doc["tokens_per_step"].get<int64_t>(), 2048);
   ASSERT_EQ(doc["operations"].size(), 15u);
   for (const auto& op : doc["operations"]) {
     const std::string name = op["name"].get<std::string>();
