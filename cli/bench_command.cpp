@@ -68,10 +68,7 @@ void run_bench(const BenchArgs& args) {
         fmt::format("bench: --layer {} out of range [0, {})", args.layer, source.num_layers()));
   }
   const int num_experts = source.num_experts(), num_ranks = topology.num_ranks();
-  const int slots = as_usage_error([&] {
-    return args.replica_slots ? slots_for_extra(num_experts, num_ranks, *args.replica_slots)
-                              : slots_for_rho(num_experts, num_ranks, args.rho);
-  });
+  const int slots = slots_per_rank(num_experts, num_ranks, args.rho, args.replica_slots);
   const auto [model, model_reason] = choose_model(args.model, input);
   const eval::CostParams cost =
       eval::make_cost_params(eval::cluster_preset("4x8-b200"), model);  // sizes only
@@ -182,31 +179,14 @@ void register_bench_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "bench",
       "Time the per-step work (library calls and whole policy steps) on one batch of a trace");
-  auto* trace = cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
-  auto* preset =
-      cmd->add_option("--preset", args->preset,
-                      "synthetic workload preset (see `cobalt trace gen --list-presets`)");
-  trace->excludes(preset);
+  add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
   cmd->add_option("--step", args->step, "step whose batch is timed")->capture_default_str();
   cmd->add_option("--layer", args->layer, "MoE layer whose batch is timed")->capture_default_str();
-  auto* rho =
-      cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
-          ->capture_default_str()
-          ->check(non_negative());
-  auto* extra = cmd->add_option("--replica-slots", args->replica_slots,
-                                "replica budget: S = ceil(E/G) + N slots per rank")
-                    ->check(non_negative());
-  rho->excludes(extra);
+  add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for the global planner")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--steps", args->steps,
-                  "steps: generated (presets) or re-chunked / cycled (traces)")
-      ->check(positive());
-  cmd->add_option("--tokens-per-step", args->tokens_per_step,
-                  "tokens per step: generated (presets) or re-chunked / cycled (traces)")
-      ->check(positive());
   cmd->add_option("--model", args->model,
                   "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)");
   cmd->add_option("--threads", args->threads,

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
 
 namespace cobalt::cli {
 
@@ -43,6 +46,16 @@ void require_output_directory(const std::string& path, const std::string& option
 // the file at `input_path` (the trace being read).
 void require_output_file(const std::string& path, const std::string& option,
                          const std::string& input_path = "");
+
+// Option groups shared by simulate and bench: --trace / --preset (exclusive), --steps,
+// --tokens-per-step; --rho / --replica-slots (exclusive).
+void add_workload_options(CLI::App* cmd, std::string& trace_path, std::string& preset,
+                          std::optional<int>& steps, std::optional<int64_t>& tokens_per_step);
+void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_slots);
+// Slots per rank from --replica-slots when given, else --rho; an impossible value is a usage
+// error. (slots_for_rho / slots_for_extra: cobalt/core/expert_layout.hpp.)
+int slots_per_rank(int num_experts, int num_ranks, double rho,
+                   const std::optional<int>& replica_slots);
 
 void register_trace_commands(CLI::App& app);
 void register_simulate_command(CLI::App& app);

@@ -206,9 +206,7 @@ void run_simulate(const SimulateArgs& args) {
   config.top_k = source.top_k();
   config.num_layers = source.num_layers();
   config.slots_per_rank =
-      args.replica_slots
-          ? slots_for_extra(config.num_experts, topology.num_ranks(), *args.replica_slots)
-          : slots_for_rho(config.num_experts, topology.num_ranks(), args.rho);
+      slots_per_rank(config.num_experts, topology.num_ranks(), args.rho, args.replica_slots);
   config.eps = args.eps;
   config.steps_per_global_plan = args.steps_per_global_plan;
   config.seed = args.seed;
@@ -275,11 +273,7 @@ void register_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   auto* cmd = app.add_subcommand(
       "simulate", "Replay a routing trace through policies on a modelled cluster (times modelled)");
-  auto* trace = cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
-  auto* preset =
-      cmd->add_option("--preset", args->preset,
-                      "synthetic workload preset (see `cobalt trace gen --list-presets`)");
-  trace->excludes(preset);
+  add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster,
                   "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: the "
                   "preset's shape)");
@@ -291,14 +285,7 @@ void register_simulate_command(CLI::App& app) {
       "deepseek-v2, deepseek-v2-lite, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
       "metadata or E/K, else glm-4.5-air)");
   cmd->add_option("--policies", args->policies, "comma-separated policy names, or 'all' (default)");
-  auto* rho =
-      cmd->add_option("--rho", args->rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
-          ->capture_default_str()
-          ->check(non_negative());
-  auto* extra = cmd->add_option("--replica-slots", args->replica_slots,
-                                "replica budget: S = ceil(E/G) + N slots per rank")
-                    ->check(non_negative());
-  rho->excludes(extra);
+  add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")
       ->capture_default_str()
       ->check(non_negative());
@@ -314,12 +301,6 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")
       ->capture_default_str()
-      ->check(positive());
-  cmd->add_option("--steps", args->steps,
-                  "steps: generated (presets) or re-chunked / cycled (traces)")
-      ->check(positive());
-  cmd->add_option("--tokens-per-step", args->tokens_per_step,
-                  "tokens per step: generated (presets) or re-chunked / cycled (traces)")
       ->check(positive());
   cmd->add_option("--layers", args->layers, "MoE layers (presets)")->check(positive());
   cmd->add_option("--overlap", args->overlap,
