@@ -48,33 +48,8 @@ std::vector<int64_t> hot_block_demand(int num_experts, int num_ranks) {
   return demand;
 }
 
-void BM_TopoEP_Solve(benchmark::State& state) {
-  const int num_experts = static_cast<int>(state.range(0));
-  const int num_ranks = static_cast<int>(state.range(1));
-  const auto demand = hot_block_demand(num_experts, num_ranks);
-  const int slots = (num_experts + num_ranks - 1) / num_ranks + 2;
-  plan::TopoEpInput input{
-      Topology(num_ranks / kRanksPerNode, num_ranks), num_experts, slots, 8192.0, 3.46e7, demand};
-  plan::TopoEpSolver solver;
-  plan::TopoEpPlan plan;
-  for (auto _ : state) {
-    solver.solve(input, plan);
-    benchmark::DoNotOptimize(plan.rank_loads.data());
-  }
-  state.counters["inter_replicas"] = static_cast<double>(plan.stats.num_inter_node_replicas);
-  state.counters["moves"] = static_cast<double>(plan.stats.num_refinement_moves);
-}
-BENCHMARK(BM_TopoEP_Solve)
-    ->Args({640, 32})
-    ->Args({640, 128})
-    ->Args({1024, 128})
-    ->Unit(benchmark::kMicrosecond);
-
-// The same with wide NVLink domains: 4 nodes of 72 ranks (NVL72), one node of 256 ranks.
-void BM_TopoEP_Solve_WideNode(benchmark::State& state) {
-  const int num_experts = static_cast<int>(state.range(0));
-  const int num_ranks = static_cast<int>(state.range(1));
-  const int num_nodes = static_cast<int>(state.range(2));
+// One solver call per iteration on the hot-block Omega of E experts over G ranks in N nodes.
+void run_topoep(benchmark::State& state, int num_experts, int num_ranks, int num_nodes) {
   const auto demand = hot_block_demand(num_experts, num_ranks);
   const int slots = (num_experts + num_ranks - 1) / num_ranks + 2;
   plan::TopoEpInput input{
@@ -85,7 +60,24 @@ void BM_TopoEP_Solve_WideNode(benchmark::State& state) {
     solver.solve(input, plan);
     benchmark::DoNotOptimize(plan.rank_loads.data());
   }
+  state.counters["inter_replicas"] = static_cast<double>(plan.stats.num_inter_node_replicas);
   state.counters["moves"] = static_cast<double>(plan.stats.num_refinement_moves);
+}
+
+void BM_TopoEP_Solve(benchmark::State& state) {
+  const auto num_ranks = static_cast<int>(state.range(1));
+  run_topoep(state, static_cast<int>(state.range(0)), num_ranks, num_ranks / kRanksPerNode);
+}
+BENCHMARK(BM_TopoEP_Solve)
+    ->Args({640, 32})
+    ->Args({640, 128})
+    ->Args({1024, 128})
+    ->Unit(benchmark::kMicrosecond);
+
+// The same with wide NVLink domains: 4 nodes of 72 ranks (NVL72), one node of 256 ranks.
+void BM_TopoEP_Solve_WideNode(benchmark::State& state) {
+  run_topoep(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+             static_cast<int>(state.range(2)));
 }
 BENCHMARK(BM_TopoEP_Solve_WideNode)
     ->Args({640, 288, 4})

@@ -9,6 +9,7 @@
 
 #include "cobalt/io/trace.hpp"
 #include "testing/cli.hpp"
+#include "testing/random_inputs.hpp"
 
 namespace cobalt {
 namespace {
@@ -95,13 +96,7 @@ TEST_F(BenchCli, AStepWithoutTokensIsAUsageError) {
 }
 
 TEST_F(BenchCli, LoadOnlyTraceIsAUsageError) {
-  io::TraceData d;
-  d.num_experts = 16;
-  d.top_k = 2;
-  d.num_layers = 1;
-  d.num_sources = 8;
-  d.num_count_steps = 2;
-  for (int i = 0; i < 2 * 8 * 16; ++i) d.counts.push_back(i % 5);
+  const io::TraceData d = testing::load_only_trace(2, 8, 16, 2);
   io::write_trace(path("counts.safetensors"), d);
   const auto r = run("bench --trace " + path("counts.safetensors") + " --cluster 2x4");
   EXPECT_EQ(r.exit_code, 2);

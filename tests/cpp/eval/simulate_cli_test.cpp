@@ -14,6 +14,7 @@
 #include "cobalt/io/safetensors.hpp"
 #include "cobalt/io/trace.hpp"
 #include "testing/cli.hpp"
+#include "testing/random_inputs.hpp"
 
 namespace cobalt {
 namespace {
@@ -253,14 +254,7 @@ TEST_F(SimulateCli, UsageErrors) {
 }
 
 TEST_F(SimulateCli, LoadOnlyTraceSkipsTokenLevelPolicies) {
-  io::TraceData d;
-  d.num_experts = 16;
-  d.top_k = 2;
-  d.num_layers = 1;
-  d.num_sources = 8;
-  d.num_count_steps = 3;
-  for (int i = 0; i < 3 * 8 * 16; ++i) d.counts.push_back((i * 37) % 11);
-  io::write_trace(path("counts.safetensors"), d);
+  io::write_trace(path("counts.safetensors"), testing::load_only_trace(3, 8, 16, 2));
   const auto r = run("simulate --trace " + path("counts.safetensors") +
                      " --cluster 2x4 --policies static,cobalt --json " + path("sim.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -95,4 +95,16 @@ inline io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int 
   return data;
 }
 
+// A load-only trace (counts [S, 1, R, E], no token ids): deterministic counts in [0, 11).
+inline io::TraceData load_only_trace(int steps, int sources, int experts, int top_k) {
+  io::TraceData d;
+  d.num_experts = experts;
+  d.top_k = top_k;
+  d.num_layers = 1;
+  d.num_sources = sources;
+  d.num_count_steps = steps;
+  for (int i = 0; i < steps * sources * experts; ++i) d.counts.push_back((i * 37) % 11);
+  return d;
+}
+
 }  // namespace cobalt::testing
