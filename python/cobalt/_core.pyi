@@ -9,7 +9,7 @@ their owner alive (no copy); "live" views change when the owner is updated.
 from __future__ import annotations
 
 import enum
-from typing import Optional, Sequence, overload
+from typing import Any, Optional, Sequence, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -360,6 +360,14 @@ def rank_loads(exec_rank: ArrayLike, num_ranks: int) -> I64: ...
 def imbalance(loads: ArrayLike) -> float: ...
 def max_violation(expert_counts: ArrayLike) -> float: ...
 def token_bytes(token_copies: int, hidden: int, bytes_per_element: int) -> float: ...
+def time_step_operations(batch: RoutingBatch, topology: Topology, slots_per_rank: int,
+                         eps: float = 0.15, seed: int = 0, step: int = 0, layer: int = 0,
+                         num_threads: int = 1, reps: int = 5, max_seconds: float = 10.0,
+                         token_bytes: float = 14336.0,
+                         expert_param_bytes: float = 4.2e7) -> list[dict[str, Any]]:
+    """Wall-clock timing of the per-step calls and whole cobalt / cobalt+ / topoep steps on one
+    batch (`cobalt bench`): one dict per row with name, what, policy_step, median_ms, min_ms,
+    reps, items, unit, copy_ratio, note. Measured on this machine, not modelled."""
 
 class StepMetrics:
     @property

@@ -3,6 +3,7 @@
 
 #include "bindings_common.hpp"
 #include "cobalt/eval/metrics.hpp"
+#include "cobalt/eval/step_timing.hpp"
 #include "cobalt/eval/trace_stats.hpp"
 #include "py_routing_batch.hpp"
 
@@ -118,6 +119,52 @@ void bind_eval(py::module_& m) {
       .def_readonly("static_ep_imbalance", &eval::TraceStats::static_ep_imbalance)
       .def_readonly("source_locality", &eval::TraceStats::source_locality)
       .def_readonly("layers", &eval::TraceStats::layers);
+
+  m.def(
+      "time_step_operations",
+      [](const PyRoutingBatch& b, const Topology& topology, int slots_per_rank, double eps,
+         uint64_t seed, int64_t step, int layer, int num_threads, int reps, double max_seconds,
+         double token_bytes, double expert_param_bytes) {
+        eval::StepTimingOptions options;
+        options.topology = topology;
+        options.slots_per_rank = slots_per_rank;
+        options.eps = eps;
+        options.seed = seed;
+        options.step = step;
+        options.layer = layer;
+        options.num_threads = num_threads;
+        options.reps = reps;
+        options.max_seconds = max_seconds;
+        options.token_bytes = token_bytes;
+        options.expert_param_bytes = expert_param_bytes;
+        std::vector<eval::TimedOperation> ops;
+        {
+          py::gil_scoped_release release;  // minutes at large shapes: let other threads run
+          ops = eval::time_step_operations(b.batch, options);
+        }
+        py::list rows;
+        for (const auto& op : ops) {
+          py::dict row;
+          row["name"] = op.name;
+          row["what"] = op.what;
+          row["policy_step"] = op.policy_step;
+          row["median_ms"] = op.median_ms;
+          row["min_ms"] = op.min_ms;
+          row["reps"] = op.reps;
+          row["items"] = op.items;
+          row["unit"] = op.unit;
+          row["copy_ratio"] = op.copy_ratio;
+          row["note"] = op.note;
+          rows.append(std::move(row));
+        }
+        return rows;
+      },
+      py::arg("batch"), py::arg("topology"), py::arg("slots_per_rank"), py::arg("eps") = 0.15,
+      py::arg("seed") = 0, py::arg("step") = 0, py::arg("layer") = 0, py::arg("num_threads") = 1,
+      py::arg("reps") = 5, py::arg("max_seconds") = 10.0, py::arg("token_bytes") = 14336.0,
+      py::arg("expert_param_bytes") = 4.2e7,
+      "Wall-clock timing of the per-step calls and policy steps on one batch (what `cobalt "
+      "bench` prints): a list of dicts, one per row (eval/step_timing.hpp).");
 }
 
 }  // namespace cobalt::py_bindings

@@ -128,6 +128,31 @@ def test_assignment_metrics_and_policies_agree() -> None:
         cobalt.make_policy("static", cfg).run(0, 0, _batch(experts=32))
 
 
+def test_step_timing_rows_match_the_policies() -> None:
+    topo = cobalt.Topology(2, 8)
+    batch = _batch(num_tokens=256)
+    rows = cobalt.time_step_operations(batch, topo, slots_per_rank=3, step=4, layer=1, reps=2)
+    names = [r["name"] for r in rows]
+    assert names[:3] == ["copy_bound", "stats_update", "plan_heuristic"]
+    assert names[-5:] == ["cobalt_plan_step", "cobalt_step", "cobalt+_plan_step", "cobalt+_step",
+                          "topoep_step"]
+    assert all(r["reps"] == 2 and 0 <= r["min_ms"] <= r["median_ms"] for r in rows)
+    assign = rows[names.index("assign")]
+    assert assign["copy_ratio"] > 0 and assign["items"] == 256 and assign["unit"] == "tokens"
+    # The plan-step row is the policy's second step, as the simulator runs it.
+    config = cobalt.PolicyConfig(topo, 16, 2, slots_per_rank=3)
+    config.num_layers = 2
+    policy = cobalt.make_policy("cobalt", config)
+    policy.run(4, 1, batch)
+    _, exe = policy.run(5, 1, batch)
+    v = cobalt.cross_node_transfers(batch, exe, topo).dedup
+    assert rows[names.index("cobalt_plan_step")]["note"].startswith(f"V {v},")
+    with pytest.raises(ValueError, match="slots per rank out of range"):
+        cobalt.time_step_operations(batch, topo, slots_per_rank=1)
+    with pytest.raises(ValueError, match="reps 0 out of range"):
+        cobalt.time_step_operations(batch, topo, slots_per_rank=3, reps=0)
+
+
 def test_stats_planner_and_rebalance() -> None:
     topo = cobalt.Topology(2, 8)
     batch = _batch(num_tokens=256)
