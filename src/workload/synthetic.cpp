@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
@@ -22,17 +23,13 @@ constexpr int64_t kTokensPerChunk = 16384;
 // replacement in O(size) per pick); larger groups use rejection on their alias table.
 constexpr int kMaxLocalGroup = 64;
 
-// Weighted draws without replacement from one group, for one token: weights [m] with chosen members
-// zeroed.
+// Weighted draws without replacement from one group, for one token: the group's weights [m] with
+// the drawn members masked out (m <= 64), and their running total.
 class LocalGroup {
  public:
-  LocalGroup(const AliasTable& table) : table_(table), size_(table.size()) {
-    const auto w = table.weights();
-    for (int i = 0; i < size_; ++i) {
-      weights_[i] = w[i];
-      total_ += w[i];
-    }
-  }
+  // total: the group's weights summed in order from 0 (the same double every token starts from).
+  LocalGroup(const AliasTable& table, double total)
+      : table_(table), weights_(table.weights().data()), size_(table.size()), total_(total) {}
   // A member not drawn yet, or -1 when none is left.
   ExpertId draw(uint64_t hash) {
     if (!(total_ > 0)) return -1;
@@ -40,7 +37,7 @@ class LocalGroup {
     double acc = 0;
     int pick = -1;
     for (int i = 0; i < size_; ++i) {
-      if (weights_[i] <= 0) continue;
+      if (weights_[i] <= 0 || ((removed_ >> i) & 1)) continue;
       pick = i;
       acc += weights_[i];
       if (target < acc) break;
@@ -53,15 +50,23 @@ class LocalGroup {
     return table_.items()[pick];
   }
   void remove(int slot) {
+    if ((removed_ >> slot) & 1) return;  // its weight already left the total
     total_ -= weights_[slot];
-    weights_[slot] = 0;
+    removed_ |= uint64_t{1} << slot;
+  }
+
+  static double total_of(const AliasTable& table) {
+    double total = 0;
+    for (double w : table.weights()) total += w;
+    return total;
   }
 
  private:
   const AliasTable& table_;
+  const double* weights_;
   int size_;
-  double total_ = 0;
-  double weights_[kMaxLocalGroup];
+  double total_;
+  uint64_t removed_ = 0;
 };
 
 // Draws the K experts of tokens [begin, end) of one (step, layer).
@@ -72,9 +77,18 @@ void sample_tokens(const WorkloadSpec& spec, const StepSampler& sampler, int ste
   const int top_k = spec.top_k;
   const double affinity = sampler.affinity;
   const double locality = sampler.use_domains ? sampler.locality : 0.0;
+  // Per group, the total its local draws start from.
+  std::vector<double> group_totals(sampler.group_members.size(), 0.0);
+  for (size_t g = 0; g < group_totals.size(); ++g) {
+    if (sampler.group_members[g].size() <= kMaxLocalGroup) {
+      group_totals[g] = LocalGroup::total_of(sampler.group_members[g]);
+    }
+  }
+  // counter_hash(seed, step, layer, t, 0), with the (seed, step, layer) part computed once.
+  const uint64_t prefix =
+      counter_prefix(spec.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(layer));
   for (int64_t t = begin; t < end; ++t) {
-    SplitMix64 rng(counter_hash(spec.seed, static_cast<uint64_t>(step),
-                                static_cast<uint64_t>(layer), static_cast<uint64_t>(t), 0));
+    SplitMix64 rng(task_hash(prefix, static_cast<uint64_t>(t), 0));
     auto next = [&rng] { return rng.next(); };
     const int domain = sampler.domain_of_source[sources[t]];
     const bool local_group = locality > 0 && uniform_unit(rng.next()) < locality;
@@ -83,7 +97,7 @@ void sample_tokens(const WorkloadSpec& spec, const StepSampler& sampler, int ste
     const AliasTable& members = sampler.group_members[group];
     const bool use_local = affinity > 0 && members.size() <= kMaxLocalGroup;
     std::optional<LocalGroup> local;
-    if (use_local) local.emplace(members);
+    if (use_local) local.emplace(members, group_totals[group]);
     ExpertId* row = ids.data() + t * top_k;
     for (int k = 0; k < top_k; ++k) {
       const std::span<const ExpertId> chosen(row, static_cast<size_t>(k));
