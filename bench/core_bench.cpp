@@ -35,7 +35,9 @@ ExpertLayout make_layout(const Topology& topo, int num_experts, int slots) {
   return ExpertLayout::from_rank_lists(topo, num_experts, slots, lists);
 }
 
-void BM_Assign_NodeCover(benchmark::State& state) {
+// The kernel assign_node_cover picks (kAuto: AVX-512 where the CPU has it, N <= 8, K <= 8), and
+// the portable loop forced, on the same inputs: their ratio is the kernel's gain in one run.
+void assign_node_cover_bench(benchmark::State& state, assign::CpuKernel kernel) {
   const int64_t num_tokens = state.range(0);
   const int top_k = static_cast<int>(state.range(1)), num_nodes = static_cast<int>(state.range(2));
   const Topology topo(num_nodes, num_nodes * 8);
@@ -45,17 +47,32 @@ void BM_Assign_NodeCover(benchmark::State& state) {
   auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
   std::vector<RankId> exec(batch.num_tasks());
   for (auto _ : state) {
-    assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {assign::CoverSearch::kAuto, 1}, exec);
+    assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {assign::CoverSearch::kAuto, 1, kernel},
+                              exec);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
   state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
+  const assign::CpuKernel ran =
+      assign::resolve_kernel({assign::CoverSearch::kAuto, 1, kernel}, num_nodes, top_k);
+  state.SetLabel(ran == assign::CpuKernel::kAvx512 ? "avx512" : "portable");
+}
+void BM_Assign_NodeCover(benchmark::State& state) {
+  assign_node_cover_bench(state, assign::CpuKernel::kAuto);
+}
+void BM_Assign_NodeCover_Portable(benchmark::State& state) {
+  assign_node_cover_bench(state, assign::CpuKernel::kPortable);
 }
 BENCHMARK(BM_Assign_NodeCover)
     ->Args({1 << 20, 8, 4})
     ->Args({1 << 20, 8, 2})
     ->Args({1 << 20, 8, 8})
     ->Args({1 << 18, 8, 16})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Assign_NodeCover_Portable)
+    ->Args({1 << 20, 8, 4})
+    ->Args({1 << 20, 8, 2})
+    ->Args({1 << 20, 8, 8})
     ->Unit(benchmark::kMillisecond);
 
 // The memory-copy bound for the same bytes: read ids + sources, write ranks.

@@ -14,12 +14,18 @@ void bind_assign(py::module_& m) {
       .value("MASK_ENUMERATION", assign::CoverSearch::kMaskEnumeration)
       .value("SUBSET_DP", assign::CoverSearch::kSubsetDp)
       .value("AUTO", assign::CoverSearch::kAuto);
+  py::enum_<assign::CpuKernel>(m, "CpuKernel")
+      .value("AUTO", assign::CpuKernel::kAuto)
+      .value("PORTABLE", assign::CpuKernel::kPortable)
+      .value("AVX512", assign::CpuKernel::kAvx512);
+  m.def("avx512_kernel_available", &assign::avx512_kernel_available,
+        "True when this build and CPU run the AVX-512 assignment kernel (AVX-512 F/DQ/VL/BW).");
 
   m.def(
       "assign_node_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, uint64_t seed, int64_t step,
          int layer, int64_t token_offset, assign::CoverSearch search, int num_threads,
-         std::optional<py::array_t<int32_t, py::array::c_style>> out) {
+         std::optional<py::array_t<int32_t, py::array::c_style>> out, assign::CpuKernel kernel) {
         const auto num_tasks = static_cast<py::ssize_t>(b.batch.num_tasks());
         py::array_t<int32_t, py::array::c_style> exec =
             out.has_value() ? *out
@@ -34,16 +40,17 @@ void bind_assign(py::module_& m) {
         {
           py::gil_scoped_release release;
           assign::assign_node_cover(b.batch, layout, {seed, step, layer, token_offset},
-                                    {search, num_threads}, dst);
+                                    {search, num_threads, kernel}, dst);
         }
         return exec;
       },
       py::arg("batch"), py::arg("layout"), py::arg("seed") = 0, py::arg("step") = 0,
       py::arg("layer") = 0, py::arg("token_offset") = 0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out") = py::none(),
+      py::arg("out") = py::none(), py::arg("kernel") = assign::CpuKernel::kAuto,
       "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
-      "given). Draws are keyed by (seed, step, layer, token_offset + t, k).");
+      "given). Draws are keyed by (seed, step, layer, token_offset + t, k); every kernel writes "
+      "the same ranks.");
   m.def(
       "min_remote_cover_size",
       [](InArray<int32_t> experts, NodeId src_node, const ExpertLayout& layout) {

@@ -6,9 +6,11 @@
 #include <optional>
 #include <vector>
 
+#include "assign_inputs.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
+#include "node_cover_avx512.hpp"
 #include "ordered_mask_table.hpp"
 
 namespace cobalt::assign {
@@ -165,20 +167,7 @@ void check_inputs(const RoutingBatch& batch, const ExpertLayout& layout,
 
 namespace {
 
-// What the per-token loops read: [T, K] ids, [T] sources, the layout's tables, the RNG prefix.
-struct AssignInputs {
-  const ExpertId* ids;          // [T, K]
-  const RankId* src;            // [T]
-  const NodeId* node_of_rank;   // [G]
-  const uint64_t* node_mask;    // [E]
-  const int32_t* node_offsets;  // [E * N + 1] into replica_ranks
-  const RankId* replica_ranks;  // replicas grouped by (expert, node)
-  int top_k;
-  int num_nodes;
-  uint64_t prefix;  // counter_prefix(seed, step, layer)
-  int64_t token_offset;
-  RankId* exec_rank;  // [T, K]
-};
+using detail::AssignInputs;
 
 // Algorithm 1 for tokens [begin, end) on N <= 8 nodes, without data-dependent branches: the cover
 // is the lowest feasible position of the ordered mask table, and a task's node is a table lookup
@@ -213,6 +202,37 @@ void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTa
 
 }  // namespace
 
+bool avx512_kernel_available() { return detail::avx512_kernel_supported(); }
+
+CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k) {
+  // The kernel serves the ordered mask table: the mask search on N <= 8, K <= 8. kAuto takes it
+  // where it applies; an explicit kAvx512 that cannot run is an error, never a silent fallback.
+  const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
+                         (options.search == CoverSearch::kAuto && num_nodes <= 8);
+  const bool applies = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes &&
+                       top_k <= detail::kAvx512MaxTopK;
+  switch (options.kernel) {
+    case CpuKernel::kPortable:
+      return CpuKernel::kPortable;
+    case CpuKernel::kAuto:
+      return applies && detail::avx512_kernel_supported() ? CpuKernel::kAvx512
+                                                          : CpuKernel::kPortable;
+    case CpuKernel::kAvx512:
+      COBALT_CHECK_ARG(applies,
+                       "assignment: the AVX-512 kernel takes the mask search on 1 to {} nodes and "
+                       "top-k in [1, {}] (here N = {}, K = {}); use CpuKernel::kAuto or kPortable",
+                       detail::OrderedMaskTable::kMaxNodes, detail::kAvx512MaxTopK, num_nodes,
+                       top_k);
+      COBALT_CHECK(detail::avx512_kernel_supported(), kFailedPrecondition,
+                   "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW (x86-64-v4), "
+                   "which this CPU or build lacks; use CpuKernel::kAuto or kPortable");
+      return CpuKernel::kAvx512;
+  }
+  COBALT_CHECK_INTERNAL(false, "assignment: unknown CpuKernel {}",
+                        static_cast<int>(options.kernel));
+  return CpuKernel::kPortable;
+}
+
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank) {
   check_inputs(batch, layout, exec_rank);
@@ -229,6 +249,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   // mask table serves N <= 8). Single-node covers are found directly (the lowest node holding every
   // uncovered expert is the first such mask).
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
+  const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   std::vector<std::vector<uint64_t>> multi_masks(use_masks && !use_table ? num_nodes : 0);
   if (use_masks && !use_table) {
     const auto ordered = masks_by_popcount(num_nodes);
@@ -260,6 +281,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         num_nodes, prefix, key.token_offset,    exec_rank.data()};
     parallel_chunks(batch.num_tokens(), num_chunks, num_threads,
                     [&](int /*chunk*/, int64_t begin, int64_t end) {
+                      if (use_avx512) return detail::assign_range_avx512(in, table, begin, end);
                       switch (table.num_words()) {
                         case 1:
                           return assign_range_with_table<1>(in, table, select, begin, end);

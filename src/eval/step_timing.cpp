@@ -177,6 +177,25 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
                           }));
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
   ops.back().note = transfers_note(batch, exec, topology);
+  const bool uses_avx512 = assign::resolve_kernel(assign_options, topology.num_nodes(), top_k) ==
+                           assign::CpuKernel::kAvx512;
+  if (uses_avx512) ops.back().what += " (the AVX-512 kernel)";
+
+  // The same call forced onto the portable loop: the kernel's gain, measured in this run.
+  std::vector<RankId> portable_exec(batch.num_tasks());
+  ops.push_back(time_call(options, "assign_portable",
+                          "assign_node_cover with CpuKernel::kPortable (the baseline-target loop)",
+                          num_tokens, "tokens", [&] {
+                            assign::assign_node_cover(
+                                batch, *layout, {options.seed, options.step, options.layer, 0},
+                                {assign::CoverSearch::kAuto, options.num_threads,
+                                 assign::CpuKernel::kPortable},
+                                portable_exec);
+                          }));
+  ops.back().copy_ratio = copy_ms / ops.back().median_ms;
+  COBALT_CHECK_INTERNAL(portable_exec == exec,
+                        "bench: the portable assignment differs from the default one");
+  ops.back().note = uses_avx512 ? "same ranks as assign" : "same ranks as assign (the same loop)";
 
   // Stage 2 from what the policy feeds it after a step: the replicas' task counts.
   const auto counts = replica_task_counts(batch, *layout, exec);

@@ -28,13 +28,31 @@ struct AssignKey {
   int64_t token_offset = 0;  // index of the batch's first token within its step
 };
 
+// Which CPU code runs the N <= 8 mask search. Every choice writes the same ranks, bit for bit.
+enum class CpuKernel {
+  kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
+  kPortable,  // the baseline-target loop (x86-64-v2 or any other architecture)
+  kAvx512,    // one token's tasks per AVX-512 register; needs N <= 8, K <= 8, the mask search and
+              // avx512_kernel_available(), else assign_node_cover throws
+};
+
 struct AssignOptions {
   CoverSearch search = CoverSearch::kAuto;
   int num_threads = 1;
+  CpuKernel kernel = CpuKernel::kAuto;
 };
 
-// Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree or the layout's E or G
-// differ from the batch's.
+// True when this build has the AVX-512 assignment kernel and this CPU and OS run it (AVX-512 F,
+// DQ, VL and BW: x86-64-v4).
+bool avx512_kernel_available();
+
+// The kernel assign_node_cover runs for `options` on N = num_nodes, K = top_k: kPortable or
+// kAvx512, never kAuto. Throws as assign_node_cover does for an explicit kAvx512 it cannot run.
+CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k);
+
+// Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree, the layout's E or G
+// differ from the batch's, or options.kernel is kAvx512 for a shape or search it does not cover;
+// kFailedPrecondition when options.kernel is kAvx512 and avx512_kernel_available() is false.
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank);
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <optional>
 #include <set>
 
 #include "cobalt/core/assignment.hpp"
@@ -131,6 +132,102 @@ TEST(NodeCover, MaskSearchMatchesTheReferenceForEveryNodeCount) {
         }
         ASSERT_EQ(covers[t], best) << "nodes " << nodes << " K " << top_k << " token " << t;
       }
+    }
+  }
+}
+
+// The AVX-512 kernel (one token's tasks per register) against the reference and the portable loop
+// for every node count and K it takes, dense and sparse layouts, several replicas per (expert,
+// node), token counters past 2^32. Skipped where the CPU has no AVX-512.
+TEST(NodeCover, Avx512KernelMatchesTheReferenceBitForBit) {
+  if (!avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW";
+  for (int nodes = 1; nodes <= 8; ++nodes) {
+    for (int top_k = 1; top_k <= 8; ++top_k) {
+      for (double fill : {0.2, 0.9}) {
+        const uint64_t seed = static_cast<uint64_t>(nodes * 100 + top_k * 10) + (fill > 0.5);
+        SplitMix64 rng(seed);
+        const int per_node = 1 + static_cast<int>(rng.below(4));
+        const Topology topo(nodes, nodes * per_node);
+        const int experts = std::max(top_k + 1, 2 * topo.num_ranks());
+        const int slots = (experts + topo.num_ranks() - 1) / topo.num_ranks() + 1 +
+                          static_cast<int>(rng.below(4));
+        auto layout = testing::random_layout(seed, topo, experts, slots, fill);
+        auto owned = testing::random_batch(seed * 3, 700, top_k, experts, topo.num_ranks(), 0.8);
+        auto batch = owned.view();
+        std::vector<RankId> avx(batch.num_tasks()), portable(batch.num_tasks()),
+            ref(batch.num_tasks());
+        const AssignKey key{seed, 9, 3, int64_t{5} << 32};
+        assign_node_cover(batch, layout, key,
+                          {CoverSearch::kMaskEnumeration, 1, CpuKernel::kAvx512}, avx);
+        assign_node_cover(batch, layout, key,
+                          {CoverSearch::kMaskEnumeration, 1, CpuKernel::kPortable}, portable);
+        assign_node_cover_reference(batch, layout, key, ref);
+        ASSERT_EQ(avx, ref) << "nodes " << nodes << " K " << top_k << " fill " << fill;
+        ASSERT_EQ(portable, ref) << "nodes " << nodes << " K " << top_k << " fill " << fill;
+      }
+    }
+  }
+}
+
+// kAuto is the kernel where it applies: identical output for any thread count either way.
+TEST(NodeCover, KernelsAgreeForAnyThreadCount) {
+  Topology topo(4, 32);
+  auto layout = testing::random_layout(17, topo, 128, 6, 0.6);
+  auto owned = testing::random_batch(23, 40000, 8, 128, topo.num_ranks(), 1.2);
+  auto batch = owned.view();
+  std::vector<RankId> portable(batch.num_tasks()), automatic(batch.num_tasks());
+  assign_node_cover(batch, layout, {7, 1, 0, 0}, {CoverSearch::kAuto, 1, CpuKernel::kPortable},
+                    portable);
+  assign_node_cover(batch, layout, {7, 1, 0, 0}, {CoverSearch::kAuto, 3, CpuKernel::kAuto},
+                    automatic);
+  EXPECT_EQ(portable, automatic);
+}
+
+TEST(NodeCover, ExplicitAvx512KernelRejectsWhatItCannotRun) {
+  auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::optional<ErrorCode>(e.code());
+    }
+    return std::optional<ErrorCode>();
+  };
+  const AssignOptions avx512{CoverSearch::kAuto, 1, CpuKernel::kAvx512};
+  // K = 9: more tasks than lanes.
+  {
+    Topology topo(2, 4);
+    auto layout = testing::random_layout(1, topo, 16, 6, 0.5);
+    auto owned = testing::random_batch(2, 10, 9, 16, 4);
+    std::vector<RankId> exec(owned.view().num_tasks());
+    EXPECT_EQ(code_of([&] { assign_node_cover(owned.view(), layout, {}, avx512, exec); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_NO_THROW(assign_node_cover(owned.view(), layout, {}, {}, exec));
+  }
+  // N = 9 (no mask table) and the subset DP.
+  {
+    Topology topo(9, 9);
+    auto layout = testing::random_layout(3, topo, 27, 4, 0.5);
+    auto owned = testing::random_batch(4, 10, 4, 27, 9);
+    std::vector<RankId> exec(owned.view().num_tasks());
+    EXPECT_EQ(code_of([&] { assign_node_cover(owned.view(), layout, {}, avx512, exec); }),
+              ErrorCode::kInvalidArgument);
+  }
+  {
+    Topology topo(2, 4);
+    auto layout = testing::random_layout(5, topo, 16, 6, 0.5);
+    auto owned = testing::random_batch(6, 10, 4, 16, 4);
+    std::vector<RankId> exec(owned.view().num_tasks());
+    EXPECT_EQ(code_of([&] {
+                assign_node_cover(owned.view(), layout, {},
+                                  {CoverSearch::kSubsetDp, 1, CpuKernel::kAvx512}, exec);
+              }),
+              ErrorCode::kInvalidArgument);
+    // A shape it takes: runs where the CPU has AVX-512, else a failed precondition.
+    const auto code = code_of([&] { assign_node_cover(owned.view(), layout, {}, avx512, exec); });
+    if (avx512_kernel_available()) {
+      EXPECT_FALSE(code.has_value());
+    } else {
+      EXPECT_EQ(code, ErrorCode::kFailedPrecondition);
     }
   }
 }

@@ -1,0 +1,32 @@
+// Algorithm 1 (N <= 8 nodes, K <= 8) with one token's K tasks in the eight 64-bit lanes of an
+// AVX-512 register: the node masks, the cover words, the replica offsets and the chosen ranks are
+// gathered, the counter-based hashes are computed for all tasks at once (64-bit lane multiplies),
+// and the multiply-shift draws use a 32x32-bit decomposition of the 64-bit high product, which is
+// exact. The result is bit for bit the portable loop's (assign_range_with_table in
+// node_cover.cpp) and the reference's.
+//
+// Compiled for the x86-64-v4 feature set (AVX-512 F/DQ/VL/BW) by function attributes only, so the
+// rest of the library keeps its baseline target; callers must check avx512_kernel_supported()
+// first. On other architectures or compilers both functions exist and the kernel is never chosen.
+#pragma once
+
+#include <cstdint>
+
+#include "assign_inputs.hpp"
+#include "ordered_mask_table.hpp"
+
+namespace cobalt::assign::detail {
+
+// True when this build has the kernel and this CPU and OS run AVX-512 F, DQ, VL and BW (the OS
+// saving the zmm state included). Computed once.
+bool avx512_kernel_supported();
+
+// Largest K the kernel takes: one token's tasks fill at most one register of eight lanes.
+inline constexpr int kAvx512MaxTopK = 8;
+
+// Tokens [begin, end) of `in` (in.top_k <= kAvx512MaxTopK, table.num_nodes() == in.num_nodes).
+// Requires avx512_kernel_supported().
+void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, int64_t begin,
+                         int64_t end);
+
+}  // namespace cobalt::assign::detail
