@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
+#include <memory>
 #include <queue>
 #include <tuple>
+
+#include "cobalt/core/error.hpp"
 
 namespace cobalt::assign::detail {
 namespace {
@@ -51,7 +54,9 @@ class PathSpill {
     const int64_t num_tokens = batch.num_tokens();
     const ExpertId* ids = batch.topk_ids().data();
     reach_.resize(num_tokens);
-    std::vector<int32_t> task_rep(exec_rank.size());
+    // Uninitialised: every entry is written below (the batch's T K tasks are few enough to index
+    // with 32 bits: spill_along_paths checks).
+    const auto task_rep = std::make_unique_for_overwrite<int32_t[]>(exec_rank.size());
     offsets_.assign(num_reps_ + 1, 0);
     count_.assign(num_reps_, 0);
     reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
@@ -69,10 +74,10 @@ class PathSpill {
     }
     // Tasks grouped by replica (counting sort, task order within a replica).
     for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] = offsets_[a] + count_[a];
-    tasks_.resize(exec_rank.size());
+    tasks_ = std::make_unique_for_overwrite<uint32_t[]>(exec_rank.size());
     std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
     for (size_t i = 0; i < exec_rank.size(); ++i)
-      tasks_[cursor[task_rep[i]]++] = static_cast<int64_t>(i);
+      tasks_[cursor[task_rep[i]]++] = static_cast<uint32_t>(i);
     scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
     moved_in_.resize(num_reps_);
   }
@@ -238,15 +243,15 @@ class PathSpill {
   std::vector<RankId> rep_rank_;                // [reps]
   std::vector<ExpertId> rep_expert_;            // [reps]
   std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
-  std::vector<int32_t> rep_index_;   // [E, G] replica of (expert, rank), -1 when not held
-  std::vector<int> node_of_rank_;    // [G]
-  std::vector<uint64_t> reach_;      // [T] nodes each token reaches
-  std::vector<int64_t> offsets_;     // [reps + 1] into tasks_
-  std::vector<int64_t> tasks_;       // task indices grouped by original replica
-  std::vector<int64_t> scan_begin_;  // [reps] first possibly live entry
-  std::vector<std::vector<int64_t>> moved_in_;  // [reps] tasks moved onto each replica
-  std::vector<int64_t> count_;                  // [reps] live tasks
-  std::vector<int64_t> reach_count_;            // [reps, N] live tasks whose token reaches n
+  std::vector<int32_t> rep_index_;     // [E, G] replica of (expert, rank), -1 when not held
+  std::vector<int> node_of_rank_;      // [G]
+  std::vector<uint64_t> reach_;        // [T] nodes each token reaches
+  std::vector<int64_t> offsets_;       // [reps + 1] into tasks_
+  std::unique_ptr<uint32_t[]> tasks_;  // [T K] task indices grouped by original replica
+  std::vector<int64_t> scan_begin_;    // [reps] first possibly live entry
+  std::vector<std::vector<uint32_t>> moved_in_;  // [reps] tasks moved onto each replica
+  std::vector<int64_t> count_;                   // [reps] live tasks
+  std::vector<int64_t> reach_count_;             // [reps, N] live tasks whose token reaches n
 };
 
 }  // namespace
@@ -255,6 +260,10 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
                        std::vector<int64_t>& load, std::span<RankId> exec_rank) {
   // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
+  COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
+               "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
+               "tasks (split the step into batches of fewer than 2^32 tasks)",
+               exec_rank.size());
   PathSpill(batch, layout, load, exec_rank).run(cap);
 }
 
