@@ -101,26 +101,29 @@ def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
 
 
 def test_every_cpu_kernel_writes_the_same_ranks() -> None:
-    topo = cobalt.Topology(4, 16)
     rng = np.random.default_rng(4)
-    lists = []  # rank r: experts 2r and 2r + 1, then two random others (replicas)
-    for r in range(16):
-        others = [int(e) for e in rng.permutation(32) if e not in (2 * r, 2 * r + 1)][:2]
-        lists.append([2 * r, 2 * r + 1] + others)
-    layout = cobalt.ExpertLayout.from_rank_lists(topo, 32, 4, lists)
-    batch = _batch(num_tokens=500, experts=32, k=8, ranks=16, seed=2)
-    auto = cobalt.assign_node_cover(batch, layout, seed=9, step=2)
-    portable = cobalt.assign_node_cover(batch, layout, seed=9, step=2,
-                                        kernel=cobalt.CpuKernel.PORTABLE)
-    np.testing.assert_array_equal(auto, portable)
-    if cobalt.avx512_kernel_available():
-        avx = cobalt.assign_node_cover(batch, layout, seed=9, step=2, kernel=cobalt.CpuKernel.AVX512)
-        np.testing.assert_array_equal(avx, portable)
-    else:
-        with pytest.raises(cobalt.FailedPreconditionError, match="AVX-512"):
-            cobalt.assign_node_cover(batch, layout, kernel=cobalt.CpuKernel.AVX512)
+    for nodes, k in ((4, 8), (3, 5)):  # K = 5: three unused lanes
+        topo = cobalt.Topology(nodes, 4 * nodes)
+        ranks = topo.num_ranks
+        lists = []  # rank r: experts 2r and 2r + 1, then two random others (replicas)
+        for r in range(ranks):
+            others = [int(e) for e in rng.permutation(2 * ranks) if e not in (2 * r, 2 * r + 1)]
+            lists.append([2 * r, 2 * r + 1] + others[:2])
+        layout = cobalt.ExpertLayout.from_rank_lists(topo, 2 * ranks, 4, lists)
+        batch = _batch(num_tokens=500, experts=2 * ranks, k=k, ranks=ranks, seed=nodes)
+        portable = cobalt.assign_node_cover(batch, layout, seed=9, step=2,
+                                            kernel=cobalt.CpuKernel.PORTABLE)
+        np.testing.assert_array_equal(cobalt.assign_node_cover(batch, layout, seed=9, step=2),
+                                      portable)
+        if cobalt.avx512_kernel_available():
+            avx = cobalt.assign_node_cover(batch, layout, seed=9, step=2,
+                                           kernel=cobalt.CpuKernel.AVX512)
+            np.testing.assert_array_equal(avx, portable)
+        else:
+            with pytest.raises(cobalt.FailedPreconditionError, match="AVX-512"):
+                cobalt.assign_node_cover(batch, layout, kernel=cobalt.CpuKernel.AVX512)
     with pytest.raises(ValueError, match="top-k in \\[1, 8\\]"):  # K = 9: more tasks than lanes
-        cobalt.assign_node_cover(_batch(num_tokens=4, experts=32, k=9, ranks=16), layout,
+        cobalt.assign_node_cover(_batch(num_tokens=4, experts=2 * ranks, k=9, ranks=ranks), layout,
                                  kernel=cobalt.CpuKernel.AVX512)
 
 

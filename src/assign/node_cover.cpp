@@ -184,7 +184,8 @@ void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTa
     for (int k = 0; k < top_k; ++k) masks[k] = in.node_mask[row[k]];
     const uint64_t cover = table.first_cover<kWords>(masks.data(), top_k, src_node);
     const uint64_t src_bit = uint64_t{1} << src_node;
-    const uint64_t token_h = token_hash(in.prefix, static_cast<uint64_t>(in.token_offset + t));
+    const uint64_t token_h =
+        token_hash(in.prefix, static_cast<uint64_t>(in.token_offset) + static_cast<uint64_t>(t));
     for (int k = 0; k < top_k; ++k) {
       // Its source node when local, else uniform within cover & mask; uniform_below(h, 1) == 0,
       // so single choices need no branch.
@@ -205,6 +206,9 @@ void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTa
 bool avx512_kernel_available() { return detail::avx512_kernel_supported(); }
 
 CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k) {
+  COBALT_CHECK_ARG(num_nodes >= 1 && num_nodes <= kMaxNodes && top_k >= 1 && top_k <= kMaxTopK,
+                   "assignment: N = {} nodes and top-k {} out of range [1, {}] and [1, {}]",
+                   num_nodes, top_k, kMaxNodes, kMaxTopK);
   // The kernel serves the ordered mask table: the mask search on N <= 8, K <= 8. kAuto takes it
   // where it applies; an explicit kAvx512 that cannot run is an error, never a silent fallback.
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
@@ -224,7 +228,7 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
                        detail::OrderedMaskTable::kMaxNodes, detail::kAvx512MaxTopK, num_nodes,
                        top_k);
       COBALT_CHECK(detail::avx512_kernel_supported(), kFailedPrecondition,
-                   "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW (x86-64-v4), "
+                   "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW, "
                    "which this CPU or build lacks; use CpuKernel::kAuto or kPortable");
       return CpuKernel::kAvx512;
   }
@@ -303,7 +307,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       const uint64_t src_bit = uint64_t{1} << src_node;
       const ExpertId* row = ids + t * top_k;
       RankId* out = exec_rank.data() + t * top_k;
-      const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(key.token_offset + t));
+      const uint64_t token_h =
+          token_hash(prefix, static_cast<uint64_t>(key.token_offset) + static_cast<uint64_t>(t));
       // Pass 1 (branch-free): node masks, the uncovered experts, their common nodes.
       std::array<uint64_t, kMaxTopK> masks;
       int num_uncovered = 0;
@@ -436,7 +441,7 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const NodeId src_node = layout.topology().node_of(batch.source_of(t));
     auto row = batch.experts_of(t);
-    const uint64_t token = static_cast<uint64_t>(key.token_offset + t);
+    const uint64_t token = static_cast<uint64_t>(key.token_offset) + static_cast<uint64_t>(t);
     // Step 1: the feasible remote-node mask with the fewest nodes, first in enumeration order.
     uint64_t best = 0;
     int best_count = num_nodes + 1;

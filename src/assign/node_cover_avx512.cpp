@@ -10,29 +10,26 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define COBALT_AVX512_KERNEL 1
 #include <immintrin.h>
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32() and warn about it at every use
-// (GCC bug 105593, fixed in GCC 13); nothing here reads an undefined value.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
 #endif
 
 namespace cobalt::assign::detail {
 
 #if defined(COBALT_AVX512_KERNEL)
 
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32() and warn about it at every use
+// (GCC bug 105593, fixed in GCC 13); nothing here reads an undefined value.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 // Function attributes, not a per-file -mavx512f: inline functions from headers instantiated in
 // this file (std::, rng.hpp) keep the baseline target, so the linker can never pick an AVX-512 copy
 // of them for the rest of the library.
-#define COBALT_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw")))
 // The kernel's scalar step (the cover) must stay scalar: GCC's loop vectoriser turns its K loads
-// into lane inserts and extracts, 2.5x slower at N = 4 (measured). Explicit intrinsics are not
-// affected by this.
-#if defined(__GNUC__) && !defined(__clang__)
-#define COBALT_AVX512_LOOP COBALT_AVX512 __attribute__((optimize("no-tree-vectorize")))
-#else
-#define COBALT_AVX512_LOOP COBALT_AVX512
-#endif
+// into lane inserts and extracts, 2.5x slower at N = 4 (measured), so src/CMakeLists.txt compiles
+// this file with -fno-tree-vectorize (explicit intrinsics are not affected).
+#define COBALT_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw")))
 
 namespace {
 
@@ -91,8 +88,8 @@ COBALT_AVX512 inline __m512i nth_set_node(const SpreadOptions& spread, __m512i c
 }
 
 template <int kWords>
-COBALT_AVX512_LOOP void assign_range(const AssignInputs& in, const OrderedMaskTable& table,
-                                     int64_t begin, int64_t end) {
+COBALT_AVX512 void assign_range(const AssignInputs& in, const OrderedMaskTable& table,
+                                int64_t begin, int64_t end) {
   const int top_k = in.top_k;
   const ExpertId* const ids_base = in.ids;
   const RankId* const src = in.src;
@@ -114,8 +111,8 @@ COBALT_AVX512_LOOP void assign_range(const AssignInputs& in, const OrderedMaskTa
   // and the core overlaps many tokens: (1) cover, node and the (expert, node) index; (2) the
   // replica offsets, the rank draw and the store.
   constexpr int kBlock = 32;
-  std::array<__m256i, kBlock> offsets_index;
-  std::array<__m512i, kBlock> rank_hash;
+  alignas(64) __m256i offsets_index[kBlock];
+  alignas(64) __m512i rank_hash[kBlock];
   std::array<uint64_t, kAvx512MaxTopK> masks;
   for (int64_t block_begin = begin; block_begin < end; block_begin += kBlock) {
     const int block_size = static_cast<int>(std::min<int64_t>(kBlock, end - block_begin));
@@ -133,7 +130,8 @@ COBALT_AVX512_LOOP void assign_range(const AssignInputs& in, const OrderedMaskTa
       const __m512i src_bit = splat(uint64_t{1} << src_node);
       const __mmask8 local = _mm512_mask_test_epi64_mask(lanes, lane_masks, src_bit);
       // Step 2: each task's node: its source node when local, else uniform within cover & mask.
-      const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(token_offset + t));
+      const uint64_t token_h =
+          token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
       const __m512i hash = mix64_x8(_mm512_xor_si512(splat(token_h), task_salt));
       const __m512i options =
           _mm512_mask_blend_epi64(local, _mm512_and_si512(splat(cover), lane_masks), src_bit);
@@ -171,6 +169,10 @@ bool avx512_kernel_supported() {
 
 void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, int64_t begin,
                          int64_t end) {
+  COBALT_CHECK_INTERNAL(avx512_kernel_supported() && in.top_k >= 1 && in.top_k <= kAvx512MaxTopK &&
+                            table.num_nodes() == in.num_nodes,
+                        "assignment: AVX-512 kernel called with K = {}, N = {} (table N = {})",
+                        in.top_k, in.num_nodes, table.num_nodes());
   switch (table.num_words()) {
     case 1:
       return assign_range<1>(in, table, begin, end);
@@ -180,6 +182,10 @@ void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, 
       return assign_range<4>(in, table, begin, end);
   }
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #else  // no kernel in this build
 

@@ -1,13 +1,14 @@
 // Algorithm 1 (N <= 8 nodes, K <= 8) with one token's K tasks in the eight 64-bit lanes of an
-// AVX-512 register: the node masks, the cover words, the replica offsets and the chosen ranks are
-// gathered, the counter-based hashes are computed for all tasks at once (64-bit lane multiplies),
-// and the multiply-shift draws use a 32x32-bit decomposition of the 64-bit high product, which is
-// exact. The result is bit for bit the portable loop's (assign_range_with_table in
-// node_cover.cpp) and the reference's.
+// AVX-512 register. The cover is found on scalar registers (OrderedMaskTable::first_cover); the
+// node masks, the replica offsets and the chosen ranks are gathered, the counter-based hashes are
+// computed for all tasks at once (64-bit lane multiplies), and the multiply-shift draws use a
+// 32x32-bit decomposition of the 64-bit high product, which is exact. The result is bit for bit
+// the portable loop's (assign_range_with_table in node_cover.cpp) and the reference's.
 //
-// Compiled for the x86-64-v4 feature set (AVX-512 F/DQ/VL/BW) by function attributes only, so the
-// rest of the library keeps its baseline target; callers must check avx512_kernel_supported()
-// first. On other architectures or compilers both functions exist and the kernel is never chosen.
+// Compiled for AVX-512 F/DQ/VL/BW (the AVX-512 part of x86-64-v4; nothing else of v4 is used) by
+// function attributes only, so the rest of the library keeps its baseline target; callers must
+// check avx512_kernel_supported() first. On other architectures or compilers both functions exist
+// and the kernel is never chosen (calling it throws kInternal).
 #pragma once
 
 #include <cstdint>

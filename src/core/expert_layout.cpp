@@ -45,7 +45,8 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
       slots_(std::move(slots)) {
   const int num_ranks = topology_.num_ranks();
   const int num_nodes = topology_.num_nodes();
-  COBALT_CHECK_ARG(num_experts >= 1, "layout: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "layout: number of experts {} out of range [1, {}]", num_experts, kMaxExperts);
   COBALT_CHECK_ARG(slots_per_rank >= 1, "layout: slots per rank {} must be >= 1", slots_per_rank);
   COBALT_CHECK_ARG(slots_.size() == static_cast<size_t>(num_ranks) * slots_per_rank,
                    "layout: {} slot entries, expected ranks {} x slots {} = {}", slots_.size(),

@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kThreads)
   int32_t row[kMaxK];
   int32_t out[kMaxK];
   load_row<kMaxK>(ids, t, top_k, vector_rows, row);
-  const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(token_offset + t));
+  const uint64_t token_h =
+      token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
   bool done;
   if constexpr (kMode == CoverMode::kMasks) {
     done = detail::assign_token<kMaxK>(tab, row, top_k, __ldg(src + t), token_h, kMode, nullptr, 0,
@@ -104,7 +105,8 @@ __global__ void __launch_bounds__(kFallbackThreads)
     int32_t row[kMaxK];
     int32_t out[kMaxK];
     load_row<kMaxK>(ids, t, top_k, false, row);
-    const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(token_offset + t));
+    const uint64_t token_h =
+        token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
     detail::assign_token<kMaxK>(tab, row, top_k, src[t], token_h, CoverMode::kSubsetDp, table,
                                 top_k, out);
     store_row<kMaxK>(exec, t, top_k, false, out);

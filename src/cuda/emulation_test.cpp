@@ -31,7 +31,8 @@ void emulate_assign_rows(const detail::AssignTables& tab, const check::Batch& b,
                          int64_t& deferred) {
   std::vector<uint8_t> local(1 << detail::kAssignLocalDpBits), big(size_t{1} << b.top_k);
   for (int64_t t = 0; t < b.num_tokens(); ++t) {
-    const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(token_offset + t));
+    const uint64_t token_h =
+        token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
     const int32_t* row = b.ids.data() + t * b.top_k;
     int32_t* o = out.data() + t * b.top_k;
     // The main kernel (local DP table), then the deferred pass (a 2^K table) when needed.

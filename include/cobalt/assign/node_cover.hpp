@@ -31,7 +31,7 @@ struct AssignKey {
 // Which CPU code runs the N <= 8 mask search. Every choice writes the same ranks, bit for bit.
 enum class CpuKernel {
   kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
-  kPortable,  // the baseline-target loop (x86-64-v2 or any other architecture)
+  kPortable,  // the loop compiled for the build's baseline target (x86-64-v2 by default)
   kAvx512,    // one token's tasks per AVX-512 register; needs N <= 8, K <= 8, the mask search and
               // avx512_kernel_available(), else assign_node_cover throws
 };
@@ -43,11 +43,12 @@ struct AssignOptions {
 };
 
 // True when this build has the AVX-512 assignment kernel and this CPU and OS run it (AVX-512 F,
-// DQ, VL and BW: x86-64-v4).
+// DQ, VL and BW, and the OS saves the zmm state).
 bool avx512_kernel_available();
 
 // The kernel assign_node_cover runs for `options` on N = num_nodes, K = top_k: kPortable or
-// kAvx512, never kAuto. Throws as assign_node_cover does for an explicit kAvx512 it cannot run.
+// kAvx512, never kAuto. Throws kInvalidArgument for N outside [1, 64] or K outside [1, 16], and as
+// assign_node_cover does for an explicit kAvx512 it cannot run.
 CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k);
 
 // Writes exec_rank [T, K]. Throws kInvalidArgument when sizes disagree, the layout's E or G

@@ -154,11 +154,19 @@ TEST(NodeCover, Avx512KernelMatchesTheReferenceBitForBit) {
         auto layout = testing::random_layout(seed, topo, experts, slots, fill);
         auto owned = testing::random_batch(seed * 3, 700, top_k, experts, topo.num_ranks(), 0.8);
         auto batch = owned.view();
-        std::vector<RankId> avx(batch.num_tasks()), portable(batch.num_tasks()),
-            ref(batch.num_tasks());
+        // A canary tail past the output: a store beyond the K lanes of the last token shows.
+        constexpr RankId kCanary = -77;
+        std::vector<RankId> avx_with_tail(batch.num_tasks() + 8, kCanary);
+        std::vector<RankId> portable(batch.num_tasks()), ref(batch.num_tasks());
         const AssignKey key{seed, 9, 3, int64_t{5} << 32};
         assign_node_cover(batch, layout, key,
-                          {CoverSearch::kMaskEnumeration, 1, CpuKernel::kAvx512}, avx);
+                          {CoverSearch::kMaskEnumeration, 1, CpuKernel::kAvx512},
+                          std::span(avx_with_tail).first(batch.num_tasks()));
+        const std::vector<RankId> avx(avx_with_tail.begin(),
+                                      avx_with_tail.begin() + batch.num_tasks());
+        ASSERT_EQ(
+            std::count(avx_with_tail.begin() + batch.num_tasks(), avx_with_tail.end(), kCanary), 8)
+            << "nodes " << nodes << " K " << top_k;
         assign_node_cover(batch, layout, key,
                           {CoverSearch::kMaskEnumeration, 1, CpuKernel::kPortable}, portable);
         assign_node_cover_reference(batch, layout, key, ref);
@@ -169,18 +177,48 @@ TEST(NodeCover, Avx512KernelMatchesTheReferenceBitForBit) {
   }
 }
 
-// kAuto is the kernel where it applies: identical output for any thread count either way.
+// kAuto is the kernel where it applies: identical output for any thread count (chunks starting
+// mid-batch), K below the lane count, and expert ids far above the other tests' (E = 20000).
 TEST(NodeCover, KernelsAgreeForAnyThreadCount) {
   Topology topo(4, 32);
-  auto layout = testing::random_layout(17, topo, 128, 6, 0.6);
-  auto owned = testing::random_batch(23, 40000, 8, 128, topo.num_ranks(), 1.2);
-  auto batch = owned.view();
-  std::vector<RankId> portable(batch.num_tasks()), automatic(batch.num_tasks());
-  assign_node_cover(batch, layout, {7, 1, 0, 0}, {CoverSearch::kAuto, 1, CpuKernel::kPortable},
-                    portable);
-  assign_node_cover(batch, layout, {7, 1, 0, 0}, {CoverSearch::kAuto, 3, CpuKernel::kAuto},
-                    automatic);
-  EXPECT_EQ(portable, automatic);
+  for (int top_k : {3, 8}) {
+    for (int experts : {128, 20000}) {
+      auto layout =
+          testing::random_layout(17 + top_k, topo, experts, experts / topo.num_ranks() + 2, 0.6);
+      auto owned =
+          testing::random_batch(23 + experts, 40000, top_k, experts, topo.num_ranks(), 1.2);
+      auto batch = owned.view();
+      std::vector<RankId> portable(batch.num_tasks()), automatic(batch.num_tasks());
+      assign_node_cover(batch, layout, {7, 1, 0, 11}, {CoverSearch::kAuto, 1, CpuKernel::kPortable},
+                        portable);
+      assign_node_cover(batch, layout, {7, 1, 0, 11}, {CoverSearch::kAuto, 3, CpuKernel::kAuto},
+                        automatic);
+      EXPECT_EQ(portable, automatic) << "K " << top_k << " E " << experts;
+    }
+  }
+}
+
+// kAuto picks the kernel exactly where the CPU has what it needs (a wrong detection would skip
+// the kernel's tests silently).
+TEST(NodeCover, ResolvesTheKernelTheCpuRuns) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  const bool cpu_has_it = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  EXPECT_EQ(avx512_kernel_available(), cpu_has_it);
+#endif
+  const CpuKernel expected = avx512_kernel_available() ? CpuKernel::kAvx512 : CpuKernel::kPortable;
+  EXPECT_EQ(resolve_kernel({}, 4, 8), expected);
+  EXPECT_EQ(resolve_kernel({}, 8, 1), expected);
+  EXPECT_EQ(resolve_kernel({}, 9, 8), CpuKernel::kPortable);  // no mask table above 8 nodes
+  EXPECT_EQ(resolve_kernel({}, 4, 9), CpuKernel::kPortable);  // more tasks than lanes
+  EXPECT_EQ(resolve_kernel({CoverSearch::kSubsetDp, 1, CpuKernel::kAuto}, 4, 8),
+            CpuKernel::kPortable);
+  EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kPortable}, 4, 8),
+            CpuKernel::kPortable);
+  EXPECT_THROW(resolve_kernel({}, 0, 8), Error);
+  EXPECT_THROW(resolve_kernel({}, 4, 0), Error);
+  EXPECT_THROW(resolve_kernel({}, 4, 17), Error);
 }
 
 TEST(NodeCover, ExplicitAvx512KernelRejectsWhatItCannotRun) {

@@ -43,6 +43,14 @@ TEST(ExpertLayout, Validation) {
   EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 1, 2, 3, 4, -1, -1, -1}), Error);
   // Wrong size.
   EXPECT_THROW(ExpertLayout(topo, 4, 2, {0, 1, 2, 3}), Error);
+  // More experts than one MoE layer has (kMaxExperts), named with the valid range.
+  try {
+    ExpertLayout(Topology(1, 1), kMaxExperts + 1, 1, std::vector<ExpertId>(1, 0));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("out of range [1, 65536]"), std::string::npos) << e.what();
+  }
   // Too few slots overall is a failed precondition.
   try {
     ExpertLayout(topo, 9, 2, std::vector<ExpertId>(8, -1));
