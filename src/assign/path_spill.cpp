@@ -256,10 +256,39 @@ class PathSpill {
 
 }  // namespace
 
+bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t> load,
+                            int64_t cap) {
+  const int num_ranks = layout.num_ranks();
+  RankId source = 0;
+  for (RankId r = 1; r < num_ranks; ++r) {
+    if (load[r] > load[source]) source = r;
+  }
+  const int64_t source_load = load[source];
+  std::vector<char> seen(num_ranks, 0);
+  std::vector<RankId> frontier{source};
+  seen[source] = 1;
+  while (!frontier.empty()) {
+    const RankId u = frontier.back();
+    frontier.pop_back();
+    for (ExpertId e : layout.slots_of(u)) {
+      if (e == kEmptySlot) continue;
+      for (RankId v : layout.ranks_of(e)) {
+        if (seen[v]) continue;
+        if (load[v] < cap || load[v] <= source_load - 2) return true;
+        seen[v] = 1;
+        frontier.push_back(v);
+      }
+    }
+  }
+  return false;
+}
+
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank) {
   // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
+  // Nothing can move (the common case once a layout balances as well as it can): skip it too.
+  if (!spill_target_reachable(layout, load, cap)) return;
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",

@@ -34,4 +34,11 @@ namespace cobalt::assign::detail {
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
 
+// The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
+// could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an
+// expert v holds" contains the spill's graph (which also needs a task on u's replica), so when no
+// rank reachable in it from the busiest rank (the lowest id on ties, as the spill picks) has load
+// below `cap` or at most its load - 2, the spill would stop at once. load: [G].
+bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t> load, int64_t cap);
+
 }  // namespace cobalt::assign::detail

@@ -11,53 +11,11 @@
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/eval/metrics.hpp"
+#include "testing/optimal_max_load.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::assign {
 namespace {
-
-// The smallest maximum rank load of any assignment on `layout` (tasks of expert e on any holder of
-// e), by brute force: for C = 0, 1, ... a max-flow check that every task fits under C per rank.
-int64_t optimal_max_load(const RoutingBatch& batch, const ExpertLayout& layout) {
-  const int num_experts = layout.num_experts(), num_ranks = layout.num_ranks();
-  std::vector<int64_t> demand(num_experts, 0);
-  for (ExpertId e : batch.topk_ids()) ++demand[e];
-  for (int64_t cap = 0;; ++cap) {
-    // Residual graph: source -> expert (demand), expert -> holder (inf), rank -> sink (cap).
-    const int n = num_experts + num_ranks + 2, s = n - 2, t = n - 1;
-    std::vector<std::vector<int64_t>> residual(n, std::vector<int64_t>(n, 0));
-    for (ExpertId e = 0; e < num_experts; ++e) {
-      residual[s][e] = demand[e];
-      for (RankId r : layout.ranks_of(e)) residual[e][num_experts + r] = batch.num_tasks();
-    }
-    for (RankId r = 0; r < num_ranks; ++r) residual[num_experts + r][t] = cap;
-    int64_t flow = 0;
-    for (;;) {
-      std::vector<int> parent(n, -1);
-      parent[s] = s;
-      std::vector<int> stack{s};
-      while (!stack.empty() && parent[t] < 0) {
-        const int u = stack.back();
-        stack.pop_back();
-        for (int v = 0; v < n; ++v) {
-          if (parent[v] < 0 && residual[u][v] > 0) {
-            parent[v] = u;
-            stack.push_back(v);
-          }
-        }
-      }
-      if (parent[t] < 0) break;
-      int64_t push = batch.num_tasks();
-      for (int v = t; v != s; v = parent[v]) push = std::min(push, residual[parent[v]][v]);
-      for (int v = t; v != s; v = parent[v]) {
-        residual[parent[v]][v] -= push;
-        residual[v][parent[v]] += push;
-      }
-      flow += push;
-    }
-    if (flow == batch.num_tasks()) return cap;
-  }
-}
 
 TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
   // Random small clusters, layouts and skewed batches: with spill the maximum load is exactly
@@ -74,7 +32,7 @@ TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
     auto owned = testing::random_batch(seed * 5, 1 + static_cast<int64_t>(rng.below(40)), top_k,
                                        experts, topo.num_ranks(), 2.0);
     auto batch = owned.view();
-    const int64_t optimum = optimal_max_load(batch, layout);
+    const int64_t optimum = testing::optimal_max_load(batch, layout);
     for (double tolerance : {0.0, 0.05, 0.3}) {
       std::vector<RankId> plain(batch.num_tasks()), spilled(batch.num_tasks());
       assign_balanced_cover(batch, layout, {}, plain);
