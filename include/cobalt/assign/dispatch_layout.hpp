@@ -37,10 +37,18 @@ struct DispatchLayout {
   std::vector<int32_t> slot;           // [T, K]
 };
 
-// exec_rank [T, K], source_rank [T]: every value in [0, G). Throws kInvalidArgument when sizes
-// disagree, a rank is out of range, or the total number of copies reaches 2^31 (slot is int32).
+// exec_rank [T, K], source_rank [T]: every value in [0, G). Throws kInvalidArgument naming the
+// first bad entry when sizes disagree or a rank is out of range, and when the copies reach 2^31
+// (slot is int32).
 DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
                                std::span<const RankId> source_rank, int top_k,
                                const Topology& topology);
+
+// The definitions above computed one at a time (sorted unique ranks and nodes per token, slots
+// from the flags of earlier tokens): the simple reference dispatch_layout is tested against.
+// Same contract, O(T G) time.
+DispatchLayout dispatch_layout_reference(std::span<const RankId> exec_rank,
+                                         std::span<const RankId> source_rank, int top_k,
+                                         const Topology& topology);
 
 }  // namespace cobalt::assign

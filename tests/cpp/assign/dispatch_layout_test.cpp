@@ -1,0 +1,94 @@
+// The dispatch layout against its definitions: by hand on a small case, and the fast pass against
+// the simple reference on random assignments (repeated ranks within a token included).
+#include "cobalt/assign/dispatch_layout.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::assign {
+namespace {
+
+void expect_same(const DispatchLayout& a, const DispatchLayout& b) {
+  EXPECT_EQ(a.rank_counts, b.rank_counts);
+  EXPECT_EQ(a.node_counts, b.node_counts);
+  EXPECT_EQ(a.rank_offsets, b.rank_offsets);
+  EXPECT_EQ(a.pair_counts, b.pair_counts);
+  EXPECT_EQ(a.token_in_rank, b.token_in_rank);
+  EXPECT_EQ(a.slot, b.slot);
+}
+
+TEST(DispatchLayout, SmallCaseByHand) {
+  // 2 nodes x 2 ranks, K = 3. Token 0 from rank 0 runs on ranks 1, 1, 2; token 1 from rank 3 on
+  // ranks 2, 0, 2.
+  const Topology topo(2, 4);
+  const std::vector<RankId> exec{1, 1, 2, 2, 0, 2};
+  const std::vector<RankId> src{0, 3};
+  for (const auto& d :
+       {dispatch_layout(exec, src, 3, topo), dispatch_layout_reference(exec, src, 3, topo)}) {
+    EXPECT_EQ(d.rank_counts, (std::vector<int64_t>{1, 1, 2, 0}));
+    EXPECT_EQ(d.node_counts, (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(d.rank_offsets, (std::vector<int64_t>{0, 1, 2, 4, 4}));
+    EXPECT_EQ(d.token_in_rank, (std::vector<uint8_t>{0, 1, 1, 0, 1, 0, 1, 0}));
+    // Send rows: rank 0 [token 1], rank 1 [token 0], rank 2 [token 0, token 1].
+    EXPECT_EQ(d.slot, (std::vector<int32_t>{1, 1, 2, 3, 0, 3}));
+    std::vector<int64_t> pairs(16, 0);
+    pairs[0 * 4 + 1] = pairs[0 * 4 + 2] = 1;
+    pairs[3 * 4 + 0] = pairs[3 * 4 + 2] = 1;
+    EXPECT_EQ(d.pair_counts, pairs);
+  }
+}
+
+TEST(DispatchLayout, MatchesTheReferenceOnRandomAssignments) {
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    SplitMix64 rng(seed);
+    const int nodes = 1 + static_cast<int>(rng.below(6)),
+              per_node = 1 + static_cast<int>(rng.below(5));
+    const Topology topo(nodes, nodes * per_node);
+    const int top_k = 1 + static_cast<int>(rng.below(10));
+    const int64_t num_tokens = static_cast<int64_t>(rng.below(300));
+    // Few distinct ranks per token half of the time: repeated ranks within a row are common.
+    const int spread = rng.below(2) ? topo.num_ranks() : std::min(2, topo.num_ranks());
+    std::vector<RankId> exec(num_tokens * top_k), src(num_tokens);
+    for (auto& s : src) s = static_cast<RankId>(rng.below(topo.num_ranks()));
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const RankId base = static_cast<RankId>(rng.below(topo.num_ranks()));
+      for (int k = 0; k < top_k; ++k) {
+        exec[t * top_k + k] = static_cast<RankId>((base + rng.below(spread)) % topo.num_ranks());
+      }
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    expect_same(dispatch_layout(exec, src, top_k, topo),
+                dispatch_layout_reference(exec, src, top_k, topo));
+  }
+}
+
+TEST(DispatchLayout, BadInputNamesTheEntryAndTheRange) {
+  const Topology topo(2, 4);
+  const auto message = [&](std::vector<RankId> exec, std::vector<RankId> src, int top_k) {
+    try {
+      dispatch_layout(exec, src, top_k, topo);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({0, 1, 2, 3}, {0, 4}, 2).find("token 1 source rank 4 out of range [0, 4)"),
+            std::string::npos);
+  EXPECT_NE(message({0, 1, 2, -1}, {0, 1}, 2).find("task (1, 1) rank -1 out of range [0, 4)"),
+            std::string::npos);
+  EXPECT_NE(message({0, 1, 2}, {0, 1}, 2).find("3 execution ranks for 2 tokens x top-k 2"),
+            std::string::npos);
+  EXPECT_NE(message({}, {}, 0).find("top-k 0 must be >= 1"), std::string::npos);
+  // The reference checks the same way.
+  EXPECT_THROW(
+      dispatch_layout_reference(std::vector<RankId>{0, 9}, std::vector<RankId>{0}, 2, topo), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::assign
