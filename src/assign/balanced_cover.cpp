@@ -93,9 +93,11 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
       num_nodes <= kTableNodes ? static_cast<size_t>(layout.num_experts()) << num_nodes : 0;
   const bool use_keys =
       num_nodes <= kTableNodes && num_keys * static_cast<size_t>(num_chunks) <= kMaxCountEntries;
-  const auto reach_of = [&](TokenIdx t) {
-    return covers[t] | (uint64_t{1} << (batch.source_of(t) / per_node));
-  };
+  std::vector<uint64_t> node_bit_of_rank(layout.num_ranks());
+  for (RankId r = 0; r < layout.num_ranks(); ++r)
+    node_bit_of_rank[r] = uint64_t{1} << (r / per_node);
+  const RankId* source = batch.source_rank().data();
+  const auto reach_of = [&](TokenIdx t) { return covers[t] | node_bit_of_rank[source[t]]; };
   std::vector<TaskClass> classes;
   const auto new_class = [&](ExpertId e, uint64_t allowed) {
     TaskClass cls{e, allowed, 0, {}, {}};
@@ -187,28 +189,41 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   std::vector<int64_t> load(layout.num_ranks(), 0);
   for (int32_t c : order) water_fill(classes[c], load);
   // Tasks take their class's quotas in token order: the p-th task of a class (p counted from the
-  // class's first task) runs on the rank of the quota covering position p.
-  std::vector<std::vector<int64_t>> quota_end(classes.size());  // cumulative quota sizes
+  // class's first task) runs on the rank of the quota covering position p. The quotas of every
+  // class in one flat list (class k's from quota_begin[k]), with one sentinel at the end.
+  std::vector<int64_t> quota_begin(classes.size() + 1, 0);
+  for (size_t k = 0; k < classes.size(); ++k)
+    quota_begin[k + 1] = quota_begin[k] + static_cast<int64_t>(classes[k].quota.size());
+  std::vector<RankId> quota_rank(quota_begin.back() + 1, 0);
+  std::vector<int64_t> quota_size(quota_begin.back() + 1, 0);
   for (size_t k = 0; k < classes.size(); ++k) {
-    int64_t sum = 0;
-    for (const auto& [rank, tasks] : classes[k].quota) quota_end[k].push_back(sum += tasks);
+    for (size_t q = 0; q < classes[k].quota.size(); ++q) {
+      quota_rank[quota_begin[k] + q] = classes[k].quota[q].first;
+      quota_size[quota_begin[k] + q] = classes[k].quota[q].second;
+    }
   }
   parallel_chunks(num_tokens, mapping_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+    // Per class: the quota this chunk's next task takes, and the tasks left in it. A class's first
+    // task here is at position chunk_start[c, k] of the class: skip the quotas filled before it.
     const size_t num_classes = classes.size();
-    std::vector<int64_t> position(
-        chunk_start.begin() + static_cast<ptrdiff_t>(c * num_classes),
-        chunk_start.begin() + static_cast<ptrdiff_t>((c + 1) * num_classes));
-    std::vector<int32_t> quota_idx(num_classes, -1);
+    std::vector<int64_t> current(num_classes), left(num_classes);
+    for (size_t k = 0; k < num_classes; ++k) {
+      int64_t q = quota_begin[k], skip = chunk_start[c * num_classes + k];
+      while (q < quota_begin[k + 1] && quota_size[q] <= skip) skip -= quota_size[q++];
+      current[k] = q;
+      left[k] = quota_size[q] - skip;  // the sentinel (size 0) past a class with no task here
+    }
+    const int32_t* task_class_data = task_class.data();
+    const int32_t* class_of_key_data = class_of_key.data();
+    RankId* out = exec_rank.data();
     for (int64_t i = begin * top_k; i < end * top_k; ++i) {
-      const int32_t k = use_keys ? class_of_key[task_class[i]] : task_class[i];
-      const int64_t p = position[k]++;
-      const auto& ends = quota_end[k];
-      int32_t& q = quota_idx[k];
-      if (q < 0) {
-        q = static_cast<int32_t>(std::upper_bound(ends.begin(), ends.end(), p) - ends.begin());
+      const int32_t k = use_keys ? class_of_key_data[task_class_data[i]] : task_class_data[i];
+      int64_t q = current[k];
+      out[i] = quota_rank[q];
+      if (--left[k] == 0) {
+        current[k] = ++q;
+        left[k] = quota_size[q];
       }
-      while (ends[q] <= p) ++q;
-      exec_rank[i] = classes[k].quota[q].first;
     }
   });
   const double cap = std::ceil((1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) /

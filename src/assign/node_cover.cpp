@@ -380,16 +380,30 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   if (use_table) {
     // Branch-free, as in assign_range_with_table: local experts contribute all-ones words.
     const ExpertId* ids = batch.topk_ids().data();
+    const RankId* src = batch.source_rank().data();
     const uint64_t* node_mask = layout.node_masks().data();
-    parallel_chunks(
-        batch.num_tokens(), num_chunks, num_threads, [&](int, int64_t begin, int64_t end) {
-          std::array<uint64_t, kMaxTopK> masks;
-          for (int64_t t = begin; t < end; ++t) {
-            const ExpertId* row = ids + t * top_k;
-            for (int k = 0; k < top_k; ++k) masks[k] = node_mask[row[k]];
-            covers[t] = table->first_cover(masks.data(), top_k, batch.source_of(t) / per_node);
-          }
-        });
+    std::vector<NodeId> node_of_rank(layout.num_ranks());
+    for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank[r] = r / per_node;
+    const auto run = [&]<int kWords>(int64_t begin, int64_t end) {
+      std::array<uint64_t, kMaxTopK> masks;
+      uint64_t* out = covers.data();
+      for (int64_t t = begin; t < end; ++t) {
+        const ExpertId* row = ids + t * top_k;
+        for (int k = 0; k < top_k; ++k) masks[k] = node_mask[row[k]];
+        out[t] = table->first_cover<kWords>(masks.data(), top_k, node_of_rank[src[t]]);
+      }
+    };
+    parallel_chunks(batch.num_tokens(), num_chunks, num_threads,
+                    [&](int, int64_t begin, int64_t end) {
+                      switch (table->num_words()) {
+                        case 1:
+                          return run.template operator()<1>(begin, end);
+                        case 2:
+                          return run.template operator()<2>(begin, end);
+                        default:
+                          return run.template operator()<4>(begin, end);
+                      }
+                    });
     return;
   }
   auto run = [&](int, int64_t begin, int64_t end) {
