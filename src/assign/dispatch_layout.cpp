@@ -39,19 +39,17 @@ void check_inputs(std::span<const RankId> exec_rank, std::span<const RankId> sou
     }
     return low >= 0 && high < num_ranks;
   };
-  if (!in_range(source_rank)) {
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      COBALT_CHECK_ARG(source_rank[t] >= 0 && source_rank[t] < num_ranks,
-                       "dispatch layout: token {} source rank {} out of range [0, {})", t,
-                       source_rank[t], num_ranks);
-    }
-  }
-  if (!in_range(exec_rank)) {
-    for (size_t i = 0; i < exec_rank.size(); ++i) {
-      COBALT_CHECK_ARG(exec_rank[i] >= 0 && exec_rank[i] < num_ranks,
-                       "dispatch layout: task ({}, {}) rank {} out of range [0, {})",
-                       static_cast<int64_t>(i) / top_k, static_cast<int64_t>(i) % top_k,
-                       exec_rank[i], num_ranks);
+  if (in_range(source_rank) && in_range(exec_rank)) return;
+  // Token by token (its source, then its tasks), so the first bad entry is the one named.
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    COBALT_CHECK_ARG(source_rank[t] >= 0 && source_rank[t] < num_ranks,
+                     "dispatch layout: token {} source rank {} out of range [0, {})", t,
+                     source_rank[t], num_ranks);
+    for (int k = 0; k < top_k; ++k) {
+      const RankId d = exec_rank[t * top_k + k];
+      COBALT_CHECK_ARG(d >= 0 && d < num_ranks,
+                       "dispatch layout: task ({}, {}) rank {} out of range [0, {})", t, k, d,
+                       num_ranks);
     }
   }
 }

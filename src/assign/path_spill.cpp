@@ -274,6 +274,8 @@ bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t>
       if (e == kEmptySlot) continue;
       for (RankId v : layout.ranks_of(e)) {
         if (seen[v]) continue;
+        // pick()'s two conditions (below the cap implies two lighter whenever the busiest rank
+        // is above the cap, as here, but the spill states both).
         if (load[v] < cap || load[v] <= source_load - 2) return true;
         seen[v] = 1;
         frontier.push_back(v);
@@ -289,6 +291,11 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
   // Nothing can move (the common case once a layout balances as well as it can): skip it too.
   if (!spill_target_reachable(layout, load, cap)) return;
+  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank);
+}
+
+void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",

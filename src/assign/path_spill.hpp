@@ -34,6 +34,11 @@ namespace cobalt::assign::detail {
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
 
+// spill_along_paths without its two shortcuts (nothing above the cap, spill_target_reachable):
+// always builds the bookkeeping and runs. The same result; for tests of the shortcuts.
+void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank);
+
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
 // could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an
 // expert v holds" contains the spill's graph (which also needs a task on u's replica), so when no

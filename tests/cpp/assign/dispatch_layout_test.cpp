@@ -46,11 +46,12 @@ TEST(DispatchLayout, SmallCaseByHand) {
 TEST(DispatchLayout, MatchesTheReferenceOnRandomAssignments) {
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     SplitMix64 rng(seed);
-    const int nodes = 1 + static_cast<int>(rng.below(6)),
+    // Up to 64 nodes (the node set is a 64-bit mask); some batches empty.
+    const int nodes = seed % 10 == 0 ? 64 : 1 + static_cast<int>(rng.below(8)),
               per_node = 1 + static_cast<int>(rng.below(5));
     const Topology topo(nodes, nodes * per_node);
     const int top_k = 1 + static_cast<int>(rng.below(10));
-    const int64_t num_tokens = static_cast<int64_t>(rng.below(300));
+    const int64_t num_tokens = seed % 25 == 0 ? 0 : static_cast<int64_t>(rng.below(300));
     // Few distinct ranks per token half of the time: repeated ranks within a row are common.
     const int spread = rng.below(2) ? topo.num_ranks() : std::min(2, topo.num_ranks());
     std::vector<RankId> exec(num_tokens * top_k), src(num_tokens);
@@ -85,6 +86,8 @@ TEST(DispatchLayout, BadInputNamesTheEntryAndTheRange) {
   EXPECT_NE(message({0, 1, 2}, {0, 1}, 2).find("3 execution ranks for 2 tokens x top-k 2"),
             std::string::npos);
   EXPECT_NE(message({}, {}, 0).find("top-k 0 must be >= 1"), std::string::npos);
+  // Both a task of token 0 and the source of token 1 bad: the first in token order is named.
+  EXPECT_NE(message({0, -1, 2, 3}, {0, 9}, 2).find("task (0, 1) rank -1"), std::string::npos);
   // The reference checks the same way.
   EXPECT_THROW(
       dispatch_layout_reference(std::vector<RankId>{0, 9}, std::vector<RankId>{0}, 2, topo), Error);

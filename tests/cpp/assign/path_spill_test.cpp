@@ -20,9 +20,10 @@ ExpertLayout chain_layout() { return ExpertLayout(Topology(3, 3), 3, 2, {0, -1, 
 
 TEST(PathSpill, TargetFoundAlongAChainOfHolders) {
   const ExpertLayout layout = chain_layout();
-  // Rank 0 busiest; rank 2 is two hops away (0 -(expert 0)-> 1 -(expert 1)-> 2) and below the cap.
-  EXPECT_TRUE(spill_target_reachable(layout, std::vector<int64_t>{6, 3, 0}, 3));
-  // No rank below the cap, but rank 2 is at least two tasks lighter than the busiest.
+  // Rank 0 busiest; rank 1 (its only neighbour) is no target (not below the cap, one task
+  // lighter), rank 2 is, two hops away: 0 -(expert 0)-> 1 -(expert 1)-> 2.
+  EXPECT_TRUE(spill_target_reachable(layout, std::vector<int64_t>{6, 5, 0}, 3));
+  // No rank below the cap, but rank 2 is two tasks lighter than the busiest.
   EXPECT_TRUE(spill_target_reachable(layout, std::vector<int64_t>{6, 6, 4}, 3));
   // Every reachable rank within one task of the busiest and at or above the cap: nothing to do.
   EXPECT_FALSE(spill_target_reachable(layout, std::vector<int64_t>{6, 5, 5}, 3));
@@ -30,18 +31,21 @@ TEST(PathSpill, TargetFoundAlongAChainOfHolders) {
 
 TEST(PathSpill, NoTargetOutsideTheBusiestRanksComponent) {
   // 2 nodes x 2 ranks; rank 0 holds only expert 0, which nobody else holds: rank 0 reaches no one.
-  const ExpertLayout layout(Topology(2, 4), 4, 1, {0, 1, 2, 3});
-  EXPECT_FALSE(spill_target_reachable(layout, std::vector<int64_t>{9, 0, 0, 0}, 3));
-  // Ties pick the lowest busiest rank, as the spill does: rank 0 again.
-  EXPECT_FALSE(spill_target_reachable(layout, std::vector<int64_t>{9, 9, 0, 0}, 3));
+  const ExpertLayout isolated(Topology(2, 4), 4, 1, {0, 1, 2, 3});
+  EXPECT_FALSE(spill_target_reachable(isolated, std::vector<int64_t>{9, 0, 0, 0}, 3));
+  // Ties pick the lowest busiest rank, as the spill does. Here rank 0 (expert 0, also on rank 2)
+  // reaches a target and rank 1 (expert 1 alone) does not; a highest-id rule would say no.
+  const ExpertLayout tied(Topology(2, 4), 4, 2, {0, -1, 1, -1, 0, 2, 3, -1});
+  EXPECT_TRUE(spill_target_reachable(tied, std::vector<int64_t>{9, 9, 0, 0}, 3));
+  EXPECT_FALSE(spill_target_reachable(tied, std::vector<int64_t>{8, 9, 0, 0}, 3));
 }
 
-// Where the check says no, skipping the spill is right: the spill's contract says it stops above
-// the cap only when the busiest rank's load is already the best any assignment on the layout
-// reaches, and brute force agrees on every such random instance. (Where it says yes, the balanced
-// cover's brute-force tests check the spill's result.)
-TEST(PathSpill, NoTargetMeansTheBusiestRankIsAlreadyOptimal) {
-  int num_without_target = 0;
+// The shortcut is exact: on random instances the spill with it and without it (always building
+// its bookkeeping) give the same assignment and loads; where the check says no, brute force
+// agrees that the busiest rank's load is already the best any assignment on the layout reaches
+// (the spill's contract for stopping above the cap).
+TEST(PathSpill, ShortcutGivesTheSameResultAsTheFullSpill) {
+  int num_without_target = 0, num_with_target = 0;
   for (uint64_t seed = 1; seed <= 400; ++seed) {
     SplitMix64 rng(seed);
     const Topology topo(2, 4);
@@ -58,15 +62,24 @@ TEST(PathSpill, NoTargetMeansTheBusiestRankIsAlreadyOptimal) {
     }
     const int64_t cap = batch.num_tasks() / topo.num_ranks();
     const int64_t busiest = *std::max_element(load.begin(), load.end());
-    if (busiest <= cap || spill_target_reachable(layout, load, cap)) continue;
-    ++num_without_target;
-    EXPECT_EQ(busiest, testing::optimal_max_load(batch, layout)) << "seed " << seed;
-    // And the spill indeed leaves everything as it was.
-    const auto exec_before = exec;
-    spill_along_paths(batch, layout, cap, load, exec);
-    EXPECT_EQ(exec, exec_before) << "seed " << seed;
+    if (busiest <= cap) continue;
+    const bool reachable = spill_target_reachable(layout, load, cap);
+    (reachable ? num_with_target : num_without_target) += 1;
+    if (!reachable) {
+      EXPECT_EQ(busiest, testing::optimal_max_load(batch, layout)) << "seed " << seed;
+    }
+    auto shortcut_exec = exec, full_exec = exec;
+    auto shortcut_load = load, full_load = load;
+    spill_along_paths(batch, layout, cap, shortcut_load, shortcut_exec);
+    spill_along_paths_unchecked(batch, layout, cap, full_load, full_exec);
+    EXPECT_EQ(shortcut_exec, full_exec) << "seed " << seed;
+    EXPECT_EQ(shortcut_load, full_load) << "seed " << seed;
+    if (!reachable) {
+      EXPECT_EQ(full_exec, exec) << "seed " << seed;  // the full spill moved nothing either
+    }
   }
-  EXPECT_GT(num_without_target, 0);  // the sample reaches the "no target" side
+  EXPECT_GT(num_without_target, 0);  // the sample reaches both sides
+  EXPECT_GT(num_with_target, 0);
 }
 
 }  // namespace
