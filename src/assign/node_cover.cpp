@@ -12,6 +12,7 @@
 #include "cobalt/core/rng.hpp"
 #include "node_cover_avx512.hpp"
 #include "ordered_mask_table.hpp"
+#include "set_cover.hpp"
 
 namespace cobalt::assign {
 namespace {
@@ -34,90 +35,7 @@ inline int nth_set_bit(uint64_t mask, uint32_t i) {
   return std::countr_zero(mask);
 }
 
-// Minimum cover of `full` (a set over uncovered-expert indices) by the node covers `cover[n]`, n in
-// `nodes`. Returns the chosen node set as a mask. Exact DP over subsets; among equal-size covers
-// the DP keeps the first found in ascending node order.
-uint64_t min_cover_dp(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
-                      uint64_t candidate_nodes, std::vector<uint8_t>& best,
-                      std::vector<uint64_t>& choice) {
-  // Distinct, non-dominated covers, keeping the lowest node for each distinct cover.
-  std::array<uint32_t, kMaxNodes> sets{};
-  std::array<int, kMaxNodes> set_node{};
-  int num_sets = 0;
-  for (uint64_t m = candidate_nodes; m; m &= m - 1) {
-    const int n = std::countr_zero(m);
-    const uint32_t c = cover[n] & full;
-    if (c == 0) continue;
-    bool dominated = false;
-    for (int i = 0; i < num_sets && !dominated; ++i) dominated = (c | sets[i]) == sets[i];
-    if (dominated) continue;
-    int kept = 0;
-    for (int i = 0; i < num_sets; ++i) {
-      if ((sets[i] | c) != c) {
-        sets[kept] = sets[i];
-        set_node[kept++] = set_node[i];
-      }
-    }
-    num_sets = kept;
-    sets[num_sets] = c;
-    set_node[num_sets++] = n;
-  }
-  // A single cover reaching everything is the common case.
-  for (int i = 0; i < num_sets; ++i) {
-    if (sets[i] == full) return uint64_t{1} << set_node[i];
-  }
-  // Few candidate sets (the usual case): iterative deepening over combinations in lexicographic
-  // order; the first combination whose union is `full` is a minimum cover.
-  if (num_sets <= 12) {
-    std::array<int, kMaxNodes> pick{};
-    for (int size = 2; size <= num_sets; ++size) {
-      for (int i = 0; i < size; ++i) pick[i] = i;
-      for (;;) {
-        uint32_t covered = 0;
-        for (int i = 0; i < size; ++i) covered |= sets[pick[i]];
-        if (covered == full) {
-          uint64_t nodes = 0;
-          for (int i = 0; i < size; ++i) nodes |= uint64_t{1} << set_node[pick[i]];
-          return nodes;
-        }
-        int pos = size - 1;
-        while (pos >= 0 && pick[pos] == num_sets - size + pos) --pos;
-        if (pos < 0) break;
-        ++pick[pos];
-        for (int i = pos + 1; i < size; ++i) pick[i] = pick[i - 1] + 1;
-      }
-    }
-  }
-  // Many candidate sets: exact DP over the subsets of `full`.
-  const size_t num_states = size_t{1} << std::popcount(full);
-  // Work in the compressed index space of `full` (bits of full renumbered 0..|U|-1): full ==
-  // num_states-1 by construction of the caller.
-  best.assign(num_states, 0xff);
-  choice.assign(num_states, 0);
-  best[0] = 0;
-  for (size_t s = 1; s < num_states; ++s) {
-    for (int i = 0; i < num_sets; ++i) {
-      if ((sets[i] & s) == 0) continue;
-      const size_t rest = s & ~static_cast<size_t>(sets[i]);
-      if (best[rest] + 1 < best[s]) {
-        best[s] = static_cast<uint8_t>(best[rest] + 1);
-        choice[s] = static_cast<uint64_t>(i);
-      }
-    }
-  }
-  uint64_t nodes = 0;
-  for (size_t s = num_states - 1; s != 0;) {
-    const int i = static_cast<int>(choice[s]);
-    nodes |= uint64_t{1} << set_node[i];
-    s &= ~static_cast<size_t>(sets[i]);
-  }
-  return nodes;
-}
-
-struct TokenScratch {
-  std::vector<uint8_t> best;
-  std::vector<uint64_t> choice;
-};
+using TokenScratch = detail::SetCoverScratch;
 
 // Chooses the remote node set for the uncovered experts `uncovered_masks` (node masks, source bit
 // cleared). Shared by the assignment and min_remote_cover_size.
@@ -132,18 +50,17 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int nu
     }
     return 0;  // unreachable: every expert has a replica somewhere
   }
-  std::array<uint32_t, kMaxNodes> cover{};
+  // Only the candidate nodes' entries are read: zero those (this runs once per token).
+  std::array<uint32_t, kMaxNodes> cover;
   uint64_t candidates = 0;
+  for (int i = 0; i < num_uncovered; ++i) candidates |= uncovered_masks[i];
+  for (uint64_t m = candidates; m; m &= m - 1) cover[std::countr_zero(m)] = 0;
   for (int i = 0; i < num_uncovered; ++i) {
-    for (uint64_t m = uncovered_masks[i]; m; m &= m - 1) {
-      const int n = std::countr_zero(m);
-      cover[n] |= uint32_t{1} << i;
-      candidates |= uint64_t{1} << n;
-    }
+    for (uint64_t m = uncovered_masks[i]; m; m &= m - 1)
+      cover[std::countr_zero(m)] |= uint32_t{1} << i;
   }
   (void)num_nodes;
-  return min_cover_dp((uint32_t{1} << num_uncovered) - 1, cover, candidates, scratch.best,
-                      scratch.choice);
+  return detail::min_node_cover((uint32_t{1} << num_uncovered) - 1, cover, candidates, scratch);
 }
 
 }  // namespace

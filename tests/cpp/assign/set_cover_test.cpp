@@ -1,0 +1,58 @@
+// The subset search's minimum set cover (src/assign/set_cover.hpp): the pruned search against the
+// plain enumeration, bit for bit, and its size against brute force.
+#include "assign/set_cover.hpp"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::assign::detail {
+namespace {
+
+int brute_force_size(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover, int num_nodes) {
+  int best = num_nodes + 1;
+  for (uint64_t pick = 1; pick < (uint64_t{1} << num_nodes); ++pick) {
+    uint32_t covered = 0;
+    for (uint64_t m = pick; m; m &= m - 1) covered |= cover[std::countr_zero(m)];
+    if ((covered & full) == full) best = std::min(best, std::popcount(pick));
+  }
+  return best;
+}
+
+TEST(SetCover, PrunedSearchEqualsTheEnumeration) {
+  SetCoverScratch scratch, reference_scratch;
+  int num_multi = 0;
+  for (uint64_t seed = 1; seed <= 20000; ++seed) {
+    SplitMix64 rng(seed);
+    const int num_elements = 1 + static_cast<int>(rng.below(16));
+    const int num_nodes = 2 + static_cast<int>(rng.below(seed % 4 == 0 ? 63 : 16));
+    const uint32_t full = (uint32_t{1} << num_elements) - 1;
+    // Each element on 1-3 random nodes (the layouts' replicas), so covers of many sizes occur.
+    std::array<uint32_t, kMaxNodes> cover{};
+    uint64_t candidates = 0;
+    for (int e = 0; e < num_elements; ++e) {
+      const int copies = 1 + static_cast<int>(rng.below(3));
+      for (int c = 0; c < copies; ++c) {
+        const int n = static_cast<int>(rng.below(num_nodes));
+        cover[n] |= uint32_t{1} << e;
+        candidates |= uint64_t{1} << n;
+      }
+    }
+    const uint64_t fast = min_node_cover(full, cover, candidates, scratch);
+    const uint64_t reference = min_node_cover_reference(full, cover, candidates, reference_scratch);
+    ASSERT_EQ(fast, reference) << "seed " << seed;
+    uint32_t covered = 0;
+    for (uint64_t m = fast; m; m &= m - 1) covered |= cover[std::countr_zero(m)];
+    ASSERT_EQ(covered & full, full) << "seed " << seed;
+    num_multi += std::popcount(fast) >= 3;
+    if (num_nodes <= 14) {
+      ASSERT_EQ(std::popcount(fast), brute_force_size(full, cover, num_nodes)) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(num_multi, 1000);  // the pruned search is exercised, not only single covers
+}
+
+}  // namespace
+}  // namespace cobalt::assign::detail
