@@ -200,6 +200,9 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     for (size_t q = 0; q < classes[k].quota.size(); ++q) {
       quota_rank[quota_begin[k] + q] = classes[k].quota[q].first;
       quota_size[quota_begin[k] + q] = classes[k].quota[q].second;
+      // The mapping advances when a quota is used up: an empty one would be skipped wrongly
+      // (water_fill emits none).
+      COBALT_CHECK_INTERNAL(classes[k].quota[q].second > 0, "balanced cover: empty quota");
     }
   }
   parallel_chunks(num_tokens, mapping_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
@@ -211,7 +214,9 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
       int64_t q = quota_begin[k], skip = chunk_start[c * num_classes + k];
       while (q < quota_begin[k + 1] && quota_size[q] <= skip) skip -= quota_size[q++];
       current[k] = q;
-      left[k] = quota_size[q] - skip;  // the sentinel (size 0) past a class with no task here
+      // When every task of class k comes before this chunk, q is past its quotas (the next
+      // class's first, or the sentinel) and is never used.
+      left[k] = quota_size[q] - skip;
     }
     const int32_t* task_class_data = task_class.data();
     const int32_t* class_of_key_data = class_of_key.data();

@@ -105,6 +105,7 @@ uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& co
   for (int i = 0; i < list.size; ++i) {
     if (list.sets[i] == full) return uint64_t{1} << list.node[i];
   }
+  if (list.size == 0) return 0;  // nothing covers `full` (callers never ask: every expert is held)
   if (list.size > kMaxCombinationSets) return cover_by_dp(list, full, scratch);
   std::array<uint32_t, kMaxNodes + 1> suffix_union;
   std::array<int, kMaxNodes + 1> suffix_largest;
