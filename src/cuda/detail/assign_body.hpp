@@ -9,7 +9,7 @@
 //       order: for N <= 8 the lowest set bit of a bitset AND over the uncovered experts (per
 //       popcount class), above that enumerated per popcount with Gosper's hack over the N-1
 //       remote nodes (bit-deposit around the source bit keeps numeric order), or
-//     - kSubsetDp (the scalable exact variant): min_cover_dp of node_cover.cpp (non-dominated
+//     - kSubsetDp (the scalable exact variant): min_node_cover of set_cover.cpp (non-dominated
 //       distinct node covers in ascending node order, lexicographic combinations when there are
 //       <= 12, else the DP over subsets of the uncovered experts with the same tie-break);
 //     then node uniform_below(h_k, |cover & mask_e|)-th set bit, rank uniform_below(mix64(h_k), .).
@@ -171,7 +171,7 @@ COBALT_HD inline uint64_t first_feasible_mask_bitset(int num_nodes, int src_node
   return best;  // never 0: every expert has a replica, so all remote nodes cover U_t
 }
 
-// kSubsetDp: node_cover.cpp's min_cover_dp over the compacted uncovered masks. best_table holds
+// kSubsetDp: set_cover.cpp's min_node_cover over the compacted uncovered masks. best_table holds
 // 2^dp_bits bytes; returns kCoverDeferred when the DP is needed for more uncovered experts than
 // that (the caller retries with a bigger table).
 COBALT_HD inline uint64_t min_cover_subset_dp(const uint64_t* masks, int num_uncovered,
