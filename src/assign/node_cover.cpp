@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "assign_inputs.hpp"
@@ -135,9 +137,18 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
   switch (options.kernel) {
     case CpuKernel::kPortable:
       return CpuKernel::kPortable;
-    case CpuKernel::kAuto:
+    case CpuKernel::kAuto: {
+      // Read at every call (cheap next to an assignment), so a process can change it.
+      const char* env = std::getenv("COBALT_CPU_KERNEL");
+      const std::string_view choice = env != nullptr ? env : "";
+      COBALT_CHECK_ARG(choice.empty() || choice == "auto" || choice == "portable",
+                       "assignment: COBALT_CPU_KERNEL={} is not a kernel choice; use auto or "
+                       "portable (or leave it unset)",
+                       choice);
+      if (choice == "portable") return CpuKernel::kPortable;
       return applies && detail::avx512_kernel_supported() ? CpuKernel::kAvx512
                                                           : CpuKernel::kPortable;
+    }
     case CpuKernel::kAvx512:
       COBALT_CHECK_ARG(applies,
                        "assignment: the AVX-512 kernel takes the mask search on 1 to {} nodes and "

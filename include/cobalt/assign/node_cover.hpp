@@ -29,6 +29,10 @@ struct AssignKey {
 };
 
 // Which CPU code runs the N <= 8 mask search. Every choice writes the same ranks, bit for bit.
+// The environment variable COBALT_CPU_KERNEL=portable makes kAuto choose kPortable (as oneDNN's
+// ONEDNN_MAX_CPU_ISA caps its ISA), e.g. on CPUs that lower their clock for 512-bit work: measure
+// both with `cobalt bench` (rows assign and assign_portable). Unset, empty or "auto": the default.
+// Any other value makes kAuto throw kInvalidArgument naming it.
 enum class CpuKernel {
   kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
   kPortable,  // the loop compiled for the build's baseline target (x86-64-v2 by default)

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cstdlib>
 #include <optional>
 #include <set>
+#include <string>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
@@ -219,6 +221,35 @@ TEST(NodeCover, ResolvesTheKernelTheCpuRuns) {
   EXPECT_THROW(resolve_kernel({}, 0, 8), Error);
   EXPECT_THROW(resolve_kernel({}, 4, 0), Error);
   EXPECT_THROW(resolve_kernel({}, 4, 17), Error);
+}
+
+// COBALT_CPU_KERNEL=portable turns kAuto's kernel off; explicit choices ignore it; a value that
+// names no choice is an error naming it.
+TEST(NodeCover, EnvironmentCanKeepAutoOnThePortableLoop) {
+  const CpuKernel detected = avx512_kernel_available() ? CpuKernel::kAvx512 : CpuKernel::kPortable;
+  struct Unset {  // the other tests in this process see no override, whatever happens here
+    ~Unset() { ::unsetenv("COBALT_CPU_KERNEL"); }
+  } unset_at_exit;
+  ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "portable", 1), 0);
+  EXPECT_EQ(resolve_kernel({}, 4, 8), CpuKernel::kPortable);
+  EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kPortable}, 4, 8),
+            CpuKernel::kPortable);
+  if (avx512_kernel_available()) {
+    EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kAvx512}, 4, 8),
+              CpuKernel::kAvx512);
+  }
+  ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "auto", 1), 0);
+  EXPECT_EQ(resolve_kernel({}, 4, 8), detected);
+  ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "avx2", 1), 0);
+  try {
+    resolve_kernel({}, 4, 8);
+    ADD_FAILURE() << "no error for COBALT_CPU_KERNEL=avx2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("COBALT_CPU_KERNEL=avx2"), std::string::npos);
+  }
+  ASSERT_EQ(::unsetenv("COBALT_CPU_KERNEL"), 0);
+  EXPECT_EQ(resolve_kernel({}, 4, 8), detected);
 }
 
 TEST(NodeCover, ExplicitAvx512KernelRejectsWhatItCannotRun) {
