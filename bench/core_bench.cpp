@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench_inputs.hpp"
+#include "cobalt/assign/dispatch_layout.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/global_planner.hpp"
@@ -89,6 +90,50 @@ void BM_Memcpy_SameBytes(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
 }
 BENCHMARK(BM_Memcpy_SameBytes)->Args({1 << 20, 8})->Unit(benchmark::kMillisecond);
+
+// The dispatch layout of an Algorithm 1 assignment (2^20 tokens, K = 8, 4 x 8 ranks): into a fresh
+// DispatchLayout every call (/0) or into one reused across calls as a runtime keeps it (/1).
+// BM_Memcpy_DispatchBytes copies the bytes it must move (ranks and sources in; flags and slots
+// out) for its memory-copy floor.
+constexpr int64_t kDispatchTokens = 1 << 20;
+constexpr int kDispatchTopK = 8;
+void BM_DispatchLayout(benchmark::State& state) {
+  const bool reuse = state.range(0) != 0;
+  const Topology topo(4, 32);
+  const int num_experts = 256;
+  auto w = make_workload(kDispatchTokens, kDispatchTopK, num_experts, topo.num_ranks());
+  auto layout = make_layout(topo, num_experts, num_experts * 3 / 2 / topo.num_ranks());
+  auto batch = RoutingBatch::trusted(w.ids, w.src, kDispatchTopK, num_experts, topo.num_ranks());
+  std::vector<RankId> exec(batch.num_tasks());
+  assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {}, exec);
+  assign::DispatchLayout kept;
+  for (auto _ : state) {
+    if (reuse) {
+      assign::dispatch_layout(exec, w.src, kDispatchTopK, topo, kept);
+      benchmark::DoNotOptimize(kept.slot.data());
+    } else {
+      const auto fresh = assign::dispatch_layout(exec, w.src, kDispatchTopK, topo);
+      benchmark::DoNotOptimize(fresh.slot.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kDispatchTokens);
+}
+BENCHMARK(BM_DispatchLayout)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+void BM_Memcpy_DispatchBytes(benchmark::State& state) {
+  const int num_ranks = 32;
+  const int64_t in_bytes = kDispatchTokens * (kDispatchTopK + 1) * 4,
+                out_bytes = kDispatchTokens * (num_ranks + kDispatchTopK * 4);
+  std::vector<char> in(std::max(in_bytes, out_bytes), 1), out(out_bytes);
+  for (auto _ : state) {
+    // Read every input byte, write every output byte (the output is the larger here).
+    std::memcpy(out.data(), in.data(), out_bytes);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kDispatchTokens);
+}
+BENCHMARK(BM_Memcpy_DispatchBytes)->Unit(benchmark::kMillisecond);
 
 void BM_Stats_CountRouting(benchmark::State& state) {
   const int64_t num_tokens = state.range(0);

@@ -217,13 +217,24 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
   ops.back().note = transfers_note(batch, balanced_exec, topology);
 
+  // As a runtime calls it: into one DispatchLayout kept across steps (allocated by the untimed
+  // first run), and into a fresh one every call (allocation and page faults included).
+  assign::DispatchLayout kept_layout;
   ops.push_back(time_call(
       options, "dispatch_layout",
-      "dispatch_layout (the runtime's, not a policy's): counts, offsets, token-in-rank, slots",
+      "dispatch_layout (the runtime's, not a policy's): counts, offsets, token-in-rank, slots; "
+      "output buffers kept across calls",
+      num_tasks, "tasks", [&] {
+        assign::dispatch_layout(exec, batch.source_rank(), top_k, topology, kept_layout);
+        keep(kept_layout.slot.data());
+      }));
+  ops.push_back(time_call(
+      options, "dispatch_fresh", "dispatch_layout into a fresh DispatchLayout every call",
       num_tasks, "tasks", [&] {
         const auto d = assign::dispatch_layout(exec, batch.source_rank(), top_k, topology);
         keep(d.slot.data());
       }));
+  ops.back().note = "allocates and zero-fills its outputs";
 
   std::vector<int64_t> demand(static_cast<size_t>(topology.num_ranks()) * num_experts);
   ops.push_back(time_call(options, "demand_matrix",

@@ -44,6 +44,13 @@ DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
                                std::span<const RankId> source_rank, int top_k,
                                const Topology& topology);
 
+// The same into `out`, reusing its vectors' capacity: a runtime that keeps one DispatchLayout per
+// layer allocates (and page-faults) nothing after the first step. Every field is overwritten; the
+// inputs are checked before `out` is touched, so a bad rank leaves it as it was (the int32 overflow
+// check comes after the counting pass: then `out` is valid but unspecified).
+void dispatch_layout(std::span<const RankId> exec_rank, std::span<const RankId> source_rank,
+                     int top_k, const Topology& topology, DispatchLayout& out);
+
 // The definitions above computed one at a time (sorted unique ranks and nodes per token, slots
 // from the flags of earlier tokens): the simple reference dispatch_layout is tested against.
 // Same contract, O(T G) time.

@@ -141,7 +141,8 @@ def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology
                                     pair_counts=True)
     d = cobalt.dispatch_layout(_int32_numpy(exec_rank, "exec_rank"),
                                _int32_numpy(source_rank, "source_rank"), topology)
-    return DispatchLayout(**{k: torch.from_numpy(np.array(v)) for k, v in d.items()})
+    # The arrays own their C++ buffers (writable): shared with torch, not copied.
+    return DispatchLayout(**{k: torch.from_numpy(v) for k, v in d.items()})
 
 
 @dataclass

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,39 @@ TEST(DispatchLayout, MatchesTheReferenceOnRandomAssignments) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     expect_same(dispatch_layout(exec, src, top_k, topo),
                 dispatch_layout_reference(exec, src, top_k, topo));
+  }
+}
+
+// One DispatchLayout reused across batches of other sizes and topologies (as a runtime keeps one
+// per layer): poisoned before every call, it must come out equal to the reference, so every entry
+// is written. A bad input leaves it as it was.
+TEST(DispatchLayout, ReusedOutputIsFullyOverwritten) {
+  DispatchLayout out;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    // Both sides of the 64-rank bit-mask rows: 8 x 8 = 64, 9 x 8 = 72, small and odd sizes.
+    const int nodes = static_cast<int>(rng.below(2)) ? 8 + static_cast<int>(rng.below(2))
+                                                     : 1 + static_cast<int>(rng.below(6)),
+              per_node = nodes >= 8 ? 8 : 1 + static_cast<int>(rng.below(7));
+    const Topology topo(nodes, nodes * per_node);
+    const int top_k = 1 + static_cast<int>(rng.below(9));
+    const int64_t num_tokens = static_cast<int64_t>(rng.below(200));
+    std::vector<RankId> exec(num_tokens * top_k), src(num_tokens);
+    for (auto& s : src) s = static_cast<RankId>(rng.below(topo.num_ranks()));
+    for (auto& d : exec) d = static_cast<RankId>(rng.below(topo.num_ranks()));
+    std::fill(out.token_in_rank.begin(), out.token_in_rank.end(), uint8_t{0xAB});
+    std::fill(out.slot.begin(), out.slot.end(), -7);
+    std::fill(out.rank_counts.begin(), out.rank_counts.end(), 99);
+    std::fill(out.pair_counts.begin(), out.pair_counts.end(), 99);
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    dispatch_layout(exec, src, top_k, topo, out);
+    expect_same(out, dispatch_layout_reference(exec, src, top_k, topo));
+    if (num_tokens > 0) {
+      const DispatchLayout before = out;
+      exec.back() = topo.num_ranks();
+      EXPECT_THROW(dispatch_layout(exec, src, top_k, topo, out), Error);
+      expect_same(out, before);
+    }
   }
 }
 

@@ -38,10 +38,10 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
   const auto ops = time_step_operations(batch, options);
 
   const std::vector<std::string> expected = {
-      "copy_bound",      "stats_update",      "plan_heuristic", "pack_ranks",
-      "assign",          "assign_portable",   "rebalance",      "assign_balanced",
-      "dispatch_layout", "demand_matrix",     "topoep_solve",   "cobalt_plan_step",
-      "cobalt_step",     "cobalt+_plan_step", "cobalt+_step",   "topoep_step"};
+      "copy_bound",      "stats_update", "plan_heuristic",   "pack_ranks",      "assign",
+      "assign_portable", "rebalance",    "assign_balanced",  "dispatch_layout", "dispatch_fresh",
+      "demand_matrix",   "topoep_solve", "cobalt_plan_step", "cobalt_step",     "cobalt+_plan_step",
+      "cobalt+_step",    "topoep_step"};
   ASSERT_EQ(ops.size(), expected.size());
   EXPECT_EQ(announced, expected);
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -52,11 +52,18 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
     const bool is_assignment = ops[i].name == "assign" || ops[i].name == "assign_portable" ||
                                ops[i].name == "assign_balanced";
     EXPECT_EQ(ops[i].copy_ratio > 0, is_assignment);
-    EXPECT_EQ(ops[i].policy_step, i >= 11);
+    EXPECT_EQ(ops[i].policy_step, i >= 12);
   }
+  const auto op_named = [&](const std::string& name) -> const TimedOperation& {
+    for (const auto& op : ops) {
+      if (op.name == name) return op;
+    }
+    throw std::runtime_error("no row " + name);
+  };
   EXPECT_EQ(ops[0].items, 3000);      // tokens
   EXPECT_EQ(ops[8].items, 3000 * 4);  // tasks
-  EXPECT_EQ(ops[2].items, 0);         // planning has no per-item rate
+  EXPECT_EQ(ops[9].items, 3000 * 4);
+  EXPECT_EQ(ops[2].items, 0);  // planning has no per-item rate
 
   // The reported cross-node transfers are those of the library calls the cobalt policy makes:
   // stage 1 (restarts + the incremental one from static EP), packing, Algorithm 1 keyed by the
@@ -94,7 +101,7 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
     pol->run(4, 1, batch, policy_exec);
     pol->run(5, 1, batch, policy_exec);
     const auto plan_step = step_metrics(batch, policy_exec, topo);
-    const auto& row = name == "cobalt" ? ops[11] : ops[13];
+    const auto& row = op_named(name + "_plan_step");
     EXPECT_EQ(row.note.rfind(fmt::format("V {},", plan_step.transfers.dedup), 0), 0u)
         << name << ": " << row.note;
     EXPECT_NE(row.note.find("planning (both stages)"), std::string::npos) << row.note;
@@ -102,10 +109,11 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
   auto topoep = policy::make_policy("topoep", config);
   std::vector<RankId> topoep_exec(batch.num_tasks());
   topoep->run(4, 1, batch, topoep_exec);
-  EXPECT_EQ(ops[15].note.rfind(
+  const auto& topoep_row = op_named("topoep_step");
+  EXPECT_EQ(topoep_row.note.rfind(
                 fmt::format("V {},", step_metrics(batch, topoep_exec, topo).transfers.dedup), 0),
             0u)
-      << ops[15].note;
+      << topoep_row.note;
 }
 
 TEST(StepTiming, StopsRepeatingWhenTheTimeBudgetRunsOut) {
