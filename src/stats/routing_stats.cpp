@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
@@ -184,30 +185,59 @@ void ReplicaLoads::update(std::span<const int64_t> replica_counts) {
   }
 }
 
-std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
-                                         std::span<const RankId> exec_rank) {
-  const int slots = layout.slots_per_rank();
-  // slot_of[e * G + r]: slot index of expert e on rank r.
-  std::vector<int32_t> slot_of(static_cast<size_t>(layout.num_experts()) * layout.num_ranks(), -1);
-  for (RankId r = 0; r < layout.num_ranks(); ++r) {
-    auto row = layout.slots_of(r);
-    for (int s = 0; s < slots; ++s) {
-      if (row[s] != kEmptySlot) slot_of[static_cast<size_t>(row[s]) * layout.num_ranks() + r] = s;
-    }
-  }
-  std::vector<int64_t> counts(static_cast<size_t>(layout.num_ranks()) * slots, 0);
-  auto ids = batch.topk_ids();
-  COBALT_CHECK_ARG(exec_rank.size() == ids.size(),
-                   "replica counts: {} execution ranks for {} tasks", exec_rank.size(), ids.size());
+namespace {
+
+// The checks replica_task_counts makes, task by task in order: throws for the first bad task.
+void throw_first_bad_task(std::span<const ExpertId> ids, const ExpertLayout& layout,
+                          std::span<const RankId> exec_rank) {
   for (size_t i = 0; i < ids.size(); ++i) {
     COBALT_CHECK_ARG(exec_rank[i] >= 0 && exec_rank[i] < layout.num_ranks(),
                      "replica counts: task {} has execution rank {} out of range [0, {})", i,
                      exec_rank[i], layout.num_ranks());
-    const int s = slot_of[static_cast<size_t>(ids[i]) * layout.num_ranks() + exec_rank[i]];
-    COBALT_CHECK_INTERNAL(s >= 0, "replica counts: task {} on rank {} which lacks expert {}", i,
+    COBALT_CHECK_INTERNAL(layout.holds(exec_rank[i], ids[i]),
+                          "replica counts: task {} on rank {} which lacks expert {}", i,
                           exec_rank[i], ids[i]);
-    ++counts[static_cast<size_t>(exec_rank[i]) * slots + s];
   }
+  COBALT_CHECK_INTERNAL(false, "replica counts: a bad task was reported but none found");
+}
+
+}  // namespace
+
+std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
+                                         std::span<const RankId> exec_rank) {
+  const int slots = layout.slots_per_rank(), num_ranks = layout.num_ranks();
+  auto ids = batch.topk_ids();
+  COBALT_CHECK_ARG(exec_rank.size() == ids.size(),
+                   "replica counts: {} execution ranks for {} tasks", exec_rank.size(), ids.size());
+  // One branch-free pass checks the ranks (min and max); a bad entry is named by the ordered
+  // checks, run only when there is one.
+  RankId low = 0, high = 0;
+  for (RankId r : exec_rank) {
+    low = std::min(low, r);
+    high = std::max(high, r);
+  }
+  if (low < 0 || high >= num_ranks) throw_first_bad_task(ids, layout, exec_rank);
+  // counter_of[e * G + r]: the flat counter r * S + s of expert e's slot s on rank r, or the spare
+  // counter G * S where r lacks e (a task counted there is an error, reported after the pass).
+  const size_t spare = static_cast<size_t>(num_ranks) * slots;
+  COBALT_CHECK_INTERNAL(spare < std::numeric_limits<uint32_t>::max(),
+                        "replica counts: {} slots overflow the counter index", spare);
+  std::vector<uint32_t> counter_of(static_cast<size_t>(layout.num_experts()) * num_ranks,
+                                   static_cast<uint32_t>(spare));
+  for (RankId r = 0; r < num_ranks; ++r) {
+    auto row = layout.slots_of(r);
+    for (int s = 0; s < slots; ++s) {
+      if (row[s] != kEmptySlot) {
+        counter_of[static_cast<size_t>(row[s]) * num_ranks + r] =
+            static_cast<uint32_t>(static_cast<size_t>(r) * slots + s);
+      }
+    }
+  }
+  std::vector<int64_t> counts(spare + 1, 0);
+  for (size_t i = 0; i < ids.size(); ++i)
+    ++counts[counter_of[static_cast<size_t>(ids[i]) * num_ranks + exec_rank[i]]];
+  if (counts[spare] > 0) throw_first_bad_task(ids, layout, exec_rank);
+  counts.pop_back();
   return counts;
 }
 

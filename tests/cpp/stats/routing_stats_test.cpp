@@ -2,9 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/rng.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt {
@@ -120,6 +127,91 @@ TEST(RoutingStats, ReplicaTaskCounts) {
   EXPECT_EQ(counts, (std::vector<int64_t>{2, 1, 1, 0}));
   std::vector<RankId> bad = {1, 1, 0, 0};  // expert 0 on rank 1: not held
   EXPECT_THROW(replica_task_counts(batch, layout, bad), Error);
+}
+
+// The counts against a scan of each task's rank for its expert, on random layouts and
+// assignments (every task on a holder of its expert).
+TEST(RoutingStats, ReplicaTaskCountsMatchASimpleScan) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    SplitMix64 rng(seed);
+    const int nodes = 1 + static_cast<int>(rng.below(4)),
+              per_node = 1 + static_cast<int>(rng.below(4));
+    const Topology topo(nodes, nodes * per_node);
+    const int num_experts = 2 + static_cast<int>(rng.below(30));
+    const int slots =
+        std::min(num_experts, (num_experts + topo.num_ranks() - 1) / topo.num_ranks() +
+                                  static_cast<int>(rng.below(3)));
+    std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      lists[rng.below(topo.num_ranks())].push_back(e);
+    }
+    // Spread to fit the slots, then fill spare slots with replicas of random experts.
+    std::vector<ExpertId> all;
+    for (auto& l : lists) all.insert(all.end(), l.begin(), l.end());
+    for (auto& l : lists) l.clear();
+    for (size_t i = 0; i < all.size(); ++i) lists[i % topo.num_ranks()].push_back(all[i]);
+    for (auto& l : lists) {
+      for (int tries = 0; tries < 4 && static_cast<int>(l.size()) < slots; ++tries) {
+        const ExpertId e = static_cast<ExpertId>(rng.below(num_experts));
+        if (std::find(l.begin(), l.end(), e) == l.end()) l.push_back(e);
+      }
+    }
+    const ExpertLayout layout = ExpertLayout::from_rank_lists(topo, num_experts, slots, lists);
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(num_experts, 6)));
+    const int64_t num_tokens = static_cast<int64_t>(rng.below(200));
+    std::vector<ExpertId> ids;
+    std::vector<RankId> src(num_tokens, 0), exec;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      std::vector<ExpertId> row;
+      while (static_cast<int>(row.size()) < top_k) {
+        const ExpertId e = static_cast<ExpertId>(rng.below(num_experts));
+        if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+      }
+      for (ExpertId e : row) {
+        std::vector<RankId> holders;
+        for (RankId r = 0; r < topo.num_ranks(); ++r) {
+          if (layout.holds(r, e)) holders.push_back(r);
+        }
+        ids.push_back(e);
+        exec.push_back(holders[rng.below(holders.size())]);
+      }
+    }
+    const RoutingBatch batch(ids, src, top_k, num_experts, topo.num_ranks());
+    std::vector<int64_t> expected(static_cast<size_t>(topo.num_ranks()) * slots, 0);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto row = layout.slots_of(exec[i]);
+      const auto it = std::find(row.begin(), row.end(), ids[i]);
+      ++expected[static_cast<size_t>(exec[i]) * slots + (it - row.begin())];
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    EXPECT_EQ(replica_task_counts(batch, layout, exec), expected);
+  }
+}
+
+// Bad tasks are reported in task order, whichever check fails first.
+TEST(RoutingStats, ReplicaTaskCountsNameTheFirstBadTask) {
+  ExpertLayout layout(Topology(1, 2), 2, 2, {0, 1, 1, -1});  // rank 0 {0, 1}, rank 1 {1, -}
+  std::vector<ExpertId> ids = {0, 1, 1, 0};
+  std::vector<RankId> src = {0, 1};
+  const RoutingBatch batch(ids, src, 2, 2, 2);
+  const auto error_of = [&](std::vector<RankId> exec) {
+    try {
+      replica_task_counts(batch, layout, exec);
+    } catch (const Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(ErrorCode::kInternal, std::string("no error"));
+  };
+  auto [code, message] = error_of({0, 1, 5, 1});  // task 2's rank out of range, task 3 not held
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("task 2 has execution rank 5 out of range [0, 2)"), std::string::npos)
+      << message;
+  std::tie(code, message) = error_of({0, 1, 0, 1});  // task 3: expert 0 on rank 1
+  EXPECT_EQ(code, ErrorCode::kInternal);
+  EXPECT_NE(message.find("task 3 on rank 1 which lacks expert 0"), std::string::npos) << message;
+  std::tie(code, message) = error_of({1, 1, 0, -1});  // task 0 not held comes before task 3
+  EXPECT_EQ(code, ErrorCode::kInternal);
+  EXPECT_NE(message.find("task 0 on rank 1 which lacks expert 0"), std::string::npos) << message;
 }
 
 }  // namespace
