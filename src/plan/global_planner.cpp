@@ -6,6 +6,7 @@
 #include <cmath>
 #include <mutex>
 #include <numeric>
+#include <optional>
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
@@ -31,6 +32,7 @@ class PlanState {
         node_cap_(per_node_ * rank_cap_),
         plan_(num_experts_, num_nodes_),
         total_(num_experts_, 0),
+        share_(input.expert_load.begin(), input.expert_load.end()),
         gain_(static_cast<size_t>(num_experts_) * num_nodes_, 0.0),
         node_load_(num_nodes_, 0.0),
         node_used_(num_nodes_, 0),
@@ -74,7 +76,8 @@ class PlanState {
     return in_.coactivation[static_cast<size_t>(i) * num_experts_ + j];
   }
   double w(int e) const { return in_.expert_load[e]; }
-  double share(int e) const { return total_[e] > 0 ? w(e) / total_[e] : w(e); }
+  // w_e / total_e, kept per expert (the swap scan reads it for every candidate that gains).
+  double share(int e) const { return share_[e]; }
   double node_load(int n) const { return node_load_[n]; }
   int node_used(int n) const { return node_used_[n]; }
   int node_slots() const { return node_slots_; }
@@ -85,6 +88,7 @@ class PlanState {
   int num_nodes() const { return num_nodes_; }
   double objective() const { return objective_; }
   const std::vector<int>& members(int n) const { return members_[n]; }
+  const GlobalPlanInput& input() const { return in_; }
 
   // Node loads after giving expert e `new_total` replicas (counts per node unchanged otherwise) and
   // adding `delta_n` replicas of e on node n. Returns the largest load excess over the cap among
@@ -102,6 +106,14 @@ class PlanState {
       worst = std::max(worst, load - node_cap_);
     }
     return worst;
+  }
+
+  // The term of excess_after_change(e, n, +1) for node n itself, computed the same way: when it is
+  // > 0 so is that call's result, which is then not needed (an O(1) pre-check of the O(N) call).
+  double own_excess_after_add(int e, int n) const {
+    const double old_share = share(e), new_share = w(e) / (total_[e] + 1);
+    const int old_x = plan_.x(e, n), new_x = old_x + 1;
+    return node_load_[n] - old_x * old_share + new_x * new_share - node_cap_;
   }
 
   // Whether dropping one replica of e on node a and adding one of f on a keeps every node within
@@ -139,6 +151,7 @@ class PlanState {
     plan_.x(e, n) += delta;
     total_[e] += delta;
     node_used_[n] += delta;
+    share_[e] = total_[e] > 0 ? w(e) / total_[e] : w(e);
     const double new_share = share(e);
     for (int m = 0; m < num_nodes_; ++m) {
       const int xm = plan_.x(e, m);
@@ -175,6 +188,7 @@ class PlanState {
   double rank_cap_, node_cap_;
   NodePlan plan_;
   std::vector<int> total_;
+  std::vector<double> share_;  // [E]
   std::vector<double> gain_;
   std::vector<double> node_load_;
   std::vector<int> node_used_;
@@ -309,7 +323,8 @@ void fill_spare_slots(PlanState& s) {
       for (int e = 0; e < s.num_experts(); ++e) {
         if (s.present(e, n)) continue;
         const double g = s.gain(e, n);
-        if (g > best_gain && s.excess_after_change(e, n, +1) <= 0) {
+        if (g > best_gain && s.own_excess_after_add(e, n) <= 0 &&
+            s.excess_after_change(e, n, +1) <= 0) {
           best_gain = g;
           best_e = e;
           best_n = n;
@@ -327,7 +342,8 @@ void fill_spare_slots(PlanState& s) {
       for (int e = 0; e < s.num_experts(); ++e) {
         if (s.x(e, n) >= s.per_node()) continue;
         const double sh = s.share(e);
-        if (sh > best_share + kImprovement && s.excess_after_change(e, n, +1) <= 0) {
+        if (sh > best_share + kImprovement && s.own_excess_after_add(e, n) <= 0 &&
+            s.excess_after_change(e, n, +1) <= 0) {
           best_share = sh;
           best_e = e;
           best_n = n;
@@ -339,10 +355,123 @@ void fill_spare_slots(PlanState& s) {
   }
 }
 
-// One pass of local search; returns true when something improved.
-bool local_search_pass(PlanState& s) {
+// Facts about the co-activation the candidate bounds below need, computed once per plan call.
+struct GainScale {
+  std::vector<double> row_max;  // [E] max_{j != e} c_ej: what one presence change adds to a gain
+  double slack = 0;             // rounding allowance of a bound test: 1e-9 x (1 + the largest gain)
+
+  explicit GainScale(const GlobalPlanInput& in) : row_max(in.num_experts, 0.0) {
+    const int num_experts = in.num_experts;
+    double largest_gain = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      double row_sum = 0;
+      for (int j = 0; j < num_experts; ++j) {
+        if (j == e) continue;
+        const double c = in.coactivation[static_cast<size_t>(e) * num_experts + j];
+        row_max[e] = std::max(row_max[e], c);
+        row_sum += c;
+      }
+      double source = 0;
+      for (int n = 0; n < in.topology.num_nodes() && !in.source_demand.empty(); ++n) {
+        source = std::max(
+            source, in.source_weight * in.source_demand[static_cast<size_t>(n) * num_experts + e]);
+      }
+      largest_gain = std::max(largest_gain, row_sum + source);
+    }
+    slack = 1e-9 * (1.0 + largest_gain);
+  }
+};
+
+// Upper bounds on the candidates of local_search_pass, so that it skips scans none of whose
+// candidates can beat the best found (the chosen move is the same as without them). With
+// g_fa = [f not on a], l_fb = [f has one replica on b] and every c >= 0, a swap of e (a -> b) with
+// f (b -> a) changes the objective by
+//   g_eb (G_eb - l_fb c_ef) + g_fa (G_fa - l_ea c_ef) - l_ea G_ea - l_fb G_fb
+//     <= (g_eb G_eb - l_ea G_ea) + T_b(f, a),   T_b(f, a) = g_fa G_fa - l_fb G_fb,
+// and a replace of e on a by f by at most max(0, g_fa G_fa) - l_ea G_ea. So
+//   swap(a, b) >= max over f on b of T_b(f, a),   replace(a) >= max(0, max_f g_fa G_fa).
+// They are exact at the start of a pass, loosened by every change (a presence change of e' on n
+// adds c_e'j <= row_max[e'] to the gains G_jn: row n of swap and replace(n) grow by row_max[e']
+// when e' arrives, column n of swap when it leaves; e' itself is re-maxed in exactly), and
+// tightened to the exact maximum by every scan that runs.
+class CandidateBounds {
+ public:
+  CandidateBounds(const PlanState& s, const GainScale& scale)
+      : num_nodes_(s.num_nodes()), scale_(scale) {
+    const int num_nodes = num_nodes_;
+    swap_.assign(static_cast<size_t>(num_nodes) * num_nodes, kNone);
+    replace_.assign(num_nodes, 0.0);
+    for (int f = 0; f < s.num_experts(); ++f) include(s, f);
+  }
+
+  double swap(int a, int b) const { return swap_[static_cast<size_t>(a) * num_nodes_ + b]; }
+  double replace(int a) const { return replace_[a]; }
+  double slack() const { return scale_.slack; }
+  // The exact maxima, found by a scan that ran.
+  void set_swap(int a, int b, double value) {
+    swap_[static_cast<size_t>(a) * num_nodes_ + b] = value;
+  }
+  void set_replace(int a, double value) { replace_[a] = value; }
+
+  // After s.add(e, n) / s.remove(e, n); `presence` is +1 when e arrived on n, -1 when it left, 0
+  // when only its replica count there changed.
+  void after_change(const PlanState& s, int e, int n, int presence) {
+    const double grow = scale_.row_max[e];
+    if (presence > 0) {
+      for (int b = 0; b < num_nodes_; ++b) swap_[static_cast<size_t>(n) * num_nodes_ + b] += grow;
+      replace_[n] += grow;
+    } else if (presence < 0) {
+      for (int a = 0; a < num_nodes_; ++a) swap_[static_cast<size_t>(a) * num_nodes_ + n] += grow;
+    }
+    include(s, e);
+  }
+
+  static constexpr double kNone = -1e300;  // no expert on the node
+
+ private:
+  // Maxes expert f's own terms into the bounds.
+  void include(const PlanState& s, int f) {
+    for (int a = 0; a < num_nodes_; ++a) {
+      const double in = s.present(f, a) ? 0.0 : s.gain(f, a);
+      replace_[a] = std::max(replace_[a], in);
+    }
+    for (int b = 0; b < num_nodes_; ++b) {
+      if (!s.present(f, b)) continue;
+      const double out = s.x(f, b) == 1 ? s.gain(f, b) : 0.0;
+      for (int a = 0; a < num_nodes_; ++a) {
+        const double t = (s.present(f, a) ? 0.0 : s.gain(f, a)) - out;
+        double& bound = swap_[static_cast<size_t>(a) * num_nodes_ + b];
+        bound = std::max(bound, t);
+      }
+    }
+  }
+
+  int num_nodes_;
+  const GainScale& scale_;
+  std::vector<double> swap_;     // [N, N] (a, b)
+  std::vector<double> replace_;  // [N]
+};
+
+// Applies s.add / s.remove and keeps the bounds (when there are any) valid.
+void change_tracked(PlanState& s, CandidateBounds* bounds, int e, int n, int delta) {
+  const bool was_present = s.present(e, n);
+  if (delta > 0) {
+    s.add(e, n);
+  } else {
+    s.remove(e, n);
+  }
+  if (bounds) bounds->after_change(s, e, n, s.present(e, n) == was_present ? 0 : delta);
+}
+
+// One pass of local search; returns true when something improved. With `scale`, candidate scans
+// that provably cannot beat the best move found so far are skipped (CandidateBounds): the moves
+// made, and so the result, are those of the plain scan (scale == nullptr).
+bool local_search_pass(PlanState& s, const GainScale* scale) {
   bool improved = false;
   const int num_experts = s.num_experts(), num_nodes = s.num_nodes();
+  std::optional<CandidateBounds> bounds;
+  if (scale) bounds.emplace(s, *scale);
+  CandidateBounds* tracked = bounds ? &*bounds : nullptr;
   for (int e = 0; e < num_experts; ++e) {
     for (int a = 0; a < num_nodes; ++a) {
       if (!s.present(e, a)) continue;
@@ -362,15 +491,21 @@ bool local_search_pass(PlanState& s) {
             best_f = -1;
           }
         }
+        const double head = (gain_e_b ? s.gain(e, b) : 0.0) - loss_e;
+        if (bounds && head + bounds->swap(a, b) + bounds->slack() <= best_delta) continue;
         // members(b) changes only when a move is applied, after this scan.
+        double max_term = CandidateBounds::kNone;  // max over f on b of T_b(f, a)
         for (int f : s.members(b)) {
-          if (f == e || s.x(f, a) >= s.per_node()) continue;
           const bool lose_f_b = s.x(f, b) == 1;
           const bool gain_f_a = !s.present(f, a);
+          const double gain_f_a_value = gain_f_a ? s.gain(f, a) : 0.0;
+          const double loss_f_b = lose_f_b ? s.gain(f, b) : 0.0;
+          max_term = std::max(max_term, gain_f_a_value - loss_f_b);
+          if (f == e || s.x(f, a) >= s.per_node()) continue;
           const double c_ef = s.c(e, f);
           const double delta = (gain_e_b ? s.gain(e, b) - (lose_f_b ? c_ef : 0.0) : 0.0) +
-                               (gain_f_a ? s.gain(f, a) - (lose_e_a ? c_ef : 0.0) : 0.0) - loss_e -
-                               (lose_f_b ? s.gain(f, b) : 0.0);
+                               (gain_f_a ? gain_f_a_value - (lose_e_a ? c_ef : 0.0) : 0.0) -
+                               loss_e - loss_f_b;
           if (delta <= best_delta) continue;
           const double shift = s.share(f) - s.share(e);  // load change of node a
           if (s.node_load(a) + shift > s.node_cap() + kImprovement ||
@@ -381,12 +516,16 @@ bool local_search_pass(PlanState& s) {
           best_b = b;
           best_f = f;
         }
+        if (bounds) bounds->set_swap(a, b, max_term);
       }
       // Replace: drop this replica of e (when e keeps enough replicas) and add another expert on a.
-      if (s.total(e) > s.min_replicas(e)) {
+      if (s.total(e) > s.min_replicas(e) &&
+          !(bounds && bounds->replace(a) - loss_e + bounds->slack() <= best_delta)) {
+        double max_in = 0;  // max(0, max over f not on a of G_fa)
         for (int f = 0; f < num_experts; ++f) {
-          if (f == e || s.x(f, a) >= s.per_node()) continue;
           const bool gain_f_a = !s.present(f, a);
+          if (gain_f_a) max_in = std::max(max_in, s.gain(f, a));
+          if (f == e || s.x(f, a) >= s.per_node()) continue;
           const double delta =
               (gain_f_a ? s.gain(f, a) - (lose_e_a ? s.c(e, f) : 0.0) : 0.0) - loss_e;
           if (delta <= best_delta) continue;
@@ -396,19 +535,20 @@ bool local_search_pass(PlanState& s) {
           best_b = a;
           best_f = f;
         }
+        if (bounds) bounds->set_replace(a, max_in);
       }
       if (best_b < 0) continue;
       if (best_b == a) {  // replace
-        s.remove(e, a);
-        s.add(best_f, a);
+        change_tracked(s, tracked, e, a, -1);
+        change_tracked(s, tracked, best_f, a, +1);
       } else if (best_f < 0) {  // move
-        s.remove(e, a);
-        s.add(e, best_b);
+        change_tracked(s, tracked, e, a, -1);
+        change_tracked(s, tracked, e, best_b, +1);
       } else {  // swap
-        s.remove(e, a);
-        s.remove(best_f, best_b);
-        s.add(e, best_b);
-        s.add(best_f, a);
+        change_tracked(s, tracked, e, a, -1);
+        change_tracked(s, tracked, best_f, best_b, -1);
+        change_tracked(s, tracked, e, best_b, +1);
+        change_tracked(s, tracked, best_f, a, +1);
       }
       improved = true;
       if (!s.present(e, a)) break;  // e left a; continue with the next expert
@@ -429,6 +569,9 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
   std::vector<NodePlan> plans(num_runs);
   // Restarts are independent; they run in parallel and the best is picked in restart order, so the
   // result does not depend on the thread count.
+  std::optional<GainScale> scale;
+  if (options.bound_pruning) scale.emplace(input);
+  const GainScale* scale_ptr = scale ? &*scale : nullptr;
   parallel_chunks(num_runs, num_runs, options.num_threads, [&](int restart, int64_t, int64_t) {
     PlanState state(input);
     if (restart == options.num_restarts) {
@@ -460,7 +603,8 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
       initial_placement(state, input, restart, options.seed, options.use_metis);
     }
     fill_spare_slots(state);
-    for (int pass = 0; pass < options.max_local_search_passes && local_search_pass(state); ++pass) {
+    for (int pass = 0;
+         pass < options.max_local_search_passes && local_search_pass(state, scale_ptr); ++pass) {
       fill_spare_slots(state);
     }
     objectives[restart] = state.objective();

@@ -28,6 +28,10 @@ struct HeuristicOptions {
   // Optional incremental start: one extra restart (index num_restarts) begins from this plan (e.g.
   // the layout in force) instead of a fresh partition, then fills and searches as usual. Not owned.
   const NodePlan* initial = nullptr;
+  // The local search skips candidate scans that bounds on their gains prove cannot improve on the
+  // best move found so far. The moves, and so the result, are those of the plain scan (false): the
+  // switch is for the tests that compare the two.
+  bool bound_pruning = true;
 };
 
 struct HeuristicResult {

@@ -33,7 +33,7 @@ TEST_F(BenchCli, PrintsAndWritesEveryOperation) {
   EXPECT_EQ(doc["rho"].get<double>(), 0.5);
   EXPECT_EQ(doc["steps"].get<int>(), 3);
   EXPECT_EQ(doc["tokens_per_step"].get<int64_t>(), 2048);
-  ASSERT_EQ(doc["operations"].size(), 16u);
+  ASSERT_EQ(doc["operations"].size(), 17u);
   for (const auto& op : doc["operations"]) {
     const std::string name = op["name"].get<std::string>();
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
@@ -43,8 +43,8 @@ TEST_F(BenchCli, PrintsAndWritesEveryOperation) {
   EXPECT_EQ(doc["operations"][4]["name"].get<std::string>(), "assign");
   EXPECT_GT(doc["operations"][4]["copy_ratio"].get<double>(), 0.0);
   EXPECT_EQ(doc["operations"][4]["items"].get<double>(), 2048);
-  EXPECT_EQ(doc["operations"][12]["name"].get<std::string>(), "cobalt_step");
-  EXPECT_TRUE(doc["operations"][12]["policy_step"].get<bool>());
+  EXPECT_EQ(doc["operations"][13]["name"].get<std::string>(), "cobalt_step");
+  EXPECT_TRUE(doc["operations"][13]["policy_step"].get<bool>());
   EXPECT_NE(r.out.find("whole policy steps"), std::string::npos) << r.out;
 }
 
