@@ -21,7 +21,7 @@ class PathSpill {
   static constexpr int64_t kMaxDenseEntries = int64_t{1} << 24;  // 64 MiB of int32
 
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
-            std::span<RankId> exec_rank)
+            std::span<RankId> exec_rank, ReachCounting counting)
       : batch_(batch),
         layout_(layout),
         load_(load),
@@ -49,17 +49,16 @@ class PathSpill {
     node_of_rank_.resize(layout.num_ranks());
     for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank_[r] = r / per_node_;
     // One pass over the tokens: each token's reach (its source node and the nodes of its tasks),
-    // each task's replica, the tasks per replica, and per (replica, node) how many of them have a
-    // token reaching the node.
+    // the tasks per replica, and per (replica, node) how many of them have a token reaching the
+    // node. Up to 8 nodes a task adds one to its (replica, reach) pair, and the per-node counts
+    // come from those pairs after the pass; above, a task adds one per node of its reach.
     const int64_t num_tokens = batch.num_tokens();
     const ExpertId* ids = batch.topk_ids().data();
     reach_.resize(num_tokens);
-    // Uninitialised: every entry is written below (the batch's T K tasks are few enough to index
-    // with 32 bits: spill_along_paths checks).
-    const auto task_rep = std::make_unique_for_overwrite<int32_t[]>(exec_rank.size());
-    offsets_.assign(num_reps_ + 1, 0);
     count_.assign(num_reps_, 0);
     reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
+    const bool by_reach_pair = num_nodes_ <= 8 && counting == ReachCounting::kAuto;
+    std::vector<uint32_t> pair_count(by_reach_pair ? static_cast<size_t>(num_reps_) << 8 : 0, 0);
     for (TokenIdx t = 0; t < num_tokens; ++t) {
       const int64_t row = t * top_k_;
       uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
@@ -67,17 +66,34 @@ class PathSpill {
       reach_[t] = reach;
       for (int k = 0; k < top_k_; ++k) {
         const int rep = rep_of(ids[row + k], exec_rank_[row + k]);
-        task_rep[row + k] = rep;
-        ++count_[rep];
-        add_reach(rep, reach, +1);
+        if (by_reach_pair) {
+          ++pair_count[(static_cast<size_t>(rep) << 8) | reach];
+        } else {
+          ++count_[rep];
+          add_reach(rep, reach, +1);
+        }
       }
     }
-    // Tasks grouped by replica (counting sort, task order within a replica).
+    if (by_reach_pair) {
+      for (int rep = 0; rep < num_reps_; ++rep) {
+        const uint32_t* pairs = pair_count.data() + (static_cast<size_t>(rep) << 8);
+        for (uint64_t reach = 0; reach < 256; ++reach) {
+          if (pairs[reach] == 0) continue;
+          count_[rep] += pairs[reach];
+          add_reach(rep, reach, pairs[reach]);
+        }
+      }
+    }
+    // Tasks grouped by replica (counting sort, task order within a replica; the task's replica
+    // looked up again rather than stored).
+    offsets_.assign(num_reps_ + 1, 0);
     for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] = offsets_[a] + count_[a];
+    // Uninitialised: every entry is written below (the batch's T K tasks are few enough to index
+    // with 32 bits: spill_along_paths checks).
     tasks_ = std::make_unique_for_overwrite<uint32_t[]>(exec_rank.size());
     std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
     for (size_t i = 0; i < exec_rank.size(); ++i)
-      tasks_[cursor[task_rep[i]]++] = static_cast<uint32_t>(i);
+      tasks_[cursor[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
     scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
     moved_in_.resize(num_reps_);
   }
@@ -111,7 +127,7 @@ class PathSpill {
     return rep_base(e) +
            static_cast<int>(std::lower_bound(ranks.begin(), ranks.end(), rank) - ranks.begin());
   }
-  void add_reach(int rep, uint64_t reach, int delta) {
+  void add_reach(int rep, uint64_t reach, int64_t delta) {
     int64_t* row = reach_count_.data() + static_cast<size_t>(rep) * num_nodes_;
     for (uint64_t m = reach; m; m &= m - 1) row[std::countr_zero(m)] += delta;
   }
@@ -295,12 +311,13 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
 }
 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
-                                 std::vector<int64_t>& load, std::span<RankId> exec_rank) {
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                                 ReachCounting counting) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",
                exec_rank.size());
-  PathSpill(batch, layout, load, exec_rank).run(cap);
+  PathSpill(batch, layout, load, exec_rank, counting).run(cap);
 }
 
 }  // namespace cobalt::assign::detail

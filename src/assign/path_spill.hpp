@@ -34,10 +34,16 @@ namespace cobalt::assign::detail {
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
 
+// How the spill counts, per (replica, node), the tasks whose token reaches the node: up to 8 nodes
+// by (replica, reach set) pairs summed after the pass (kAuto), or node by node per task (the only
+// way above 8 nodes; kPerTask forces it, for the tests that compare the two).
+enum class ReachCounting { kAuto, kPerTask };
+
 // spill_along_paths without its two shortcuts (nothing above the cap, spill_target_reachable):
 // always builds the bookkeeping and runs. The same result; for tests of the shortcuts.
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
-                                 std::vector<int64_t>& load, std::span<RankId> exec_rank);
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                                 ReachCounting counting = ReachCounting::kAuto);
 
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
 // could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "cobalt/core/expert_layout.hpp"
@@ -51,6 +53,11 @@ inline ExpertLayout random_layout(uint64_t seed, const Topology& topo, int num_e
                                   int slots_per_rank, double fill = 0.7) {
   SplitMix64 rng(seed);
   const int num_ranks = topo.num_ranks();
+  // Every expert needs a slot (the placement below would loop for ever otherwise).
+  if (num_experts > num_ranks * slots_per_rank) {
+    throw std::invalid_argument("random_layout: " + std::to_string(num_experts) + " experts for " +
+                                std::to_string(num_ranks * slots_per_rank) + " slots");
+  }
   std::vector<std::vector<ExpertId>> lists(num_ranks);
   std::vector<ExpertId> order(num_experts);
   std::iota(order.begin(), order.end(), 0);
