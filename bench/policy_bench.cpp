@@ -63,19 +63,24 @@ void BM_Assign_BalancedCover(benchmark::State& state) {
   std::vector<RankId> exec(batch.num_tasks());
   const int num_threads = static_cast<int>(state.range(0));
   const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
+  const bool keep_workspace = state.range(2) != 0;
+  assign::BalancedCoverWorkspace workspace;
   for (auto _ : state) {
     assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
-                                  spill_tolerance);
+                                  spill_tolerance, keep_workspace ? &workspace : nullptr);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-// Args: threads (the result is the same for any), spill (1: cobalt+'s 0.05, 0: none).
+// Args: threads (the result is the same for any), spill (1: cobalt+'s 0.05, 0: none), workspace
+// (1: kept across calls as cobalt+ keeps it, 0: scratch allocated per call).
 BENCHMARK(BM_Assign_BalancedCover)
-    ->Args({1, 1})
-    ->Args({2, 1})
-    ->Args({1, 0})
-    ->Args({2, 0})
+    ->Args({1, 1, 1})
+    ->Args({2, 1, 1})
+    ->Args({1, 0, 1})
+    ->Args({2, 0, 1})
+    ->Args({1, 1, 0})
+    ->Args({1, 0, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

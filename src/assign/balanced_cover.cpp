@@ -66,13 +66,19 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
 
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
                            const AssignOptions& options, std::span<RankId> exec_rank,
-                           double spill_tolerance) {
+                           double spill_tolerance, BalancedCoverWorkspace* workspace) {
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());
+  BalancedCoverWorkspace call_workspace;
+  BalancedCoverWorkspace& scratch = workspace ? *workspace : call_workspace;
   const int num_nodes = layout.num_nodes(), per_node = layout.topology().ranks_per_node();
   const int top_k = batch.top_k();
-  std::vector<uint64_t> covers(batch.num_tokens());
+  // Every entry of both is written before it is read (covers here, the task classes by the class
+  // pass); a kept buffer of the size is not touched by the resize.
+  scratch.per_token_.resize(batch.num_tokens());
+  scratch.per_task_.resize(batch.num_tasks());
+  const std::span<uint64_t> covers(scratch.per_token_.data(), batch.num_tokens());
   remote_node_covers(batch, layout, options, covers);
 
   // Classes keyed by (expert, allowed node mask). Their ids do not matter for the result: the
@@ -108,9 +114,10 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     classes.push_back(std::move(cls));
     return static_cast<int32_t>(classes.size() - 1);
   };
-  std::vector<int32_t> task_class(batch.num_tasks());  // key (use_keys) or class id
-  std::vector<int32_t> class_of_key;                   // [keys] (use_keys)
-  std::vector<int64_t> chunk_start;  // [chunks, classes]: tasks of a class in earlier chunks
+  // [T K] key (use_keys) or class id of each task, both >= 0.
+  uint32_t* const task_class = scratch.per_task_.data();
+  std::vector<int32_t> class_of_key;  // [keys] (use_keys)
+  std::vector<int64_t> chunk_start;   // [chunks, classes]: tasks of a class in earlier chunks
   int mapping_chunks = 1;
   if (use_keys) {
     std::vector<int32_t> counts(num_keys * static_cast<size_t>(num_chunks), 0);
@@ -120,8 +127,8 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
         const uint64_t reach = reach_of(t);
         auto row = batch.experts_of(t);
         for (int k = 0; k < top_k; ++k) {
-          const int32_t key = static_cast<int32_t>((static_cast<uint64_t>(row[k]) << num_nodes) |
-                                                   (reach & layout.node_mask(row[k])));
+          const uint32_t key = static_cast<uint32_t>((static_cast<uint64_t>(row[k]) << num_nodes) |
+                                                     (reach & layout.node_mask(row[k])));
           task_class[t * top_k + k] = key;
           ++local[key];
         }
@@ -170,7 +177,7 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
           known.emplace_back(allowed, class_idx);
         }
         ++class_count[class_idx];
-        task_class[t * top_k + k] = class_idx;
+        task_class[t * top_k + k] = static_cast<uint32_t>(class_idx);
       }
     }
     for (size_t c = 0; c < classes.size(); ++c) classes[c].count = class_count[c];
@@ -218,11 +225,12 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
       // class's first, or the sentinel) and is never used.
       left[k] = quota_size[q] - skip;
     }
-    const int32_t* task_class_data = task_class.data();
+    const uint32_t* task_class_data = task_class;
     const int32_t* class_of_key_data = class_of_key.data();
     RankId* out = exec_rank.data();
     for (int64_t i = begin * top_k; i < end * top_k; ++i) {
-      const int32_t k = use_keys ? class_of_key_data[task_class_data[i]] : task_class_data[i];
+      const int32_t k = use_keys ? class_of_key_data[task_class_data[i]]
+                                 : static_cast<int32_t>(task_class_data[i]);
       int64_t q = current[k];
       out[i] = quota_rank[q];
       if (--left[k] == 0) {
@@ -235,10 +243,9 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
                                layout.num_ranks());
   // (A cap at or above every task, an infinite or NaN tolerance included, leaves nothing to do.)
   if (spill_tolerance >= 0 && cap < static_cast<double>(batch.num_tasks())) {
-    // The spill's own bookkeeping is O(T K): free the classes' first.
-    std::vector<int32_t>().swap(task_class);
-    std::vector<uint64_t>().swap(covers);
-    detail::spill_along_paths(batch, layout, static_cast<int64_t>(cap), load, exec_rank);
+    // The spill's O(T K) bookkeeping reuses the covers' and the classes' buffers.
+    detail::spill_along_paths(batch, layout, static_cast<int64_t>(cap), load, exec_rank,
+                              scratch.per_token_, scratch.per_task_);
   }
 }
 

@@ -21,11 +21,14 @@ class PathSpill {
   static constexpr int64_t kMaxDenseEntries = int64_t{1} << 24;  // 64 MiB of int32
 
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
-            std::span<RankId> exec_rank, ReachCounting counting)
+            std::span<RankId> exec_rank, std::vector<uint64_t>& reach, std::vector<uint32_t>& tasks,
+            ReachCounting counting)
       : batch_(batch),
         layout_(layout),
         load_(load),
         exec_rank_(exec_rank),
+        reach_(reach),
+        tasks_(tasks),
         top_k_(batch.top_k()),
         per_node_(layout.topology().ranks_per_node()),
         num_nodes_(layout.num_nodes()),
@@ -88,9 +91,9 @@ class PathSpill {
     // looked up again rather than stored).
     offsets_.assign(num_reps_ + 1, 0);
     for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] = offsets_[a] + count_[a];
-    // Uninitialised: every entry is written below (the batch's T K tasks are few enough to index
-    // with 32 bits: spill_along_paths checks).
-    tasks_ = std::make_unique_for_overwrite<uint32_t[]>(exec_rank.size());
+    // Every entry is written below (the batch's T K tasks are few enough to index with 32 bits:
+    // spill_along_paths checks); a kept buffer of this size is not touched by the resize.
+    tasks_.resize(exec_rank.size());
     std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
     for (size_t i = 0; i < exec_rank.size(); ++i)
       tasks_[cursor[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
@@ -255,16 +258,16 @@ class PathSpill {
   const ExpertLayout& layout_;
   std::vector<int64_t>& load_;
   std::span<RankId> exec_rank_;
+  std::vector<uint64_t>& reach_;  // [T] nodes each token reaches (caller's scratch)
+  std::vector<uint32_t>& tasks_;  // [T K] task indices grouped by original replica (scratch)
   const int top_k_, per_node_, num_nodes_, num_reps_;
   std::vector<RankId> rep_rank_;                // [reps]
   std::vector<ExpertId> rep_expert_;            // [reps]
   std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
-  std::vector<int32_t> rep_index_;     // [E, G] replica of (expert, rank), -1 when not held
-  std::vector<int> node_of_rank_;      // [G]
-  std::vector<uint64_t> reach_;        // [T] nodes each token reaches
-  std::vector<int64_t> offsets_;       // [reps + 1] into tasks_
-  std::unique_ptr<uint32_t[]> tasks_;  // [T K] task indices grouped by original replica
-  std::vector<int64_t> scan_begin_;    // [reps] first possibly live entry
+  std::vector<int32_t> rep_index_;   // [E, G] replica of (expert, rank), -1 when not held
+  std::vector<int> node_of_rank_;    // [G]
+  std::vector<int64_t> offsets_;     // [reps + 1] into tasks_
+  std::vector<int64_t> scan_begin_;  // [reps] first possibly live entry
   std::vector<std::vector<uint32_t>> moved_in_;  // [reps] tasks moved onto each replica
   std::vector<int64_t> count_;                   // [reps] live tasks
   std::vector<int64_t> reach_count_;             // [reps, N] live tasks whose token reaches n
@@ -302,22 +305,39 @@ bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t>
 }
 
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
-                       std::vector<int64_t>& load, std::span<RankId> exec_rank) {
+                       std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task) {
   // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
   // Nothing can move (the common case once a layout balances as well as it can): skip it too.
   if (!spill_target_reachable(layout, load, cap)) return;
-  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank);
+  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task);
+}
+
+void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                       std::vector<int64_t>& load, std::span<RankId> exec_rank) {
+  std::vector<uint64_t> per_token;
+  std::vector<uint32_t> per_task;
+  spill_along_paths(batch, layout, cap, load, exec_rank, per_token, per_task);
 }
 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  ReachCounting counting) {
+  std::vector<uint64_t> per_token;
+  std::vector<uint32_t> per_task;
+  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task, counting);
+}
+
+void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                                 std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
+                                 ReachCounting counting) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",
                exec_rank.size());
-  PathSpill(batch, layout, load, exec_rank, counting).run(cap);
+  PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting).run(cap);
 }
 
 }  // namespace cobalt::assign::detail

@@ -31,6 +31,13 @@ namespace cobalt::assign::detail {
 // the busiest rank has no target, the ranks that rank reaches average more than L - 1 tasks and
 // must keep them, so L is the optimum for this layout: the result's maximum load is
 // max(cap, optimum) (tests check it against brute force). Deterministic.
+//
+// per_token, per_task: scratch the spill sizes to [T] and [T K] and overwrites (a caller's kept
+// buffers, so that nothing is allocated per call; their contents on entry do not matter).
+void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                       std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task);
+// The same with scratch of its own.
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
 
@@ -43,6 +50,10 @@ enum class ReachCounting { kAuto, kPerTask };
 // always builds the bookkeeping and runs. The same result; for tests of the shortcuts.
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                                 ReachCounting counting = ReachCounting::kAuto);
+void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
+                                 std::vector<int64_t>& load, std::span<RankId> exec_rank,
+                                 std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
                                  ReachCounting counting = ReachCounting::kAuto);
 
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation

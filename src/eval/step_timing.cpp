@@ -208,12 +208,13 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
   ops.back().note = fmt::format("{} replicas move", num_moves);
 
   std::vector<RankId> balanced_exec(batch.num_tasks());
-  ops.push_back(time_call(options, "assign_balanced",
-                          "assign_balanced_cover: cobalt+'s assignment, on the same layout",
-                          num_tokens, "tokens", [&] {
-                            assign::assign_balanced_cover(batch, *layout, assign_options,
-                                                          balanced_exec, kSpillTolerance);
-                          }));
+  assign::BalancedCoverWorkspace balanced_workspace;  // kept across calls, as the policy keeps it
+  ops.push_back(time_call(
+      options, "assign_balanced", "assign_balanced_cover: cobalt+'s assignment, on the same layout",
+      num_tokens, "tokens", [&] {
+        assign::assign_balanced_cover(batch, *layout, assign_options, balanced_exec,
+                                      kSpillTolerance, &balanced_workspace);
+      }));
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
   ops.back().note = transfers_note(batch, balanced_exec, topology);
 

@@ -154,7 +154,7 @@ class CobaltPolicy final : public Policy {
     if (variant_.balanced_assignment) {
       assign::assign_balanced_cover(batch, *st.layout,
                                     {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank,
-                                    kSpillTolerance);
+                                    kSpillTolerance, &balanced_workspace_);
     } else {
       assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
                                 {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
@@ -489,6 +489,9 @@ class CobaltPolicy final : public Policy {
   PolicyConfig config_;
   CobaltVariant variant_;
   std::vector<LayerState> layers_;
+  // The balanced assignment's O(T K) scratch, kept across steps and layers (run() is called from
+  // one thread; background plans assign their samples with scratch of their own).
+  assign::BalancedCoverWorkspace balanced_workspace_;
 };
 
 }  // namespace

@@ -16,11 +16,32 @@
 // in parallel over fixed token chunks for N <= 8 (step 1 for any N); 3 and the spill are serial.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "cobalt/assign/node_cover.hpp"
 
 namespace cobalt::assign {
+
+// The O(T K) scratch memory of assign_balanced_cover (one word per token and one per task, shared
+// by the class pass and the spill), kept across calls so that a caller running it every step
+// (cobalt+ keeps one per policy) allocates and page-faults nothing once it has seen its largest
+// batch. The buffers only grow; they are freed with the workspace. Not for concurrent calls.
+class BalancedCoverWorkspace {
+ public:
+  // Bytes held.
+  size_t capacity_bytes() const {
+    return per_token_.capacity() * sizeof(uint64_t) + per_task_.capacity() * sizeof(uint32_t);
+  }
+
+ private:
+  friend void assign_balanced_cover(const RoutingBatch&, const ExpertLayout&, const AssignOptions&,
+                                    std::span<RankId>, double, BalancedCoverWorkspace*);
+  std::vector<uint64_t> per_token_;  // [T] covers, then the spill's token reach
+  std::vector<uint32_t> per_task_;   // [T K] task classes, then the spill's task lists
+};
 
 // spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: while the
 // busiest rank is above cap = ceil((1 + spill_tolerance) * mean), tasks move along chains of
@@ -30,8 +51,12 @@ namespace cobalt::assign {
 // the destination node) are preferred, then fewer copies, then shorter chains. The busiest rank
 // ends at max(cap, the lowest maximum load any assignment on the layout can reach) or at its load
 // without spill when that is lower. < 0 (default): never adds cross-node transfers.
+//
+// workspace: scratch kept by the caller (see above); nullptr allocates it for this call only. The
+// result does not depend on it.
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
                            const AssignOptions& options, std::span<RankId> exec_rank,
-                           double spill_tolerance = -1.0);
+                           double spill_tolerance = -1.0,
+                           BalancedCoverWorkspace* workspace = nullptr);
 
 }  // namespace cobalt::assign

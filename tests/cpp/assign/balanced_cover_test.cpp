@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cobalt/core/assignment.hpp"
+#include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "testing/optimal_max_load.hpp"
 #include "testing/random_inputs.hpp"
@@ -206,6 +207,33 @@ TEST(BalancedCover, SameResultForAnyChunkingAndBothClassPaths) {
       }
     }
   }
+}
+
+// A kept workspace changes no result: one reused across batches that grow and shrink, layouts of
+// both class paths (up to 8 nodes: key tables; more: per-expert lists), with and without the
+// spill, gives what a call with scratch of its own gives.
+TEST(BalancedCover, KeptWorkspaceGivesTheSameAssignment) {
+  BalancedCoverWorkspace workspace;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    SplitMix64 rng(seed * 613);
+    const int nodes = seed % 4 == 0 ? 9 + static_cast<int>(rng.below(4))
+                                    : 1 + static_cast<int>(rng.below(6)),
+              per_node = 1 + static_cast<int>(rng.below(3));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(3));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 6)));
+    auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    auto owned = testing::random_batch(seed * 3, static_cast<int64_t>(rng.below(3000)), top_k,
+                                       experts, topo.num_ranks(), 1.5);
+    auto batch = owned.view();
+    const double tolerance = rng.below(2) ? 0.05 : -1.0;
+    std::vector<RankId> own(batch.num_tasks()), kept(batch.num_tasks());
+    assign_balanced_cover(batch, layout, {}, own, tolerance);
+    assign_balanced_cover(batch, layout, {}, kept, tolerance, &workspace);
+    EXPECT_EQ(own, kept) << "seed " << seed;
+  }
+  EXPECT_GT(workspace.capacity_bytes(), 0u);
 }
 
 }  // namespace
