@@ -60,8 +60,14 @@ class PathSpill {
     reach_.resize(num_tokens);
     count_.assign(num_reps_, 0);
     reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
-    const bool by_reach_pair = num_nodes_ <= 8 && counting == ReachCounting::kAuto;
-    std::vector<uint32_t> pair_count(by_reach_pair ? static_cast<size_t>(num_reps_) << 8 : 0, 0);
+    const size_t pair_entries = static_cast<size_t>(num_reps_) << 8;
+    const bool by_reach_pair = counting == ReachCounting::kByReachSet ||
+                               (counting == ReachCounting::kAuto && num_nodes_ <= 8 &&
+                                pair_entries <= 4 * static_cast<size_t>(exec_rank.size()));
+    COBALT_CHECK_INTERNAL(!by_reach_pair || num_nodes_ <= 8,
+                          "chain spill: reach-set counting needs at most 8 nodes, not {}",
+                          num_nodes_);
+    std::vector<uint32_t> pair_count(by_reach_pair ? pair_entries : 0, 0);
     for (TokenIdx t = 0; t < num_tokens; ++t) {
       const int64_t row = t * top_k_;
       uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);

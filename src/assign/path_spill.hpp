@@ -41,10 +41,12 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
 
-// How the spill counts, per (replica, node), the tasks whose token reaches the node: up to 8 nodes
-// by (replica, reach set) pairs summed after the pass (kAuto), or node by node per task (the only
-// way above 8 nodes; kPerTask forces it, for the tests that compare the two).
-enum class ReachCounting { kAuto, kPerTask };
+// How the spill counts, per (replica, node), the tasks whose token reaches the node: by (replica,
+// reach set) pairs summed after the pass (up to 8 nodes: a [replicas, 256] table), or node by node
+// per task. kAuto takes the pairs when N <= 8 and the table is not much larger than the batch (a
+// decode batch of a few hundred tasks would spend more on the table than it saves); the others
+// force one way, for the tests that compare them (kByReachSet needs N <= 8).
+enum class ReachCounting { kAuto, kPerTask, kByReachSet };
 
 // spill_along_paths without its two shortcuts (nothing above the cap, spill_target_reachable):
 // always builds the bookkeeping and runs. The same result; for tests of the shortcuts.

@@ -363,6 +363,7 @@ struct GainScale {
   explicit GainScale(const GlobalPlanInput& in) : row_max(in.num_experts, 0.0) {
     const int num_experts = in.num_experts;
     double largest_gain = 0;
+    // (The co-activation is symmetric, validated: row e's sum is also what G_e. can reach.)
     for (int e = 0; e < num_experts; ++e) {
       double row_sum = 0;
       for (int j = 0; j < num_experts; ++j) {

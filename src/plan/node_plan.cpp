@@ -40,6 +40,18 @@ void GlobalPlanInput::validate() const {
                      ">= 0)",
                      i / num_experts, i % num_experts, coactivation[i]);
   }
+  // Symmetric, as counted (the planners read either triangle, and METIS needs every edge both
+  // ways: an asymmetric graph corrupted its heap).
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = i + 1; j < num_experts; ++j) {
+      const double upper = coactivation[static_cast<size_t>(i) * num_experts + j];
+      const double lower = coactivation[static_cast<size_t>(j) * num_experts + i];
+      COBALT_CHECK_ARG(upper == lower,
+                       "global plan: co-activation must be symmetric: c[{}][{}] = {} but "
+                       "c[{}][{}] = {}",
+                       i, j, upper, j, i, lower);
+    }
+  }
   COBALT_CHECK_ARG(source_weight >= 0 && std::isfinite(source_weight),
                    "global plan: source weight {} must be finite and >= 0", source_weight);
   for (size_t i = 0; i < source_demand.size(); ++i) {

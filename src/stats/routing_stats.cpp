@@ -209,6 +209,9 @@ std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const Expert
   auto ids = batch.topk_ids();
   COBALT_CHECK_ARG(exec_rank.size() == ids.size(),
                    "replica counts: {} execution ranks for {} tasks", exec_rank.size(), ids.size());
+  COBALT_CHECK_ARG(batch.num_experts() == layout.num_experts(),
+                   "replica counts: the batch has E = {}, the layout E = {}", batch.num_experts(),
+                   layout.num_experts());
   // One branch-free pass checks the ranks (min and max); a bad entry is named by the ordered
   // checks, run only when there is one.
   RankId low = 0, high = 0;

@@ -45,7 +45,8 @@ DispatchLayout dispatch_layout(std::span<const RankId> exec_rank,
                                const Topology& topology);
 
 // The same into `out`, reusing its vectors' capacity: a runtime that keeps one DispatchLayout per
-// layer allocates (and page-faults) nothing after the first step. Every field is overwritten; the
+// layer allocates (and page-faults) nothing of the batch's size after the first step (only a few
+// [G]- and [N]-sized tables per call). Every field is overwritten; the
 // inputs are checked before `out` is touched, so a bad rank leaves it as it was (the int32 overflow
 // check comes after the counting pass: then `out` is valid but unspecified).
 void dispatch_layout(std::span<const RankId> exec_rank, std::span<const RankId> source_rank,

@@ -36,7 +36,8 @@ struct GlobalPlanInput {
   double source_weight = 0.0;
 
   // Throws cobalt::Error when sizes disagree, a load, co-activation, source demand or the source
-  // weight is negative or not finite, or the budget cannot hold E experts.
+  // weight is negative or not finite, the co-activation is not symmetric, or the budget cannot
+  // hold E experts.
   void validate() const;
   double total_load() const;
   double rank_load_cap() const;  // (1 + eps) * W / G

@@ -76,10 +76,13 @@ TEST(DispatchLayout, ReusedOutputIsFullyOverwritten) {
   DispatchLayout out;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     SplitMix64 rng(seed * 7919);
-    // Both sides of the 64-rank bit-mask rows: 8 x 8 = 64, 9 x 8 = 72, small and odd sizes.
-    const int nodes = static_cast<int>(rng.below(2)) ? 8 + static_cast<int>(rng.below(2))
-                                                     : 1 + static_cast<int>(rng.below(6)),
-              per_node = nodes >= 8 ? 8 : 1 + static_cast<int>(rng.below(7));
+    // Both sides of the 64-rank bit-mask rows (8 x 8 = 64, 9 x 8 = 72), more than 8 nodes within
+    // 64 ranks (16 x 4, 32 x 2, 64 x 1), small and odd sizes.
+    static constexpr int kShapes[][2] = {{8, 8}, {9, 8}, {16, 4}, {32, 2}, {64, 1}, {3, 7}};
+    const bool fixed_shape = rng.below(2) != 0;
+    const auto& shape = kShapes[rng.below(6)];
+    const int nodes = fixed_shape ? shape[0] : 1 + static_cast<int>(rng.below(6)),
+              per_node = fixed_shape ? shape[1] : 1 + static_cast<int>(rng.below(7));
     const Topology topo(nodes, nodes * per_node);
     const int top_k = 1 + static_cast<int>(rng.below(9));
     const int64_t num_tokens = static_cast<int64_t>(rng.below(200));
@@ -90,6 +93,8 @@ TEST(DispatchLayout, ReusedOutputIsFullyOverwritten) {
     std::fill(out.slot.begin(), out.slot.end(), -7);
     std::fill(out.rank_counts.begin(), out.rank_counts.end(), 99);
     std::fill(out.pair_counts.begin(), out.pair_counts.end(), 99);
+    std::fill(out.node_counts.begin(), out.node_counts.end(), 99);
+    std::fill(out.rank_offsets.begin(), out.rank_offsets.end(), 99);
     SCOPED_TRACE("seed " + std::to_string(seed));
     dispatch_layout(exec, src, top_k, topo, out);
     expect_same(out, dispatch_layout_reference(exec, src, top_k, topo));

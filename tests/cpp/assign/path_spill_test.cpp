@@ -109,7 +109,8 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
     const int64_t cap = batch.num_tasks() / topo.num_ranks();
     auto pairs_exec = exec, per_task_exec = exec;
     auto pairs_load = load, per_task_load = load;
-    spill_along_paths_unchecked(batch, layout, cap, pairs_load, pairs_exec, ReachCounting::kAuto);
+    spill_along_paths_unchecked(batch, layout, cap, pairs_load, pairs_exec,
+                                ReachCounting::kByReachSet);
     spill_along_paths_unchecked(batch, layout, cap, per_task_load, per_task_exec,
                                 ReachCounting::kPerTask);
     EXPECT_EQ(pairs_exec, per_task_exec) << "seed " << seed;

@@ -1,5 +1,6 @@
 #include "cobalt/plan/global_planner.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -115,17 +116,20 @@ TEST(GlobalPlanner, DeterministicAndPacksIntoValidLayouts) {
 // The bound pruning of the local search (HeuristicOptions::bound_pruning) skips only scans that
 // cannot change the move made: every restart ends in the same plan, bit for bit, with it and
 // without it, on random instances (fractional and integer counts, zero loads, source anchoring,
-// the incremental restart, up to 64 nodes).
+// the incremental restart, up to 64 nodes and 299 experts).
 TEST(GlobalPlanner, BoundPruningChangesNoPlan) {
   int compared = 0;
   for (uint64_t seed = 1; seed <= 120; ++seed) {
     SplitMix64 rng(seed * 104729);
-    // Every tenth instance on 16 to 64 nodes.
-    const int nodes = seed % 10 == 0 ? 16 + static_cast<int>(rng.below(49))
-                                     : 1 + static_cast<int>(rng.below(8)),
+    // Every tenth instance on 16 to 64 nodes; three with 200-299 experts on 16 to 32 nodes.
+    const bool large = seed % 40 == 5;
+    const int nodes = large            ? 16 + static_cast<int>(rng.below(17))
+                      : seed % 10 == 0 ? 16 + static_cast<int>(rng.below(49))
+                                       : 1 + static_cast<int>(rng.below(8)),
               per_node = 1 + static_cast<int>(rng.below(4));
     const Topology topo(nodes, nodes * per_node);
-    const int num_experts = 2 + static_cast<int>(rng.below(64));
+    const int num_experts =
+        large ? 200 + static_cast<int>(rng.below(100)) : 2 + static_cast<int>(rng.below(64));
     const int slots =
         std::min(num_experts, (num_experts + topo.num_ranks() - 1) / topo.num_ranks() +
                                   static_cast<int>(rng.below(3)));
@@ -207,6 +211,11 @@ TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
                   "co-activation of experts 1 and 3 is -1");
   c[1 * 8 + 3] = std::nan("");
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, c}, "co-activation");
+  c = inst.c;
+  c[5 * 8 + 2] = c[2 * 8 + 5] + 1;  // METIS needs every edge both ways
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, c},
+                  fmt::format("co-activation must be symmetric: c[2][5] = {} but c[5][2] = {}",
+                              inst.c[2 * 8 + 5], inst.c[2 * 8 + 5] + 1));
   std::vector<double> demand(2 * 8, 1.0);
   demand[8 + 5] = -2;
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, demand, 1.0},
