@@ -87,6 +87,81 @@ StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec
   return m;
 }
 
+namespace {
+
+// exchange_volume up to 64 ranks: per token, the set of destination ranks as a bit mask; per node
+// it reaches, the copies there as mask algebra (the relay rank's bit removed, popcounts for the
+// senders), and one pass over the bits of the NVLink receivers. Up to 8 nodes the node loop has a
+// fixed trip count (no data-dependent branch).
+void exchange_volume_masks(const RoutingBatch& batch, std::span<const RankId> exec_rank,
+                           const Topology& topology, ExchangeVolume& v) {
+  const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
+  const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
+  std::vector<uint64_t> node_ranks(num_nodes, 0);  // [N] the node's ranks as bits
+  for (RankId r = 0; r < num_ranks; ++r) node_ranks[topology.node_of(r)] |= uint64_t{1} << r;
+  const std::vector<NodeId> node_of = node_of_ranks(topology);
+  int64_t* node_out = v.node_out.data();
+  int64_t* node_in = v.node_in.data();
+  int64_t* nvlink_out = v.nvlink_out.data();
+  int64_t* nvlink_in = v.nvlink_in.data();
+  const bool fixed_nodes = num_nodes <= 8;
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const RankId src = batch.source_of(t);
+    const NodeId src_node = node_of[src];
+    const int src_local = src - src_node * per_node;
+    const RankId* row = exec_rank.data() + t * top_k;
+    uint64_t ranks = 0;
+    uint32_t bad = 0;
+    for (int k = 0; k < top_k; ++k) {
+      const uint32_t d = static_cast<uint32_t>(row[k]);
+      bad |= d >= static_cast<uint32_t>(num_ranks);
+      ranks |= uint64_t{1} << (d & 63);
+    }
+    if (bad) {
+      for (int k = 0; k < top_k; ++k) {
+        COBALT_CHECK_ARG(row[k] >= 0 && row[k] < num_ranks,
+                         "metrics: execution rank {} out of range [0, {})", row[k], num_ranks);
+      }
+    }
+    // Source node: straight from s to every other destination rank there.
+    const uint64_t src_bit = uint64_t{1} << src;
+    uint64_t receivers = ranks & node_ranks[src_node] & ~src_bit;
+    nvlink_out[src] += std::popcount(receivers);
+    // Remote nodes: one inter-node copy each, to the relay rank with s's local index, which
+    // forwards to the node's other destination ranks.
+    const uint64_t remote = ranks & ~node_ranks[src_node];
+    int64_t remote_nodes = 0;
+    if (fixed_nodes) {
+      for (int n = 0; n < num_nodes; ++n) {
+        const uint64_t on_node = remote & node_ranks[n];
+        const int64_t reached = on_node != 0;
+        const RankId relay = n * per_node + src_local;
+        const uint64_t forwarded = on_node & ~(uint64_t{1} << relay);
+        node_in[n] += reached;
+        remote_nodes += reached;
+        nvlink_out[relay] += std::popcount(forwarded);
+        receivers |= forwarded;
+      }
+    } else {
+      for (uint64_t rest = remote; rest;) {
+        const NodeId n = node_of[std::countr_zero(rest)];
+        const uint64_t on_node = rest & node_ranks[n];
+        rest &= ~on_node;
+        const RankId relay = n * per_node + src_local;
+        const uint64_t forwarded = on_node & ~(uint64_t{1} << relay);
+        ++node_in[n];
+        ++remote_nodes;
+        nvlink_out[relay] += std::popcount(forwarded);
+        receivers |= forwarded;
+      }
+    }
+    node_out[src_node] += remote_nodes;
+    for (; receivers; receivers &= receivers - 1) ++nvlink_in[std::countr_zero(receivers)];
+  }
+}
+
+}  // namespace
+
 ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                                const Topology& topology) {
   check_sources_fit(batch, topology);
@@ -94,12 +169,16 @@ ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
   const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
-  const std::vector<NodeId> node_of = node_of_ranks(topology);
   ExchangeVolume v;
   v.node_out.assign(num_nodes, 0);
   v.node_in.assign(num_nodes, 0);
   v.nvlink_out.assign(num_ranks, 0);
   v.nvlink_in.assign(num_ranks, 0);
+  if (num_ranks <= 64) {
+    exchange_volume_masks(batch, exec_rank, topology, v);
+    return v;
+  }
+  const std::vector<NodeId> node_of = node_of_ranks(topology);
   // Last token that reached each rank / node: dedups a token's copies without sorting.
   std::vector<TokenIdx> rank_seen_buf(num_ranks, -1), node_seen_buf(num_nodes, -1);
   // Raw pointers keep the hot loop free of reloads through the vectors.

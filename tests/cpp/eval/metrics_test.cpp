@@ -125,9 +125,18 @@ ExchangeVolume reference_volume(const RoutingBatch& batch, std::span<const RankI
 }
 
 TEST(ExchangeVolume, MatchesBruteForceOnRandomInputs) {
-  for (uint64_t seed = 1; seed <= 30; ++seed) {
+  // Up to 64 ranks the rank sets are bit masks (a fixed node loop up to 8 nodes, a loop over the
+  // reached nodes above); more ranks take the per-task path. All three shapes are drawn.
+  for (uint64_t seed = 1; seed <= 90; ++seed) {
     SplitMix64 rng(seed * 7);
-    const int nodes = 1 + rng.below(8), per_node = 1 + rng.below(8), top_k = 1 + rng.below(8);
+    const int shape = static_cast<int>(seed % 3);
+    const int nodes = shape == 0   ? 1 + rng.below(8)
+                      : shape == 1 ? 9 + rng.below(8)
+                                   : 9 + rng.below(4),
+              per_node = shape == 0   ? 1 + rng.below(8)
+                         : shape == 1 ? 1 + rng.below(4)
+                                      : 8 + rng.below(3),
+              top_k = 1 + rng.below(8);
     Topology topo(nodes, nodes * per_node);
     auto owned = testing::random_batch(seed, 400, top_k, 24, topo.num_ranks(), 1.0);
     auto batch = owned.view();
