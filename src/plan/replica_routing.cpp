@@ -55,20 +55,33 @@ void route_tokens(const RoutingBatch& batch, const ExpertLayout& layout, Replica
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "route_tokens: exec_rank has {} entries, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());
-  const int num_experts = batch.num_experts();
-  // seen[s, e]: tasks of (s, e) routed so far, in token order.
-  std::vector<int64_t> seen(static_cast<size_t>(batch.num_ranks()) * num_experts, 0);
+  const int num_experts = batch.num_experts(), num_ranks = batch.num_ranks();
+  // Per (s, e), found at its first task: its candidates and the one its next task takes, which
+  // starts at s mod L and advances by one per task, wrapping: the c-th task takes (c + s) mod L
+  // without a division per task.
+  struct Route {
+    const RankId* candidates = nullptr;
+    int32_t num_candidates = 0;
+    int32_t next = 0;
+  };
+  std::vector<Route> routes(static_cast<size_t>(num_ranks) * num_experts);
+  std::vector<RankId> rank_ids(num_ranks);  // s's own span under kSourceRankFirst
+  for (RankId r = 0; r < num_ranks; ++r) rank_ids[r] = r;
   const int top_k = batch.top_k();
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const RankId src = batch.source_of(t);
+    Route* src_routes = routes.data() + static_cast<size_t>(src) * num_experts;
     auto row = batch.experts_of(t);
     for (int k = 0; k < top_k; ++k) {
-      const ExpertId e = row[k];
-      RankId self = src;
-      auto cand = candidates(layout, scope, src, e, &self);
-      const int64_t c = seen[static_cast<size_t>(src) * num_experts + e]++;
-      exec_rank[static_cast<size_t>(t) * top_k + k] =
-          cand[static_cast<size_t>((c + src) % static_cast<int64_t>(cand.size()))];
+      Route& route = src_routes[row[k]];
+      if (route.candidates == nullptr) {
+        const auto cand = candidates(layout, scope, src, row[k], &rank_ids[src]);
+        route.candidates = cand.data();
+        route.num_candidates = static_cast<int32_t>(cand.size());
+        route.next = src % route.num_candidates;
+      }
+      exec_rank[static_cast<size_t>(t) * top_k + k] = route.candidates[route.next];
+      if (++route.next == route.num_candidates) route.next = 0;
     }
   }
 }

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::plan {
@@ -90,6 +93,45 @@ TEST(ReplicaRouting, TokensAndCountsAgreeAndRespectScopes) {
     double sum = 0;
     for (double v : expected) sum += v;
     EXPECT_NEAR(sum, static_cast<double>(batch.num_tasks()), 1e-6);
+  }
+}
+
+// route_tokens against the header's definition computed directly (the c-th task of (s, e) on
+// candidate (c + s) mod L), on random layouts and batches, every scope.
+TEST(ReplicaRouting, TokensFollowTheDefinition) {
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SplitMix64 rng(seed * 17);
+    const int nodes = 1 + static_cast<int>(rng.below(4)),
+              per_node = 1 + static_cast<int>(rng.below(5));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(4));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 4)));
+    const auto owned = testing::random_batch(seed * 3, static_cast<int64_t>(rng.below(500)), top_k,
+                                             experts, topo.num_ranks(), 1.5);
+    const auto batch = owned.view();
+    for (auto scope : {ReplicaScope::kAllReplicas, ReplicaScope::kSameNodeFirst,
+                       ReplicaScope::kSourceRankFirst}) {
+      std::vector<RankId> exec(batch.num_tasks()), want(batch.num_tasks());
+      route_tokens(batch, layout, scope, exec);
+      std::vector<int64_t> seen(static_cast<size_t>(topo.num_ranks()) * experts, 0);
+      for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+        const RankId s = batch.source_of(t);
+        for (int k = 0; k < top_k; ++k) {
+          const ExpertId e = batch.experts_of(t)[k];
+          std::vector<RankId> cand(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
+          const auto local = layout.ranks_of(e, topo.node_of(s));
+          if (scope == ReplicaScope::kSameNodeFirst && !local.empty()) {
+            cand.assign(local.begin(), local.end());
+          }
+          if (scope == ReplicaScope::kSourceRankFirst && layout.holds(s, e)) cand = {s};
+          const int64_t c = seen[static_cast<size_t>(s) * experts + e]++;
+          want[t * top_k + k] = cand[(c + s) % static_cast<int64_t>(cand.size())];
+        }
+      }
+      EXPECT_EQ(exec, want) << "seed " << seed << " scope " << static_cast<int>(scope);
+    }
   }
 }
 
