@@ -15,6 +15,18 @@
 namespace cobalt::assign::detail {
 namespace {
 
+// A random valid assignment (any holder of each task's expert) and its rank loads.
+void random_valid_assignment(const RoutingBatch& batch, const ExpertLayout& layout, SplitMix64& rng,
+                             std::vector<RankId>& exec, std::vector<int64_t>& load) {
+  exec.assign(batch.num_tasks(), 0);
+  load.assign(layout.num_ranks(), 0);
+  for (int64_t i = 0; i < batch.num_tasks(); ++i) {
+    const auto holders = layout.ranks_of(batch.topk_ids()[i]);
+    exec[i] = holders[rng.below(static_cast<uint32_t>(holders.size()))];
+    ++load[exec[i]];
+  }
+}
+
 // 3 nodes x 1 rank: expert 0 on ranks 0 and 1, expert 1 on ranks 1 and 2, expert 2 on rank 2.
 ExpertLayout chain_layout() { return ExpertLayout(Topology(3, 3), 3, 2, {0, -1, 0, 1, 1, 2}); }
 
@@ -52,14 +64,9 @@ TEST(PathSpill, ShortcutGivesTheSameResultAsTheFullSpill) {
     auto layout = testing::random_layout(seed, topo, 6, 2, rng.unit());
     auto owned = testing::random_batch(seed * 5, 30, 2, 6, topo.num_ranks(), 1.5);
     auto batch = owned.view();
-    // A random valid assignment (any holder of each task's expert) and its loads.
-    std::vector<RankId> exec(batch.num_tasks());
-    std::vector<int64_t> load(topo.num_ranks(), 0);
-    for (int64_t i = 0; i < batch.num_tasks(); ++i) {
-      const auto holders = layout.ranks_of(batch.topk_ids()[i]);
-      exec[i] = holders[rng.below(static_cast<uint32_t>(holders.size()))];
-      ++load[exec[i]];
-    }
+    std::vector<RankId> exec;
+    std::vector<int64_t> load;
+    random_valid_assignment(batch, layout, rng, exec, load);
     const int64_t cap = batch.num_tasks() / topo.num_ranks();
     const int64_t busiest = *std::max_element(load.begin(), load.end());
     if (busiest <= cap) continue;
@@ -99,13 +106,9 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
     auto owned = testing::random_batch(seed * 5, 1 + static_cast<int64_t>(rng.below(200)), top_k,
                                        experts, topo.num_ranks(), 1.5);
     auto batch = owned.view();
-    std::vector<RankId> exec(batch.num_tasks());
-    std::vector<int64_t> load(topo.num_ranks(), 0);
-    for (int64_t i = 0; i < batch.num_tasks(); ++i) {
-      const auto holders = layout.ranks_of(batch.topk_ids()[i]);
-      exec[i] = holders[rng.below(static_cast<uint32_t>(holders.size()))];
-      ++load[exec[i]];
-    }
+    std::vector<RankId> exec;
+    std::vector<int64_t> load;
+    random_valid_assignment(batch, layout, rng, exec, load);
     const int64_t cap = batch.num_tasks() / topo.num_ranks();
     auto pairs_exec = exec, per_task_exec = exec;
     auto pairs_load = load, per_task_load = load;
