@@ -51,7 +51,10 @@ void bind_stats(py::module_& m) {
                              e, e, e, counts.size(), coact.size());
             s.update_counts(span_of(counts), span_of(coact));
           },
-          py::arg("expert_counts"), py::arg("coactivation"))
+          py::arg("expert_counts"), py::arg("coactivation"),
+          "Adds one batch's counts (as count_routing makes them: expert_counts [E], a symmetric "
+          "co-activation [E, E], all >= 0; ValueError otherwise). All-zero counts are no "
+          "observation.")
       .def_property_readonly("num_experts", &RoutingStats::num_experts)
       .def_property_readonly("num_updates", &RoutingStats::num_updates)
       .def_property_readonly("decay", &RoutingStats::decay)

@@ -196,6 +196,15 @@ def test_stats_planner_and_rebalance() -> None:
     assert summary.top_partner == direct.top_partner > 0
     plan_in = cobalt.GlobalPlanInput(topo, 16, 3, stats.expert_load, stats.coactivation, eps=0.2)
     result = cobalt.plan_global_heuristic(plan_in, num_restarts=2, seed=1)
+    # Counts no count_routing could make, and a co-activation the planner cannot use: ValueError.
+    lopsided = np.array(coact)
+    lopsided[1, 2] += 1
+    with pytest.raises(ValueError, match="symmetric"):
+        stats.update_counts(counts, lopsided)
+    with pytest.raises(ValueError, match="symmetric"):
+        cobalt.plan_global_heuristic(
+            cobalt.GlobalPlanInput(topo, 16, 3, stats.expert_load, lopsided.astype(float),
+                                   eps=0.2))
     assert cobalt.check_node_plan(plan_in, result.plan) == ""
     assert result.plan.replicas.shape == (16, 2)
     layout, loads = cobalt.pack_ranks(plan_in, result.plan)

@@ -90,6 +90,22 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
       expert_counts.size() == expert_load_.size() && coactivation.size() == coactivation_.size(),
       "stats: counts sized {} and {}, need {} and {}", expert_counts.size(), coactivation.size(),
       expert_load_.size(), coactivation_.size());
+  // Counts as count_routing makes them (the planners rely on a symmetric, non-negative matrix).
+  for (size_t e = 0; e < expert_counts.size(); ++e) {
+    COBALT_CHECK_ARG(expert_counts[e] >= 0, "stats: expert {} has count {} (must be >= 0)", e,
+                     expert_counts[e]);
+  }
+  const size_t num_experts = expert_counts.size();
+  for (size_t i = 0; i < num_experts; ++i) {
+    for (size_t j = i; j < num_experts; ++j) {
+      const int64_t upper = coactivation[i * num_experts + j];
+      const int64_t lower = coactivation[j * num_experts + i];
+      COBALT_CHECK_ARG(upper >= 0 && upper == lower,
+                       "stats: co-activation counts must be symmetric and >= 0: [{}][{}] = {}, "
+                       "[{}][{}] = {}",
+                       i, j, upper, j, i, lower);
+    }
+  }
   // A step without tasks is no observation (an EMA started from it would begin at zero).
   if (std::all_of(expert_counts.begin(), expert_counts.end(), [](int64_t c) { return c == 0; })) {
     return;

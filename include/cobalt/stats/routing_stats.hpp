@@ -31,6 +31,7 @@ class RoutingStats {
   // num_updates() does not count it.
   void update(const RoutingBatch& batch, int num_threads = 1);
   // Adds pre-computed batch counts (same shapes as count_routing's outputs; all-zero: ignored).
+  // Throws kInvalidArgument for a negative count or an asymmetric co-activation matrix.
   void update_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
 
   int num_experts() const { return num_experts_; }

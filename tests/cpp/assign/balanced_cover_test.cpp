@@ -233,6 +233,18 @@ TEST(BalancedCover, KeptWorkspaceGivesTheSameAssignment) {
     assign_balanced_cover(batch, layout, {}, kept, tolerance, &workspace);
     EXPECT_EQ(own, kept) << "seed " << seed;
   }
+  // A batch of several token chunks on two threads (the parallel class pass and mapping), after
+  // the workspace held the smaller batches above, then a small one again.
+  for (const int64_t num_tokens : {40000, 700}) {
+    const Topology topo(4, 16);
+    auto layout = testing::random_layout(9, topo, 40, 4, 0.8);
+    auto owned = testing::random_batch(10, num_tokens, 4, 40, topo.num_ranks(), 1.5);
+    auto batch = owned.view();
+    std::vector<RankId> own(batch.num_tasks()), kept(batch.num_tasks());
+    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 2}, own, 0.05);
+    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 2}, kept, 0.05, &workspace);
+    EXPECT_EQ(own, kept) << num_tokens << " tokens";
+  }
   EXPECT_GT(workspace.capacity_bytes(), 0u);
 }
 

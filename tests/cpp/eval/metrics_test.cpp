@@ -129,11 +129,16 @@ TEST(ExchangeVolume, MatchesBruteForceOnRandomInputs) {
   // reached nodes above); more ranks take the per-task path. All three shapes are drawn.
   for (uint64_t seed = 1; seed <= 90; ++seed) {
     SplitMix64 rng(seed * 7);
+    // Every fifth seed one of the widest node counts within 64 ranks: 64 x 1, 32 x 2, 21 x 3.
+    static constexpr int kWide[][2] = {{64, 1}, {32, 2}, {21, 3}};
     const int shape = static_cast<int>(seed % 3);
-    const int nodes = shape == 0   ? 1 + rng.below(8)
+    const bool wide = seed % 5 == 0;
+    const int nodes = wide         ? kWide[seed % 3][0]
+                      : shape == 0 ? 1 + rng.below(8)
                       : shape == 1 ? 9 + rng.below(8)
                                    : 9 + rng.below(4),
-              per_node = shape == 0   ? 1 + rng.below(8)
+              per_node = wide         ? kWide[seed % 3][1]
+                         : shape == 0 ? 1 + rng.below(8)
                          : shape == 1 ? 1 + rng.below(4)
                                       : 8 + rng.below(3),
               top_k = 1 + rng.below(8);

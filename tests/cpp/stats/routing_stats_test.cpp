@@ -104,6 +104,29 @@ TEST(RoutingStats, AStepWithoutTasksIsNoObservation) {
   EXPECT_DOUBLE_EQ(ema.expert_load()[0], 1.0);
 }
 
+// Pre-computed counts must look like count_routing's: non-negative, co-activation symmetric.
+TEST(RoutingStats, UpdateCountsRejectsCountsCountRoutingCannotMake) {
+  RoutingStats stats(3, 0.5);
+  const std::vector<int64_t> loads = {2, 1, 1};
+  std::vector<int64_t> coact = {0, 1, 1, 1, 0, 0, 1, 0, 0};
+  stats.update_counts(loads, coact);
+  EXPECT_EQ(stats.num_updates(), 1);
+  coact[1 * 3 + 2] = 4;  // [1][2] = 4 but [2][1] = 0
+  try {
+    stats.update_counts(loads, coact);
+    ADD_FAILURE() << "accepted an asymmetric matrix";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("must be symmetric and >= 0: [1][2] = 4, [2][1] = 0"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(stats.update_counts(std::vector<int64_t>{2, -1, 1},
+                                   std::vector<int64_t>{0, 1, 1, 1, 0, 0, 1, 0, 0}),
+               Error);
+  EXPECT_EQ(stats.num_updates(), 1);  // nothing was added by the rejected calls
+}
+
 TEST(RoutingStats, ReplicaTaskCountsBeyondInt16Slots) {
   const int num_experts = 40000;  // one rank holding every expert: slot indices above 32767
   std::vector<ExpertId> slots(num_experts);
