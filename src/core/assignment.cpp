@@ -9,6 +9,9 @@ void validate_assignment(const RoutingBatch& batch, const ExpertLayout& layout,
   COBALT_CHECK_INTERNAL(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                         "assignment has {} tasks, batch has {}", exec_rank.size(),
                         batch.num_tasks());
+  COBALT_CHECK_INTERNAL(batch.num_experts() == layout.num_experts(),
+                        "assignment of a batch with E = {} checked against a layout with E = {}",
+                        batch.num_experts(), layout.num_experts());
   auto ids = batch.topk_ids();
   for (size_t i = 0; i < ids.size(); ++i) {
     const RankId r = exec_rank[i];

@@ -4,6 +4,7 @@
 #include <bit>
 #include <numeric>
 
+#include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::eval {
@@ -89,26 +90,71 @@ StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec
 
 namespace {
 
-// exchange_volume up to 64 ranks: per token, the set of destination ranks as a bit mask; per node
-// it reaches, the copies there as mask algebra (the relay rank's bit removed, popcounts for the
-// senders), and one pass over the bits of the NVLink receivers. Up to 8 nodes the node loop has a
-// fixed trip count (no data-dependent branch).
+// exchange_volume up to 64 ranks, one token at a time from its destination ranks as a bit mask:
+// per node it reaches, the copies there as mask algebra (the relay rank's bit removed, popcounts
+// for the senders), and one pass over the bits of the NVLink receivers. Up to 8 nodes the node
+// loop has a fixed trip count (no data-dependent branch).
+class MaskExchange {
+ public:
+  explicit MaskExchange(const Topology& topology)
+      : per_node_(topology.ranks_per_node()),
+        num_nodes_(topology.num_nodes()),
+        node_of_(node_of_ranks(topology)),
+        node_ranks_(topology.num_nodes(), 0) {
+    for (RankId r = 0; r < topology.num_ranks(); ++r) node_ranks_[node_of_[r]] |= uint64_t{1} << r;
+  }
+
+  NodeId node_of(RankId r) const { return node_of_[r]; }
+
+  // Adds the copies of one token from `src` to the ranks in `ranks` (G <= 64) to v; returns the
+  // number of remote nodes it reaches (its cross-node transfers, node-deduplicated).
+  int64_t add(RankId src, uint64_t ranks, ExchangeVolume& v) const {
+    const NodeId src_node = node_of_[src];
+    const int src_local = src - src_node * per_node_;
+    // Source node: straight from s to every other destination rank there.
+    uint64_t receivers = ranks & node_ranks_[src_node] & ~(uint64_t{1} << src);
+    v.nvlink_out[src] += std::popcount(receivers);
+    // Remote nodes: one inter-node copy each, to the relay rank with s's local index, which
+    // forwards to the node's other destination ranks.
+    const uint64_t remote = ranks & ~node_ranks_[src_node];
+    int64_t remote_nodes = 0;
+    const auto reach = [&](NodeId n, uint64_t on_node, int64_t reached) {
+      const RankId relay = n * per_node_ + src_local;
+      const uint64_t forwarded = on_node & ~(uint64_t{1} << relay);
+      v.node_in[n] += reached;
+      remote_nodes += reached;
+      v.nvlink_out[relay] += std::popcount(forwarded);
+      receivers |= forwarded;
+    };
+    if (num_nodes_ <= 8) {
+      for (NodeId n = 0; n < num_nodes_; ++n) {
+        const uint64_t on_node = remote & node_ranks_[n];
+        reach(n, on_node, on_node != 0);
+      }
+    } else {
+      for (uint64_t rest = remote; rest;) {
+        const NodeId n = node_of_[std::countr_zero(rest)];
+        const uint64_t on_node = rest & node_ranks_[n];
+        rest &= ~on_node;
+        reach(n, on_node, 1);
+      }
+    }
+    v.node_out[src_node] += remote_nodes;
+    for (; receivers; receivers &= receivers - 1) ++v.nvlink_in[std::countr_zero(receivers)];
+    return remote_nodes;
+  }
+
+ private:
+  int per_node_, num_nodes_;
+  std::vector<NodeId> node_of_;       // [G]
+  std::vector<uint64_t> node_ranks_;  // [N] the node's ranks as bits
+};
+
 void exchange_volume_masks(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                            const Topology& topology, ExchangeVolume& v) {
-  const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
-  const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
-  std::vector<uint64_t> node_ranks(num_nodes, 0);  // [N] the node's ranks as bits
-  for (RankId r = 0; r < num_ranks; ++r) node_ranks[topology.node_of(r)] |= uint64_t{1} << r;
-  const std::vector<NodeId> node_of = node_of_ranks(topology);
-  int64_t* node_out = v.node_out.data();
-  int64_t* node_in = v.node_in.data();
-  int64_t* nvlink_out = v.nvlink_out.data();
-  int64_t* nvlink_in = v.nvlink_in.data();
-  const bool fixed_nodes = num_nodes <= 8;
+  const int top_k = batch.top_k(), num_ranks = topology.num_ranks();
+  const MaskExchange exchange(topology);
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    const RankId src = batch.source_of(t);
-    const NodeId src_node = node_of[src];
-    const int src_local = src - src_node * per_node;
     const RankId* row = exec_rank.data() + t * top_k;
     uint64_t ranks = 0;
     uint32_t bad = 0;
@@ -123,44 +169,66 @@ void exchange_volume_masks(const RoutingBatch& batch, std::span<const RankId> ex
                          "metrics: execution rank {} out of range [0, {})", row[k], num_ranks);
       }
     }
-    // Source node: straight from s to every other destination rank there.
-    const uint64_t src_bit = uint64_t{1} << src;
-    uint64_t receivers = ranks & node_ranks[src_node] & ~src_bit;
-    nvlink_out[src] += std::popcount(receivers);
-    // Remote nodes: one inter-node copy each, to the relay rank with s's local index, which
-    // forwards to the node's other destination ranks.
-    const uint64_t remote = ranks & ~node_ranks[src_node];
-    int64_t remote_nodes = 0;
-    if (fixed_nodes) {
-      for (int n = 0; n < num_nodes; ++n) {
-        const uint64_t on_node = remote & node_ranks[n];
-        const int64_t reached = on_node != 0;
-        const RankId relay = n * per_node + src_local;
-        const uint64_t forwarded = on_node & ~(uint64_t{1} << relay);
-        node_in[n] += reached;
-        remote_nodes += reached;
-        nvlink_out[relay] += std::popcount(forwarded);
-        receivers |= forwarded;
-      }
-    } else {
-      for (uint64_t rest = remote; rest;) {
-        const NodeId n = node_of[std::countr_zero(rest)];
-        const uint64_t on_node = rest & node_ranks[n];
-        rest &= ~on_node;
-        const RankId relay = n * per_node + src_local;
-        const uint64_t forwarded = on_node & ~(uint64_t{1} << relay);
-        ++node_in[n];
-        ++remote_nodes;
-        nvlink_out[relay] += std::popcount(forwarded);
-        receivers |= forwarded;
-      }
-    }
-    node_out[src_node] += remote_nodes;
-    for (; receivers; receivers &= receivers - 1) ++nvlink_in[std::countr_zero(receivers)];
+    exchange.add(batch.source_of(t), ranks, v);
   }
 }
 
+ExchangeVolume empty_volume(const Topology& topology) {
+  ExchangeVolume v;
+  v.node_out.assign(topology.num_nodes(), 0);
+  v.node_in.assign(topology.num_nodes(), 0);
+  v.nvlink_out.assign(topology.num_ranks(), 0);
+  v.nvlink_in.assign(topology.num_ranks(), 0);
+  return v;
+}
+
 }  // namespace
+
+LayerReplay replay_layer(const RoutingBatch& batch, const ExpertLayout& layout,
+                         std::span<const RankId> exec_rank, const Topology& topology) {
+  COBALT_CHECK_ARG(layout.topology() == topology,
+                   "metrics: the layout is for {}, the replay for {}",
+                   layout.topology().to_string(), topology.to_string());
+  const int num_ranks = topology.num_ranks();
+  if (num_ranks > 64 || batch.num_experts() != layout.num_experts()) {
+    validate_assignment(batch, layout, exec_rank);
+    return {step_metrics(batch, exec_rank, topology), exchange_volume(batch, exec_rank, topology)};
+  }
+  check_sources_fit(batch, topology);
+  COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
+                   "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
+  const int top_k = batch.top_k();
+  const MaskExchange exchange(topology);
+  LayerReplay out{StepMetrics{}, empty_volume(topology)};
+  StepMetrics& m = out.metrics;
+  m.rank_loads.assign(num_ranks, 0);
+  std::vector<int64_t> expert_counts(batch.num_experts(), 0);
+  const ExpertId* ids = batch.topk_ids().data();
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    const RankId src = batch.source_of(t);
+    const NodeId src_node = exchange.node_of(src);
+    const RankId* row = exec_rank.data() + t * top_k;
+    const ExpertId* experts = ids + t * top_k;
+    uint64_t ranks = 0;
+    bool held = true;
+    for (int k = 0; k < top_k; ++k) {
+      const auto d = static_cast<uint32_t>(row[k]);
+      const bool in_range = d < static_cast<uint32_t>(num_ranks);
+      const RankId safe = in_range ? static_cast<RankId>(d) : 0;  // indexes only when valid
+      held &= in_range & layout.holds(safe, experts[k]);
+      ranks |= uint64_t{1} << safe;
+      ++m.rank_loads[safe];
+      ++expert_counts[experts[k]];
+      m.transfers.no_dedup += exchange.node_of(safe) != src_node;
+    }
+    // A task on a rank lacking its expert: validate_assignment names the first one.
+    if (!held) validate_assignment(batch, layout, exec_rank);
+    m.transfers.dedup += exchange.add(src, ranks, out.volume);
+  }
+  m.imbalance = imbalance(m.rank_loads);
+  m.max_violation = max_violation(expert_counts);
+  return out;
+}
 
 ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                                const Topology& topology) {
@@ -169,11 +237,7 @@ ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId
                    "metrics: {} execution ranks for {} tasks", exec_rank.size(), batch.num_tasks());
   const int top_k = batch.top_k(), per_node = topology.ranks_per_node();
   const int num_ranks = topology.num_ranks(), num_nodes = topology.num_nodes();
-  ExchangeVolume v;
-  v.node_out.assign(num_nodes, 0);
-  v.node_in.assign(num_nodes, 0);
-  v.nvlink_out.assign(num_ranks, 0);
-  v.nvlink_in.assign(num_ranks, 0);
+  ExchangeVolume v = empty_volume(topology);
   if (num_ranks <= 64) {
     exchange_volume_masks(batch, exec_rank, topology, v);
     return v;

@@ -76,15 +76,15 @@ LayerOutcome run_token_layer(policy::Policy& pol, const StepSource& source, int 
   RoutingBatch batch = source.batch(step, layer, config.topology.num_ranks(), scratch);
   exec.assign(batch.num_tasks(), -1);
   auto layout = pol.run(step, layer, batch, exec);
-  validate_assignment(batch, *layout, exec);
+  // validate_assignment, step_metrics and exchange_volume in one pass.
+  const LayerReplay replay = replay_layer(batch, *layout, exec, config.topology);
   LayerOutcome out;
   out.has_tasks = batch.num_tasks() > 0;
-  const StepMetrics m = step_metrics(batch, exec, config.topology);
+  const StepMetrics& m = replay.metrics;
   out.transfers = m.transfers;
   out.imbalance = m.imbalance;
   out.max_violation = m.max_violation;
-  const ExchangeVolume volume = exchange_volume(batch, exec, config.topology);
-  add_layer_time(m.rank_loads, &volume, options.cost, out);
+  add_layer_time(m.rank_loads, &replay.volume, options.cost, out);
   add_layout_costs(layout, options.cost, state, out);
   if (options.observer) options.observer->on_step(step, layer, batch, exec, *layout);
   return out;

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/ids.hpp"
 #include "cobalt/core/routing_batch.hpp"
 #include "cobalt/core/topology.hpp"
@@ -67,5 +68,15 @@ struct ExchangeVolume {
 // exec_rank: [T, K] aligned with batch.topk_ids(); every rank in [0, G).
 ExchangeVolume exchange_volume(const RoutingBatch& batch, std::span<const RankId> exec_rank,
                                const Topology& topology);
+
+// A layer-step's replay as the simulator scores it: validate_assignment (the same kInternal error
+// for a task on a rank lacking its expert), then step_metrics and exchange_volume, equal to those
+// calls' results; up to 64 ranks in one pass over the assignment instead of five.
+struct LayerReplay {
+  StepMetrics metrics;
+  ExchangeVolume volume;
+};
+LayerReplay replay_layer(const RoutingBatch& batch, const ExpertLayout& layout,
+                         std::span<const RankId> exec_rank, const Topology& topology);
 
 }  // namespace cobalt::eval

@@ -2,12 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <numeric>
 #include <set>
+#include <string>
 
+#include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::eval {
@@ -178,6 +182,66 @@ TEST(ExchangeVolume, RejectsBadExecutionRanks) {
 
 // A batch whose source ranks go beyond the topology's ranks is refused by every metric (they
 // index per-rank tables with the source rank).
+// The simulator's one-pass replay equals validate_assignment + step_metrics + exchange_volume on
+// valid assignments (both sides of 64 ranks, more than 8 nodes within 64), and reports a task on
+// a rank lacking its expert as validate_assignment does.
+TEST(Metrics, ReplayLayerEqualsTheSeparateCalls) {
+  static constexpr int kShapes[][2] = {{2, 4}, {4, 8}, {8, 8}, {16, 4}, {64, 1}, {9, 8}, {3, 5}};
+  for (uint64_t seed = 1; seed <= 70; ++seed) {
+    SplitMix64 rng(seed * 131);
+    const auto& shape = kShapes[seed % 7];
+    const Topology topo(shape[0], shape[0] * shape[1]);
+    const int slots = 1 + static_cast<int>(rng.below(3));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 8)));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    const auto owned = testing::random_batch(seed * 3, static_cast<int64_t>(rng.below(400)), top_k,
+                                             experts, topo.num_ranks(), 1.5);
+    const auto batch = owned.view();
+    std::vector<RankId> exec(batch.num_tasks());
+    for (size_t i = 0; i < exec.size(); ++i) {
+      const auto holders = layout.ranks_of(batch.topk_ids()[i]);
+      exec[i] = holders[rng.below(static_cast<uint32_t>(holders.size()))];
+    }
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const LayerReplay replay = replay_layer(batch, layout, exec, topo);
+    const StepMetrics want = step_metrics(batch, exec, topo);
+    const ExchangeVolume volume = exchange_volume(batch, exec, topo);
+    EXPECT_EQ(replay.metrics.transfers.dedup, want.transfers.dedup);
+    EXPECT_EQ(replay.metrics.transfers.no_dedup, want.transfers.no_dedup);
+    EXPECT_EQ(replay.metrics.rank_loads, want.rank_loads);
+    EXPECT_EQ(replay.metrics.imbalance, want.imbalance);
+    EXPECT_EQ(replay.metrics.max_violation, want.max_violation);
+    EXPECT_EQ(replay.volume.node_out, volume.node_out);
+    EXPECT_EQ(replay.volume.node_in, volume.node_in);
+    EXPECT_EQ(replay.volume.nvlink_out, volume.nvlink_out);
+    EXPECT_EQ(replay.volume.nvlink_in, volume.nvlink_in);
+    // A task moved to a rank without its expert (or out of range): validate_assignment's error.
+    if (batch.num_tasks() == 0) continue;
+    const size_t i = rng.below(static_cast<uint32_t>(exec.size()));
+    RankId bad = topo.num_ranks();
+    for (RankId r = 0; r < topo.num_ranks(); ++r) {
+      if (!layout.holds(r, batch.topk_ids()[i])) bad = r;
+    }
+    exec[i] = bad;
+    std::string want_error, got_error;
+    try {
+      validate_assignment(batch, layout, exec);
+    } catch (const Error& e) {
+      want_error = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    }
+    try {
+      replay_layer(batch, layout, exec, topo);
+    } catch (const Error& e) {
+      got_error = e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kInternal);
+    }
+    EXPECT_FALSE(want_error.empty());
+    EXPECT_EQ(got_error, want_error);
+  }
+}
+
 TEST(Metrics, RejectSourcesBeyondTheTopology) {
   Topology topo(2, 4);
   std::vector<ExpertId> ids = {0, 1};
