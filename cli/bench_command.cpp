@@ -54,7 +54,8 @@ void run_bench(const BenchArgs& args) {
   if (!args.model.empty()) {  // a bad name fails before the workload is generated
     as_usage_error([&] { return eval::model_preset(args.model); });
   }
-  WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks);
+  WorkloadInput input =
+      load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks, args.threads);
   const eval::StepSource& source = *input.source;
   if (!source.has_tokens()) {
     throw UsageError("bench: the trace is load-only (counts): the timed operations need tokens");

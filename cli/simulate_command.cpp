@@ -99,7 +99,7 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
     overrides.seed = args.seed;
   }
   WorkloadInput input =
-      load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks);
+      load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks, args.threads);
   const eval::ChunkInfo info = input.source->chunk_info();  // a copy: the source may be replaced
   if (is_trace && input.source->has_tokens() && input.source->num_steps() < 2 && !args.steps &&
       !args.tokens_per_step && info.trace_tokens >= 2) {

@@ -22,7 +22,7 @@ workload::WorkloadSpec preset_spec(const std::string& name,
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
                             const std::function<void(workload::WorkloadSpec&)>& adjust,
-                            const eval::ChunkOptions& chunks) {
+                            const eval::ChunkOptions& chunks, int num_threads) {
   if (trace_path.empty() == preset.empty()) {
     throw UsageError(fmt::format("{}: give exactly one of --trace FILE or --preset NAME", command));
   }
@@ -39,7 +39,9 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
   }
   workload::WorkloadSpec spec = preset_spec(preset, overrides, command);
   if (adjust) adjust(spec);
-  input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec));
+  workload::GenerateOptions generate;
+  generate.num_threads = num_threads;
+  input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec, generate));
   input.source = eval::make_step_source(*input.data);
   return input;
 }

@@ -30,11 +30,12 @@ workload::WorkloadSpec preset_spec(const std::string& name,
 // Exactly one of trace_path / preset must be non-empty (UsageError otherwise). `adjust` may edit
 // the preset's spec before generation (e.g. a smaller instance). `chunks` re-chunks or cycles a
 // trace file's steps (eval/step_source.hpp; presets take their sizes from `overrides` instead);
-// chunk options that do not fit the trace are usage errors.
+// chunk options that do not fit the trace are usage errors. A preset is generated on
+// `num_threads` threads (the trace does not depend on it).
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
                             const std::function<void(workload::WorkloadSpec&)>& adjust = {},
-                            const eval::ChunkOptions& chunks = {});
+                            const eval::ChunkOptions& chunks = {}, int num_threads = 1);
 
 // The metadata of the loaded trace (the file's extra keys or the generated trace's).
 const std::map<std::string, std::string>& workload_metadata(const WorkloadInput& input);
