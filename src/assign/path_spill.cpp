@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
-#include <memory>
 #include <queue>
 #include <tuple>
 
