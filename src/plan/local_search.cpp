@@ -90,44 +90,38 @@ void change_tracked(PlanState& s, CandidateBounds* bounds, int e, int n, int del
 }  // namespace
 
 void fill_spare_slots(PlanState& s) {
-  for (;;) {
-    int best_e = -1, best_n = -1;
-    double best_gain = kImprovement;
-    for (int n = 0; n < s.num_nodes(); ++n) {
-      if (s.node_used(n) >= s.node_slots()) continue;
-      for (int e = 0; e < s.num_experts(); ++e) {
-        if (s.present(e, n)) continue;
-        const double g = s.gain(e, n);
-        if (g > best_gain && s.own_excess_after_add(e, n) <= 0 &&
-            s.excess_after_change(e, n, +1) <= 0) {
-          best_gain = g;
-          best_e = e;
-          best_n = n;
+  // Adds, one replica at a time, the (expert, node) of highest score among the eligible ones whose
+  // replica fits (a free slot on the node, every node within its load cap) while that score
+  // exceeds the best so far (starting at `floor`) by more than `margin`.
+  const auto add_best_while = [&s](double floor, double margin, auto eligible, auto score) {
+    for (;;) {
+      int best_e = -1, best_n = -1;
+      double best = floor;
+      for (int n = 0; n < s.num_nodes(); ++n) {
+        if (s.node_used(n) >= s.node_slots()) continue;
+        for (int e = 0; e < s.num_experts(); ++e) {
+          if (!eligible(e, n)) continue;
+          const double value = score(e, n);
+          if (value > best + margin && s.own_excess_after_add(e, n) <= 0 &&
+              s.excess_after_change(e, n, +1) <= 0) {
+            best = value;
+            best_e = e;
+            best_n = n;
+          }
         }
       }
+      if (best_e < 0) return;
+      s.add(best_e, best_n);
     }
-    if (best_e < 0) break;
-    s.add(best_e, best_n);
-  }
-  for (;;) {
-    int best_e = -1, best_n = -1;
-    double best_share = 0;
-    for (int n = 0; n < s.num_nodes(); ++n) {
-      if (s.node_used(n) >= s.node_slots()) continue;
-      for (int e = 0; e < s.num_experts(); ++e) {
-        if (s.x(e, n) >= s.per_node()) continue;
-        const double sh = s.share(e);
-        if (sh > best_share + kImprovement && s.own_excess_after_add(e, n) <= 0 &&
-            s.excess_after_change(e, n, +1) <= 0) {
-          best_share = sh;
-          best_e = e;
-          best_n = n;
-        }
-      }
-    }
-    if (best_e < 0) break;
-    s.add(best_e, best_n);
-  }
+  };
+  // Replicas that add co-activation, the largest gain first.
+  add_best_while(
+      kImprovement, 0.0, [&s](int e, int n) { return !s.present(e, n); },
+      [&s](int e, int n) { return s.gain(e, n); });
+  // Extra replicas of the experts with the largest per-replica load.
+  add_best_while(
+      0.0, kImprovement, [&s](int e, int n) { return s.x(e, n) < s.per_node(); },
+      [&s](int e, int) { return s.share(e); });
 }
 
 bool local_search_pass(PlanState& s, const GainScale* scale) {
