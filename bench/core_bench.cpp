@@ -69,11 +69,14 @@ BENCHMARK(BM_Assign_NodeCover)
     ->Args({1 << 20, 8, 2})
     ->Args({1 << 20, 8, 8})
     ->Args({1 << 18, 8, 16})
+    ->Args({1 << 16, 8, 32})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Assign_NodeCover_Portable)
     ->Args({1 << 20, 8, 4})
     ->Args({1 << 20, 8, 2})
     ->Args({1 << 20, 8, 8})
+    ->Args({1 << 18, 8, 16})
+    ->Args({1 << 16, 8, 32})
     ->Unit(benchmark::kMillisecond);
 
 // The memory-copy bound for the same bytes: read ids + sources, write ranks.

@@ -102,7 +102,8 @@ def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
 
 def test_every_cpu_kernel_writes_the_same_ranks() -> None:
     rng = np.random.default_rng(4)
-    for nodes, k in ((4, 8), (3, 5)):  # K = 5: three unused lanes
+    # K = 5: three unused lanes; 12 nodes: the subset search (its set list in byte lanes)
+    for nodes, k in ((4, 8), (3, 5), (12, 6)):
         topo = cobalt.Topology(nodes, 4 * nodes)
         ranks = topo.num_ranks
         lists = []  # rank r: experts 2r and 2r + 1, then two random others (replicas)

@@ -39,18 +39,17 @@ inline int nth_set_bit(uint64_t mask, uint32_t i) {
 
 using TokenScratch = detail::SetCoverScratch;
 
-// Chooses the remote node set for the uncovered experts `uncovered_masks` (node masks, source bit
-// cleared). Shared by the assignment and min_remote_cover_size.
-uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int num_nodes,
-                      bool use_masks, const std::vector<uint64_t>& ordered_masks,
+// The subset search: a minimum remote node set for the uncovered experts `uncovered_masks` (node
+// masks, source bit cleared; 1 <= num_uncovered <= 16). Shared by the assignment, the covers and
+// min_remote_cover_size. `avx512` builds the set list in byte lanes when at most 8 experts are
+// uncovered (the same list as the portable construction, so the same cover).
+uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, bool avx512,
                       TokenScratch& scratch) {
-  if (use_masks) {
-    for (uint64_t b : ordered_masks) {
-      bool feasible = true;
-      for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & uncovered_masks[i]) != 0;
-      if (feasible) return b;
-    }
-    return 0;  // unreachable: every expert has a replica somewhere
+  const uint32_t full = (uint32_t{1} << num_uncovered) - 1;
+  if (avx512 && num_uncovered <= detail::kSetListAvx512MaxElements) {
+    detail::SetList list;
+    detail::make_set_list_avx512(uncovered_masks, num_uncovered, list);
+    return detail::min_cover_of_list(list, full, scratch);
   }
   // Only the candidate nodes' entries are read: zero those (this runs once per token).
   std::array<uint32_t, kMaxNodes> cover;
@@ -61,8 +60,7 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, int nu
     for (uint64_t m = uncovered_masks[i]; m; m &= m - 1)
       cover[std::countr_zero(m)] |= uint32_t{1} << i;
   }
-  (void)num_nodes;
-  return detail::min_node_cover((uint32_t{1} << num_uncovered) - 1, cover, candidates, scratch);
+  return detail::min_node_cover(full, cover, candidates, scratch);
 }
 
 }  // namespace
@@ -128,11 +126,13 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
   COBALT_CHECK_ARG(num_nodes >= 1 && num_nodes <= kMaxNodes && top_k >= 1 && top_k <= kMaxTopK,
                    "assignment: N = {} nodes and top-k {} out of range [1, {}] and [1, {}]",
                    num_nodes, top_k, kMaxNodes, kMaxTopK);
-  // The kernel serves the ordered mask table: the mask search on N <= 8, K <= 8. kAuto takes it
-  // where it applies; an explicit kAvx512 that cannot run is an error, never a silent fallback.
+  // The kernel serves K <= 8 with the ordered mask table (the mask search on N <= 8) or with the
+  // subset search (its set list in byte lanes, any N). kAuto takes it where it applies; an
+  // explicit kAvx512 that cannot run is an error, never a silent fallback.
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  const bool applies = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes &&
+  static_assert(detail::kSetListAvx512MaxElements >= detail::kAvx512MaxTopK);
+  const bool applies = (!use_masks || num_nodes <= detail::OrderedMaskTable::kMaxNodes) &&
                        top_k <= detail::kAvx512MaxTopK;
   switch (options.kernel) {
     case CpuKernel::kPortable:
@@ -151,9 +151,10 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
     }
     case CpuKernel::kAvx512:
       COBALT_CHECK_ARG(applies,
-                       "assignment: the AVX-512 kernel takes the mask search on 1 to {} nodes and "
-                       "top-k in [1, {}] (here N = {}, K = {}); use CpuKernel::kAuto or kPortable",
-                       detail::OrderedMaskTable::kMaxNodes, detail::kAvx512MaxTopK, num_nodes,
+                       "assignment: the AVX-512 kernel takes top-k in [1, {}] with the subset "
+                       "search, or the mask search on 1 to {} nodes (here N = {}, K = {}); use "
+                       "CpuKernel::kAuto or kPortable",
+                       detail::kAvx512MaxTopK, detail::OrderedMaskTable::kMaxNodes, num_nodes,
                        top_k);
       COBALT_CHECK(detail::avx512_kernel_supported(), kFailedPrecondition,
                    "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW, "
@@ -265,7 +266,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
           }
         }
       } else {
-        cover = choose_cover(uncovered_masks.data(), num_uncovered, num_nodes, false, {}, scratch);
+        cover = choose_cover(uncovered_masks.data(), num_uncovered, use_avx512, scratch);
       }
       // Pass 2: every task's node (its source node when local, else uniform within cover & mask)
       // and replica. uniform_below(h, 1) == 0, so single choices need no branch and draw the same
@@ -297,6 +298,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
+  const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   std::optional<detail::OrderedMaskTable> table;
   if (use_table) table.emplace(num_nodes);
   const auto ordered =
@@ -364,7 +366,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
           }
         }
       } else {
-        cover = choose_cover(masks.data(), num_uncovered, num_nodes, false, {}, scratch);
+        cover = choose_cover(masks.data(), num_uncovered, use_avx512, scratch);
       }
       covers[t] = cover;
     }
@@ -426,9 +428,10 @@ int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
     if (!(mask & (uint64_t{1} << src_node))) masks[num_uncovered++] = mask;
   }
   if (num_uncovered == 0) return 0;
+  const bool use_avx512 = resolve_kernel({CoverSearch::kSubsetDp}, layout.num_nodes(),
+                                         num_uncovered) == CpuKernel::kAvx512;
   TokenScratch scratch;
-  return std::popcount(
-      choose_cover(masks.data(), num_uncovered, layout.num_nodes(), false, {}, scratch));
+  return std::popcount(choose_cover(masks.data(), num_uncovered, use_avx512, scratch));
 }
 
 }  // namespace cobalt::assign

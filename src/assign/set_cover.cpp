@@ -8,40 +8,11 @@ namespace {
 
 constexpr int kMaxCombinationSets = 12;  // above: the DP
 
-// The distinct, non-dominated node sets, in the order min_node_cover documents.
-// (Arrays left uninitialised: only [0, size) is ever read; this runs once per token.)
-struct SetList {
-  std::array<uint32_t, kMaxNodes> sets;
-  std::array<int, kMaxNodes> node;
-  int size = 0;
-
-  SetList(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover, uint64_t candidate_nodes) {
-    for (uint64_t m = candidate_nodes; m; m &= m - 1) {
-      const int n = std::countr_zero(m);
-      const uint32_t c = cover[n] & full;
-      if (c == 0) continue;
-      bool dominated = false;
-      for (int i = 0; i < size && !dominated; ++i) dominated = (c | sets[i]) == sets[i];
-      if (dominated) continue;
-      int kept = 0;
-      for (int i = 0; i < size; ++i) {
-        if ((sets[i] | c) != c) {
-          sets[kept] = sets[i];
-          node[kept++] = node[i];
-        }
-      }
-      size = kept;
-      sets[size] = c;
-      node[size++] = n;
-    }
-  }
-
-  uint64_t nodes_of(const int* pick, int count) const {
-    uint64_t nodes = 0;
-    for (int i = 0; i < count; ++i) nodes |= uint64_t{1} << node[pick[i]];
-    return nodes;
-  }
-};
+uint64_t nodes_of(const SetList& list, const int* pick, int count) {
+  uint64_t nodes = 0;
+  for (int i = 0; i < count; ++i) nodes |= uint64_t{1} << list.node[pick[i]];
+  return nodes;
+}
 
 // Exact DP over the subsets of `full` (many sets).
 uint64_t cover_by_dp(const SetList& list, uint32_t full, SetCoverScratch& scratch) {
@@ -99,30 +70,62 @@ bool first_combination(const SetList& list, const uint32_t* suffix_union, const 
 
 }  // namespace
 
+// (Arrays left uninitialised: only [0, size) is ever read; this runs once per token.)
+SetList make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                      uint64_t candidate_nodes) {
+  SetList list;
+  auto& sets = list.sets;
+  auto& node = list.node;
+  int size = 0;
+  for (uint64_t m = candidate_nodes; m; m &= m - 1) {
+    const int n = std::countr_zero(m);
+    const uint32_t c = cover[n] & full;
+    if (c == 0) continue;
+    bool dominated = false;
+    for (int i = 0; i < size && !dominated; ++i) dominated = (c | sets[i]) == sets[i];
+    if (dominated) continue;
+    int kept = 0;
+    for (int i = 0; i < size; ++i) {
+      if ((sets[i] | c) != c) {
+        sets[kept] = sets[i];
+        node[kept++] = node[i];
+      }
+    }
+    size = kept;
+    sets[size] = c;
+    node[size++] = n;
+  }
+  list.size = size;
+  return list;
+}
+
 uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                         uint64_t candidate_nodes, SetCoverScratch& scratch) {
-  const SetList list(full, cover, candidate_nodes);
+  return min_cover_of_list(make_set_list(full, cover, candidate_nodes), full, scratch);
+}
+
+uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& scratch) {
   for (int i = 0; i < list.size; ++i) {
     if (list.sets[i] == full) return uint64_t{1} << list.node[i];
   }
   if (list.size == 0) return 0;  // nothing covers `full` (callers never ask: every expert is held)
   if (list.size > kMaxCombinationSets) return cover_by_dp(list, full, scratch);
-  std::array<uint32_t, kMaxNodes + 1> suffix_union;
-  std::array<int, kMaxNodes + 1> suffix_largest;
+  std::array<uint32_t, kMaxCombinationSets + 1> suffix_union;
+  std::array<int, kMaxCombinationSets + 1> suffix_largest;
   suffix_union[list.size] = 0;
   suffix_largest[list.size] = 0;
   for (int i = list.size - 1; i >= 0; --i) {
     suffix_union[i] = suffix_union[i + 1] | list.sets[i];
     suffix_largest[i] = std::max(suffix_largest[i + 1], std::popcount(list.sets[i]));
   }
-  std::array<int, kMaxNodes> pick;
+  std::array<int, kMaxCombinationSets> pick;
   // No cover has fewer sets than the missing elements over the largest set.
   const int largest = suffix_largest[0];
   const int elements = std::popcount(full);
   for (int size = std::max(2, (elements + largest - 1) / largest); size <= list.size; ++size) {
     if (first_combination(list, suffix_union.data(), suffix_largest.data(), full, size, 0, 0, 0,
                           pick.data())) {
-      return list.nodes_of(pick.data(), size);
+      return nodes_of(list, pick.data(), size);
     }
   }
   return 0;  // unreachable: all the sets together cover `full`
@@ -130,7 +133,7 @@ uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& co
 
 uint64_t min_node_cover_reference(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                                   uint64_t candidate_nodes, SetCoverScratch& scratch) {
-  const SetList list(full, cover, candidate_nodes);
+  const SetList list = make_set_list(full, cover, candidate_nodes);
   for (int i = 0; i < list.size; ++i) {
     if (list.sets[i] == full) return uint64_t{1} << list.node[i];
   }
@@ -142,7 +145,7 @@ uint64_t min_node_cover_reference(uint32_t full, const std::array<uint32_t, kMax
     for (;;) {
       uint32_t covered = 0;
       for (int i = 0; i < size; ++i) covered |= list.sets[pick[i]];
-      if (covered == full) return list.nodes_of(pick.data(), size);
+      if (covered == full) return nodes_of(list, pick.data(), size);
       int pos = size - 1;
       while (pos >= 0 && pick[pos] == list.size - size + pos) --pos;
       if (pos < 0) break;

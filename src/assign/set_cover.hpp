@@ -16,12 +16,38 @@ struct SetCoverScratch {  // reused across tokens by one thread
   std::vector<uint64_t> choice;
 };
 
-// A minimum set of nodes covering `full` (bits 0..|U|-1 all set, |U| <= 16), node n covering
-// cover[n] for n in candidate_nodes; returned as a node mask. The answer among equal-size covers:
-// the node sets are reduced to the distinct, non-dominated ones (the lowest node kept for each, a
-// dominating set appended after the survivors); then a single set covering everything (the first
-// in that list); else, for at most 12 sets, the first combination in lexicographic order of the
-// list of the smallest size; else a DP over the subsets of `full`.
+// The candidate sets min_node_cover searches: the distinct, non-dominated node sets (cover[n] &
+// full, empty ones dropped), each with the lowest node holding it, in the order of that node. (It
+// is built incrementally in node order, a dominating set appended after the survivors; since a
+// maximal set is appended at its lowest node and never removed, that is the node order.) Only
+// [0, size) is meaningful.
+struct SetList {
+  std::array<uint32_t, kMaxNodes> sets;
+  std::array<int, kMaxNodes> node;
+  int size = 0;
+};
+
+// The list for `full` (bits 0..|U|-1 all set, |U| <= 16) and the node sets cover[n], n in
+// candidate_nodes, built incrementally (the portable construction and the reference of the
+// AVX-512 one).
+SetList make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                      uint64_t candidate_nodes);
+
+// The same list from the uncovered experts' node masks directly (expert i of |U| =
+// num_uncovered <= 8 is held on the nodes of uncovered_masks[i]; full = 2^|U| - 1): one byte lane
+// per node of an AVX-512 register, the dominated lanes found by compares. Requires
+// set_list_avx512_supported() (the CPU features of the assignment kernel).
+inline constexpr int kSetListAvx512MaxElements = 8;
+bool set_list_avx512_supported();
+void make_set_list_avx512(const uint64_t* uncovered_masks, int num_uncovered, SetList& list);
+
+// A minimum set of nodes covering `full` among the sets of `list`, as a node mask. The answer
+// among equal-size covers: a single set covering everything (the first in the list); else, for at
+// most 12 sets, the first combination in lexicographic order of the list of the smallest size;
+// else a DP over the subsets of `full`. 0 when the list is empty.
+uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& scratch);
+
+// min_cover_of_list(make_set_list(full, cover, candidate_nodes), full, scratch).
 uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                         uint64_t candidate_nodes, SetCoverScratch& scratch);
 

@@ -28,7 +28,7 @@ struct AssignKey {
   int64_t token_offset = 0;  // index of the batch's first token within its step
 };
 
-// Which CPU code runs the N <= 8 mask search. Every choice writes the same ranks, bit for bit.
+// Which CPU code runs the assignment. Every choice writes the same ranks, bit for bit.
 // The environment variable COBALT_CPU_KERNEL=portable makes kAuto choose kPortable (as oneDNN's
 // ONEDNN_MAX_CPU_ISA caps its ISA), e.g. on CPUs that lower their clock for 512-bit work: measure
 // both with `cobalt bench` (rows assign and assign_portable). Unset, empty or "auto": the default.
@@ -36,8 +36,9 @@ struct AssignKey {
 enum class CpuKernel {
   kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
   kPortable,  // the loop compiled for the build's baseline target (x86-64-v2 by default)
-  kAvx512,    // one token's tasks per AVX-512 register; needs N <= 8, K <= 8, the mask search and
-              // avx512_kernel_available(), else assign_node_cover throws
+  kAvx512,    // AVX-512: with the mask search on N <= 8, one token's tasks per register; with
+              // the subset search (kAuto above 8 nodes), the cover's candidate sets in byte
+              // lanes. Needs K <= 8 and avx512_kernel_available(), else assign_node_cover throws
 };
 
 struct AssignOptions {
@@ -62,7 +63,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
 // Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0
-// when every expert of the token is on its source node). The same covers assign_node_cover uses.
+// when every expert of the token is on its source node). The same covers assign_node_cover uses;
+// options.kernel is resolved (and rejected) as there.
 void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
                         const AssignOptions& options, std::span<uint64_t> covers);
 

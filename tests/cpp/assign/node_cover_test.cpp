@@ -212,9 +212,13 @@ TEST(NodeCover, ResolvesTheKernelTheCpuRuns) {
   const CpuKernel expected = avx512_kernel_available() ? CpuKernel::kAvx512 : CpuKernel::kPortable;
   EXPECT_EQ(resolve_kernel({}, 4, 8), expected);
   EXPECT_EQ(resolve_kernel({}, 8, 1), expected);
-  EXPECT_EQ(resolve_kernel({}, 9, 8), CpuKernel::kPortable);  // no mask table above 8 nodes
+  EXPECT_EQ(resolve_kernel({}, 9, 8), expected);   // the subset search's byte-lane set list
+  EXPECT_EQ(resolve_kernel({}, 64, 8), expected);
   EXPECT_EQ(resolve_kernel({}, 4, 9), CpuKernel::kPortable);  // more tasks than lanes
-  EXPECT_EQ(resolve_kernel({CoverSearch::kSubsetDp, 1, CpuKernel::kAuto}, 4, 8),
+  EXPECT_EQ(resolve_kernel({}, 16, 9), CpuKernel::kPortable);
+  EXPECT_EQ(resolve_kernel({CoverSearch::kSubsetDp, 1, CpuKernel::kAuto}, 4, 8), expected);
+  // No mask table above 8 nodes.
+  EXPECT_EQ(resolve_kernel({CoverSearch::kMaskEnumeration, 1, CpuKernel::kAuto}, 9, 8),
             CpuKernel::kPortable);
   EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kPortable}, 4, 8),
             CpuKernel::kPortable);
@@ -272,33 +276,73 @@ TEST(NodeCover, ExplicitAvx512KernelRejectsWhatItCannotRun) {
               ErrorCode::kInvalidArgument);
     EXPECT_NO_THROW(assign_node_cover(owned.view(), layout, {}, {}, exec));
   }
-  // N = 9 (no mask table) and the subset DP.
+  // N = 9 with the mask enumeration: no mask table above 8 nodes.
   {
     Topology topo(9, 9);
     auto layout = testing::random_layout(3, topo, 27, 4, 0.5);
     auto owned = testing::random_batch(4, 10, 4, 27, 9);
     std::vector<RankId> exec(owned.view().num_tasks());
-    EXPECT_EQ(code_of([&] { assign_node_cover(owned.view(), layout, {}, avx512, exec); }),
-              ErrorCode::kInvalidArgument);
-  }
-  {
-    Topology topo(2, 4);
-    auto layout = testing::random_layout(5, topo, 16, 6, 0.5);
-    auto owned = testing::random_batch(6, 10, 4, 16, 4);
-    std::vector<RankId> exec(owned.view().num_tasks());
     EXPECT_EQ(code_of([&] {
                 assign_node_cover(owned.view(), layout, {},
-                                  {CoverSearch::kSubsetDp, 1, CpuKernel::kAvx512}, exec);
+                                  {CoverSearch::kMaskEnumeration, 1, CpuKernel::kAvx512}, exec);
               }),
               ErrorCode::kInvalidArgument);
-    // A shape it takes: runs where the CPU has AVX-512, else a failed precondition.
-    const auto code = code_of([&] { assign_node_cover(owned.view(), layout, {}, avx512, exec); });
+  }
+  // Shapes it takes (the mask table on 2 nodes, the subset search on 2 and 9): run where the CPU
+  // has AVX-512, else a failed precondition.
+  for (const auto& [nodes, search] :
+       {std::pair{2, CoverSearch::kAuto}, std::pair{2, CoverSearch::kSubsetDp},
+        std::pair{9, CoverSearch::kAuto}}) {
+    Topology topo(nodes, 2 * nodes);
+    auto layout = testing::random_layout(5, topo, 16, 6, 0.5);
+    auto owned = testing::random_batch(6, 10, 4, 16, topo.num_ranks());
+    std::vector<RankId> exec(owned.view().num_tasks());
+    const auto code = code_of([&] {
+      assign_node_cover(owned.view(), layout, {}, {search, 1, CpuKernel::kAvx512}, exec);
+    });
     if (avx512_kernel_available()) {
-      EXPECT_FALSE(code.has_value());
+      EXPECT_FALSE(code.has_value()) << "N " << nodes;
     } else {
-      EXPECT_EQ(code, ErrorCode::kFailedPrecondition);
+      EXPECT_EQ(code, ErrorCode::kFailedPrecondition) << "N " << nodes;
     }
   }
+}
+
+// The subset search with the byte-lane set list (kAvx512) against the portable list: the same
+// ranks and the same covers, bit for bit, for node counts up to 64, K up to the lane count (all
+// experts uncovered and partly covered), sparse and dense layouts. Skipped without AVX-512.
+TEST(NodeCover, SubsetSearchKernelsAgreeBitForBit) {
+  if (!avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW";
+  int num_multi_node_covers = 0;
+  for (int nodes : {2, 5, 8, 9, 16, 23, 33, 64}) {
+    for (int top_k = 1; top_k <= 8; ++top_k) {
+      for (double fill : {0.1, 0.7}) {
+        const uint64_t seed = static_cast<uint64_t>(nodes * 1000 + top_k * 10) + (fill > 0.5);
+        SplitMix64 rng(seed);
+        const int per_node = 1 + static_cast<int>(rng.below(3));
+        const Topology topo(nodes, nodes * per_node);
+        const int experts = std::max(top_k + 1, 3 * topo.num_ranks() / 2);
+        const int slots = (experts + topo.num_ranks() - 1) / topo.num_ranks() +
+                          static_cast<int>(rng.below(3));
+        auto layout = testing::random_layout(seed, topo, experts, slots, fill);
+        auto owned = testing::random_batch(seed * 7, 600, top_k, experts, topo.num_ranks(), 0.9);
+        auto batch = owned.view();
+        const AssignKey key{seed, 3, 1, int64_t{3} << 32};
+        const AssignOptions avx512{CoverSearch::kSubsetDp, 1, CpuKernel::kAvx512};
+        const AssignOptions portable{CoverSearch::kSubsetDp, 1, CpuKernel::kPortable};
+        std::vector<RankId> exec_avx(batch.num_tasks()), exec_portable(batch.num_tasks());
+        assign_node_cover(batch, layout, key, avx512, exec_avx);
+        assign_node_cover(batch, layout, key, portable, exec_portable);
+        ASSERT_EQ(exec_avx, exec_portable) << "N " << nodes << " K " << top_k << " fill " << fill;
+        std::vector<uint64_t> covers_avx(batch.num_tokens()), covers_portable(batch.num_tokens());
+        remote_node_covers(batch, layout, avx512, covers_avx);
+        remote_node_covers(batch, layout, portable, covers_portable);
+        ASSERT_EQ(covers_avx, covers_portable) << "N " << nodes << " K " << top_k;
+        for (uint64_t c : covers_avx) num_multi_node_covers += std::popcount(c) >= 2;
+      }
+    }
+  }
+  EXPECT_GT(num_multi_node_covers, 5000);  // the combination search runs, not only single covers
 }
 
 TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
