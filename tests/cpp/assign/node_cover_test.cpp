@@ -212,7 +212,7 @@ TEST(NodeCover, ResolvesTheKernelTheCpuRuns) {
   const CpuKernel expected = avx512_kernel_available() ? CpuKernel::kAvx512 : CpuKernel::kPortable;
   EXPECT_EQ(resolve_kernel({}, 4, 8), expected);
   EXPECT_EQ(resolve_kernel({}, 8, 1), expected);
-  EXPECT_EQ(resolve_kernel({}, 9, 8), expected);   // the subset search's byte-lane set list
+  EXPECT_EQ(resolve_kernel({}, 9, 8), expected);  // the subset search's byte-lane set list
   EXPECT_EQ(resolve_kernel({}, 64, 8), expected);
   EXPECT_EQ(resolve_kernel({}, 4, 9), CpuKernel::kPortable);  // more tasks than lanes
   EXPECT_EQ(resolve_kernel({}, 16, 9), CpuKernel::kPortable);
@@ -322,8 +322,8 @@ TEST(NodeCover, SubsetSearchKernelsAgreeBitForBit) {
         const int per_node = 1 + static_cast<int>(rng.below(3));
         const Topology topo(nodes, nodes * per_node);
         const int experts = std::max(top_k + 1, 3 * topo.num_ranks() / 2);
-        const int slots = (experts + topo.num_ranks() - 1) / topo.num_ranks() +
-                          static_cast<int>(rng.below(3));
+        const int slots =
+            (experts + topo.num_ranks() - 1) / topo.num_ranks() + static_cast<int>(rng.below(3));
         auto layout = testing::random_layout(seed, topo, experts, slots, fill);
         auto owned = testing::random_batch(seed * 7, 600, top_k, experts, topo.num_ranks(), 0.9);
         auto batch = owned.view();

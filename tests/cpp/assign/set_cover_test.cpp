@@ -89,7 +89,8 @@ TEST(SetCover, ByteLaneSetListEqualsTheIncrementalOne) {
     }
     num_dominated += incremental.size < std::popcount(candidates);
     SetCoverScratch scratch;
-    ASSERT_EQ(min_cover_of_list(lanes, full, scratch), min_node_cover(full, cover, candidates, scratch))
+    ASSERT_EQ(min_cover_of_list(lanes, full, scratch),
+              min_node_cover(full, cover, candidates, scratch))
         << "seed " << seed;
   }
   EXPECT_GT(num_dominated, 10000);  // duplicates and nested sets are exercised
