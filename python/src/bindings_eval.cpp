@@ -61,6 +61,23 @@ void bind_eval(py::module_& m) {
   m.def(
       "max_violation", [](InArray<int64_t> counts) { return eval::max_violation(span_of(counts)); },
       py::arg("expert_counts"), "max_e c_e / mean(c) - 1.");
+  m.def(
+      "min_max_rank_load",
+      [](InArray<int64_t> expert_counts, const ExpertLayout& layout) {
+        require_ndim(expert_counts, 1, "min_max_rank_load expert_counts [E]");
+        return eval::min_max_rank_load(span_of(expert_counts), layout);
+      },
+      py::arg("expert_counts"), py::arg("layout"),
+      "The lowest maximum rank load any assignment of expert_counts [E] reaches on the layout.");
+  m.def(
+      "imbalance_floor",
+      [](InArray<int64_t> expert_counts, const ExpertLayout& layout) {
+        require_ndim(expert_counts, 1, "imbalance_floor expert_counts [E]");
+        return eval::imbalance_floor(span_of(expert_counts), layout);
+      },
+      py::arg("expert_counts"), py::arg("layout"),
+      "min_max_rank_load / mean rank load: the lowest imbalance any assignment reaches on the "
+      "layout (1.0 without tasks).");
   m.def("token_bytes", &eval::token_bytes, py::arg("token_copies"), py::arg("hidden"),
         py::arg("bytes_per_element"));
 
@@ -71,6 +88,13 @@ void bind_eval(py::module_& m) {
                                const auto& s = self.cast<const eval::StepMetrics&>();
                                return view_of(std::span<const int64_t>(s.rank_loads),
                                               {static_cast<py::ssize_t>(s.rank_loads.size())},
+                                              self);
+                             })
+      .def_property_readonly("expert_counts",
+                             [](py::object self) {
+                               const auto& s = self.cast<const eval::StepMetrics&>();
+                               return view_of(std::span<const int64_t>(s.expert_counts),
+                                              {static_cast<py::ssize_t>(s.expert_counts.size())},
                                               self);
                              })
       .def_readonly("imbalance", &eval::StepMetrics::imbalance)

@@ -128,6 +128,24 @@ def test_every_cpu_kernel_writes_the_same_ranks() -> None:
                                  kernel=cobalt.CpuKernel.AVX512)
 
 
+def test_imbalance_floor_of_a_layout() -> None:
+    topo = cobalt.Topology(2, 4)
+    # Expert 0 on ranks 0 and 1, expert 1 on rank 2, expert 2 on rank 3.
+    layout = cobalt.ExpertLayout.from_rank_lists(topo, 3, 1, [[0], [0], [1], [2]])
+    counts = np.array([9, 2, 1], dtype=np.int64)  # expert 0's 9 tasks split 5 / 4 at best
+    assert cobalt.min_max_rank_load(counts, layout) == 5
+    assert cobalt.imbalance_floor(counts, layout) == pytest.approx(5 * 4 / 12)
+    assert cobalt.imbalance_floor(np.zeros(3, dtype=np.int64), layout) == 1.0
+    batch = cobalt.RoutingBatch(np.array([[0], [0], [1]], dtype=np.int32),
+                                np.zeros(3, dtype=np.int32), 3, 4)
+    metrics = cobalt.step_metrics(batch, np.array([[0], [1], [2]], dtype=np.int32), topo)
+    np.testing.assert_array_equal(metrics.expert_counts, [2, 1, 0])
+    with pytest.raises(ValueError, match="2 expert counts for a layout of 3 experts"):
+        cobalt.min_max_rank_load(np.array([1, 2], dtype=np.int64), layout)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        cobalt.imbalance_floor(np.array([1, -2, 0], dtype=np.int64), layout)
+
+
 def test_assignment_metrics_and_policies_agree() -> None:
     topo = cobalt.Topology(2, 8)
     batch = _batch()

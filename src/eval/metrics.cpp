@@ -82,9 +82,9 @@ StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec
   m.transfers = cross_node_transfers(batch, exec_rank, topology);
   m.rank_loads = rank_loads(exec_rank, topology.num_ranks());
   m.imbalance = imbalance(m.rank_loads);
-  std::vector<int64_t> expert_counts(batch.num_experts(), 0);
-  for (ExpertId e : batch.topk_ids()) ++expert_counts[e];
-  m.max_violation = max_violation(expert_counts);
+  m.expert_counts.assign(batch.num_experts(), 0);
+  for (ExpertId e : batch.topk_ids()) ++m.expert_counts[e];
+  m.max_violation = max_violation(m.expert_counts);
   return m;
 }
 
@@ -202,7 +202,8 @@ LayerReplay replay_layer(const RoutingBatch& batch, const ExpertLayout& layout,
   LayerReplay out{StepMetrics{}, empty_volume(topology)};
   StepMetrics& m = out.metrics;
   m.rank_loads.assign(num_ranks, 0);
-  std::vector<int64_t> expert_counts(batch.num_experts(), 0);
+  m.expert_counts.assign(batch.num_experts(), 0);
+  int64_t* expert_counts = m.expert_counts.data();
   const ExpertId* ids = batch.topk_ids().data();
   for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
     const RankId src = batch.source_of(t);
@@ -226,7 +227,7 @@ LayerReplay replay_layer(const RoutingBatch& batch, const ExpertLayout& layout,
     m.transfers.dedup += exchange.add(src, ranks, out.volume);
   }
   m.imbalance = imbalance(m.rank_loads);
-  m.max_violation = max_violation(expert_counts);
+  m.max_violation = max_violation(m.expert_counts);
   return out;
 }
 

@@ -56,13 +56,15 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
   std::string out =
       "<table><tr><th>policy</th><th>cross-node tokens</th><th>vs static</th>"
       "<th>cross-node GB</th><th>imbalance mean</th><th>imbalance max</th>"
+      "<th title=\"the lowest mean imbalance any assignment reaches on the policy's layouts\">"
+      "layout's imbalance floor</th>"
       "<th>modelled step ms</th><th>speedup vs static</th><th>migration GB</th>"
       "<th>planner ms (wall)</th></tr>";
   for (size_t i = 0; i < r.policies.size(); ++i) {
     const auto& p = r.policies[i];
     out += "<tr>" + cell(p.name + (static_cast<int>(i) == best_idx ? " (best)" : ""));
     if (!p.skipped.empty()) {
-      out += fmt::format("<td colspan=\"9\" style=\"text-align:left\">skipped: {}</td></tr>",
+      out += fmt::format("<td colspan=\"10\" style=\"text-align:left\">skipped: {}</td></tr>",
                          svg::esc(p.skipped));
       continue;
     }
@@ -73,6 +75,7 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
     out += tok ? cell(fmt::format("{:.2f}", p.cross_node_bytes / 1e9)) : cell("n/a");
     out += cell(fmt::format("{:.3f}", p.imbalance_mean), p.imbalance_mean == bi);
     out += cell(fmt::format("{:.3f}", p.imbalance_max), p.imbalance_max == bx);
+    out += cell(fmt::format("{:.3f}", p.imbalance_floor_mean));
     out += tok ? cell(fmt::format("{:.3f}", 1e3 * p.sim_step_time_s), p.sim_step_time_s == bt)
                : cell("n/a");
     out += tok && p.speedup_vs_static > 0 ? cell(fmt::format("{:.2f}x", p.speedup_vs_static))

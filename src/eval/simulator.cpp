@@ -18,7 +18,8 @@ struct LayerOutcome {
   CrossNodeTransfers transfers;
   bool has_tasks = true;  // imbalance and MaxVio are undefined for a layer without tasks
   double imbalance = 1, max_violation = 0;
-  TimeBreakdown time;  // this layer's share of the step (planning is per step)
+  double imbalance_floor = 1;  // the lowest imbalance any assignment reaches on the layout
+  TimeBreakdown time;          // this layer's share of the step (planning is per step)
   double migration_bytes = 0, migration_cross_node_bytes = 0, grad_sync_bytes = 0;
   int64_t moves_cross_node = 0, moves_intra_node = 0;
   double replicas_per_expert = 1;
@@ -84,6 +85,7 @@ LayerOutcome run_token_layer(policy::Policy& pol, const StepSource& source, int 
   out.transfers = m.transfers;
   out.imbalance = m.imbalance;
   out.max_violation = m.max_violation;
+  out.imbalance_floor = imbalance_floor(m.expert_counts, *layout);
   add_layer_time(m.rank_loads, &replay.volume, options.cost, out);
   add_layout_costs(layout, options.cost, state, out);
   if (options.observer) options.observer->on_step(step, layer, batch, exec, *layout);
@@ -108,6 +110,7 @@ LayerOutcome run_load_layer(policy::Policy& pol, const StepSource& source, int s
   out.has_tasks = total > 0;
   out.imbalance = imbalance(loads);
   out.max_violation = max_violation(expert_counts);
+  out.imbalance_floor = imbalance_floor(expert_counts, *layout);
   add_layer_time(loads, nullptr, options.cost, out);
   add_layout_costs(layout, options.cost, state, out);
   return out;
@@ -141,7 +144,8 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   StepScratch scratch;
   std::vector<RankId> exec;
   std::vector<int64_t> counts;
-  double imbalance_sum = 0, maxvio_sum = 0, replicas_sum = 0, grad_sync_bytes = 0;
+  double imbalance_sum = 0, imbalance_floor_sum = 0, maxvio_sum = 0, replicas_sum = 0,
+         grad_sync_bytes = 0;
   int64_t measured_layers = 0, measured_steps = 0;
   int64_t balance_layers = 0;  // measured layers with tasks (imbalance and MaxVio are defined)
   double previous_busy_s = 0;  // modelled time of the previous step without planning
@@ -169,6 +173,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
       if (o.has_tasks) {
         imbalance_sum += o.imbalance;
         pr.imbalance_max = std::max(pr.imbalance_max, o.imbalance);
+        imbalance_floor_sum += o.imbalance_floor;
         maxvio_sum += o.max_violation;
         ++balance_layers;
       }
@@ -201,6 +206,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   if (options.observer) options.observer->end_policy(pr.name);
   if (balance_layers > 0) {
     pr.imbalance_mean = imbalance_sum / balance_layers;
+    pr.imbalance_floor_mean = imbalance_floor_sum / balance_layers;
     pr.maxvio_mean = maxvio_sum / balance_layers;
   }
   if (measured_layers > 0) pr.replicas_per_expert_mean = replicas_sum / measured_layers;

@@ -40,10 +40,23 @@ inline double token_bytes(int64_t token_copies, int hidden, int bytes_per_elemen
   return static_cast<double>(token_copies) * hidden * bytes_per_element;
 }
 
+// The balance floor of a layout: the lowest maximum rank load any assignment of expert_counts
+// [E] (tasks per expert) can reach when every task runs on a rank holding its expert, whatever
+// that costs in cross-node transfers. Exact (a binary search on the bound, each bound checked by
+// a max flow from experts to the ranks holding them). 0 when there are no tasks. Throws
+// kInvalidArgument when the sizes disagree or a count is negative.
+int64_t min_max_rank_load(std::span<const int64_t> expert_counts, const ExpertLayout& layout);
+
+// min_max_rank_load / mean rank load: the lowest imbalance any assignment reaches on the layout
+// (1.0 when there are no tasks). A policy's imbalance above it comes from its assignment; up to
+// it, from its layout.
+double imbalance_floor(std::span<const int64_t> expert_counts, const ExpertLayout& layout);
+
 // Everything about one (step, layer) of one policy.
 struct StepMetrics {
   CrossNodeTransfers transfers;
-  std::vector<int64_t> rank_loads;  // [G]
+  std::vector<int64_t> rank_loads;     // [G]
+  std::vector<int64_t> expert_counts;  // [E] tasks per expert
   double imbalance = 1.0;
   double max_violation = 0.0;
 };

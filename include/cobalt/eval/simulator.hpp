@@ -63,6 +63,10 @@ struct PolicyResult {
   double cross_node_reduction_vs_static = 0;     // 1 - V / V_static, when has_reduction_vs_static
   bool has_reduction_vs_static = false;          // static simulated, with V_static > 0
   double imbalance_mean = 1, imbalance_max = 1;  // over measured (step, layer)
+  // Mean over the same (step, layer) of imbalance_floor (metrics.hpp): the lowest imbalance any
+  // assignment reaches on the policy's layout in force; imbalance_mean above it is the
+  // assignment's.
+  double imbalance_floor_mean = 1;
   double maxvio_mean = 0;
   double planner_wall_ms = 0;
   // Modelled (cost model), means over measured steps.

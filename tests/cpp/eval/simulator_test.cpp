@@ -92,6 +92,52 @@ class CountingObserver final : public ReplayObserver {
   int64_t tasks = 0;
 };
 
+// Collects, per policy, the imbalance and the layout's floor of every measured (step, layer).
+class FloorObserver final : public ReplayObserver {
+ public:
+  explicit FloorObserver(int first_measured_step) : first_measured_step_(first_measured_step) {}
+  void begin_policy(const std::string&) override { layers.emplace_back(); }
+  void on_step(int step, int, const RoutingBatch& batch, std::span<const RankId> exec,
+               const ExpertLayout& layout) override {
+    if (step < first_measured_step_ || batch.num_tasks() == 0) return;
+    std::vector<int64_t> counts(batch.num_experts(), 0);
+    for (ExpertId e : batch.topk_ids()) ++counts[e];
+    layers.back().push_back(
+        {imbalance(rank_loads(exec, layout.num_ranks())), imbalance_floor(counts, layout)});
+  }
+  std::vector<std::vector<std::pair<double, double>>> layers;  // [policy][layer-step] (imb, floor)
+
+ private:
+  int first_measured_step_;
+};
+
+// imbalance_floor_mean is the mean of the layouts' floors over the measured (step, layer); no
+// policy's assignment goes below its layout's floor, and static EP's single replicas leave no
+// choice (its imbalance is its floor).
+TEST(Simulator, ImbalanceFloorIsTheMeanOfTheLayoutsFloors) {
+  const auto data = testing::random_trace(5, 7, 1500, 2, 48, 4, 16);
+  auto source = make_step_source(data);
+  auto options = options_for(*source, Topology(2, 16), {"static", "cobalt", "cobalt+", "eplb"});
+  FloorObserver observer(options.warmup_steps);
+  options.observer = &observer;
+  const auto result = simulate(*source, options);
+  ASSERT_EQ(observer.layers.size(), result.policies.size());
+  for (size_t i = 0; i < result.policies.size(); ++i) {
+    const auto& p = result.policies[i];
+    const auto& layers = observer.layers[i];
+    ASSERT_EQ(layers.size(), 10u) << p.name;  // 5 measured steps x 2 layers
+    double floor_sum = 0;
+    for (const auto& [imb, floor] : layers) {
+      EXPECT_LE(floor, imb + 1e-12) << p.name;
+      EXPECT_GE(floor, 1.0) << p.name;
+      if (p.name == "static") EXPECT_DOUBLE_EQ(floor, imb);
+      floor_sum += floor;
+    }
+    EXPECT_NEAR(p.imbalance_floor_mean, floor_sum / 10, 1e-12) << p.name;
+    EXPECT_LE(p.imbalance_floor_mean, p.imbalance_mean + 1e-12) << p.name;
+  }
+}
+
 TEST(Simulator, AggregatesMatchPerStepValuesAndTheObserverSeesEverything) {
   const auto data = testing::random_trace(7, 8, 1200, 2, 32, 4, 16);
   auto source = make_step_source(data);
