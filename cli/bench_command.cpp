@@ -125,7 +125,8 @@ void run_bench(const BenchArgs& args) {
   }
   fmt::print(
       "\nvs_copy: copy_bound's median / the operation's (the share of the memory-copy floor of "
-      "the same bytes it reaches); V: cross-node token transfers of the step\n");
+      "the same bytes it reaches); V: cross-node token transfers of the step; layout floor: the "
+      "lowest imbalance any assignment reaches on that layout\n");
   if (args.json_path.empty()) return;
   nlohmann::json doc;
   doc["workload"] = workload;

@@ -69,10 +69,13 @@ TimedOperation time_call(const StepTimingOptions& options, std::string name, std
       std::forward<Fn>(fn));
 }
 
+// V and imbalance of an assignment, and the layout's floor (the lowest imbalance any assignment
+// reaches on it).
 std::string transfers_note(const RoutingBatch& batch, std::span<const RankId> exec,
-                           const Topology& topology) {
-  const StepMetrics m = step_metrics(batch, exec, topology);
-  return fmt::format("V {}, imbalance {:.3f}", m.transfers.dedup, m.imbalance);
+                           const ExpertLayout& layout) {
+  const StepMetrics m = step_metrics(batch, exec, layout.topology());
+  return fmt::format("V {}, imbalance {:.3f} (layout floor {:.3f})", m.transfers.dedup, m.imbalance,
+                     imbalance_floor(m.expert_counts, layout));
 }
 
 }  // namespace
@@ -176,7 +179,7 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
                                 assign_options, exec);
                           }));
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
-  ops.back().note = transfers_note(batch, exec, topology);
+  ops.back().note = transfers_note(batch, exec, *layout);
   const bool uses_avx512 = assign::resolve_kernel(assign_options, topology.num_nodes(), top_k) ==
                            assign::CpuKernel::kAvx512;
   if (uses_avx512) {
@@ -219,7 +222,7 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
                                       kSpillTolerance, &balanced_workspace);
       }));
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
-  ops.back().note = transfers_note(batch, balanced_exec, topology);
+  ops.back().note = transfers_note(batch, balanced_exec, *layout);
 
   // As a runtime calls it: into one DispatchLayout kept across steps (allocated by the untimed
   // first run), and into a fresh one every call (allocation and page faults included).
@@ -276,6 +279,7 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
   config.expert_param_bytes = options.expert_param_bytes;
   const int64_t first_step = options.step;
   std::vector<RankId> policy_exec(batch.num_tasks());
+  std::shared_ptr<const ExpertLayout> policy_layout;  // of the last timed run
   for (const std::string name : {"cobalt", "cobalt+"}) {
     // A step on which the global plan is due: a fresh policy has seen one step (untimed), and
     // plans at the next.
@@ -293,12 +297,12 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
         },
         [&] {
           const double before = fresh->counters().planner_wall_ms;
-          fresh->run(first_step + 1, options.layer, batch, policy_exec);
+          policy_layout = fresh->run(first_step + 1, options.layer, batch, policy_exec);
           planner_ms = fresh->counters().planner_wall_ms - before;
         }));
     ops.back().policy_step = true;
     ops.back().note = fmt::format("{}; planning (both stages) {:.3f} ms",
-                                  transfers_note(batch, policy_exec, topology), planner_ms);
+                                  transfers_note(batch, policy_exec, *policy_layout), planner_ms);
 
     // An ordinary step, once the plan is in force (planning made never due again).
     policy::PolicyConfig steady_config = config;
@@ -311,19 +315,20 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
         options, name + "_step",
         fmt::format("{}'s Policy::run on an ordinary step (stage 2, assignment, statistics)", name),
         num_tokens, "tokens",
-        [&] { steady->run(next_step++, options.layer, batch, policy_exec); }));
+        [&] { policy_layout = steady->run(next_step++, options.layer, batch, policy_exec); }));
     ops.back().policy_step = true;
-    ops.back().note = transfers_note(batch, policy_exec, topology);
+    ops.back().note = transfers_note(batch, policy_exec, *policy_layout);
   }
   auto topoep_policy = policy::make_policy("topoep", config);
   int64_t topoep_step = first_step;
   ops.push_back(time_call(
       options, "topoep_step",
       "topoep's Policy::run (Omega, solver, layout, quota-filling assignment), every step",
-      num_tokens, "tokens",
-      [&] { topoep_policy->run(topoep_step++, options.layer, batch, policy_exec); }));
+      num_tokens, "tokens", [&] {
+        policy_layout = topoep_policy->run(topoep_step++, options.layer, batch, policy_exec);
+      }));
   ops.back().policy_step = true;
-  ops.back().note = transfers_note(batch, policy_exec, topology);
+  ops.back().note = transfers_note(batch, policy_exec, *policy_layout);
   return ops;
 }
 

@@ -84,6 +84,10 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
   assign::assign_node_cover(batch, layout, {9, 4, 1, 0}, {}, exec);
   const auto metrics = step_metrics(batch, exec, topo);
   EXPECT_EQ(ops[4].note.rfind(fmt::format("V {},", metrics.transfers.dedup), 0), 0u) << ops[4].note;
+  EXPECT_NE(ops[4].note.find(fmt::format("(layout floor {:.3f})",
+                                         imbalance_floor(metrics.expert_counts, layout))),
+            std::string::npos)
+      << ops[4].note;
   EXPECT_EQ(ops[3].note, fmt::format("{} replicas for 32 experts", layout.num_replicas()));
 
   // The policy rows run the registered policies as the simulator does: the plan step is the
@@ -99,10 +103,14 @@ TEST(StepTiming, TimesEveryOperationInOrderOnThePoliciesInputs) {
     auto pol = policy::make_policy(name, config);
     std::vector<RankId> policy_exec(batch.num_tasks());
     pol->run(4, 1, batch, policy_exec);
-    pol->run(5, 1, batch, policy_exec);
+    const auto planned_layout = pol->run(5, 1, batch, policy_exec);
     const auto plan_step = step_metrics(batch, policy_exec, topo);
     const auto& row = op_named(name + "_plan_step");
-    EXPECT_EQ(row.note.rfind(fmt::format("V {},", plan_step.transfers.dedup), 0), 0u)
+    EXPECT_EQ(row.note.rfind(fmt::format("V {}, imbalance {:.3f} (layout floor {:.3f})",
+                                         plan_step.transfers.dedup, plan_step.imbalance,
+                                         imbalance_floor(plan_step.expert_counts, *planned_layout)),
+                             0),
+              0u)
         << name << ": " << row.note;
     EXPECT_NE(row.note.find("planning (both stages)"), std::string::npos) << row.note;
   }
