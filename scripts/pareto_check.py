@@ -3,21 +3,37 @@
 whether `cobalt` and `cobalt+` are on the Pareto front (cross-node tokens vs mean imbalance) of all
 policies: not dominated by any peer (a peer with <= both and < one).
 
+Columns are found by their header names (workload, cluster, policy, cross-node tokens, imbalance
+mean), so tables with more or fewer columns read the same.
+
 Usage: scripts/pareto_check.py FILE.md [FILE.md ...]
+Exit status: 0 when both are on the front everywhere, 1 when one is dominated somewhere, 2 when no
+result rows were found.
 """
 import sys
 
 OURS = ("cobalt", "cobalt+")
+NEEDED = ("workload", "cluster", "policy", "cross-node tokens", "imbalance mean")
 
 
 def main() -> int:
     rows = {}
     for path in sys.argv[1:]:
+        columns = None  # header name -> cell index of the table being read
         for line in open(path):
+            if not line.startswith("|"):
+                columns = None
+                continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) == 8 and cells[3].isdigit():
-                rows.setdefault((cells[0], cells[1]), []).append(
-                    (cells[2], int(cells[3]), float(cells[5])))
+            if all(name in cells for name in NEEDED):
+                columns = {name: cells.index(name) for name in NEEDED}
+                continue
+            if columns is None or not cells[columns["cross-node tokens"]].isdigit():
+                continue  # the separator row, or a table of another kind
+            key = (cells[columns["workload"]], cells[columns["cluster"]])
+            rows.setdefault(key, []).append((cells[columns["policy"]],
+                                             int(cells[columns["cross-node tokens"]]),
+                                             float(cells[columns["imbalance mean"]])))
     if not rows:
         print("no result rows found", file=sys.stderr)
         return 2

@@ -67,6 +67,15 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, bool a
 
 namespace {
 
+// The mask search enumerates 2^N masks per source node: refused above 20 nodes.
+void check_mask_search(bool use_masks, int num_nodes) {
+  COBALT_CHECK_ARG(
+      !use_masks || num_nodes <= 20,
+      "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
+      "for masks)",
+      num_nodes);
+}
+
 void check_inputs(const RoutingBatch& batch, const ExpertLayout& layout,
                   std::span<const RankId> exec_rank) {
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
@@ -151,8 +160,8 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
     }
     case CpuKernel::kAvx512:
       COBALT_CHECK_ARG(applies,
-                       "assignment: the AVX-512 kernel takes top-k in [1, {}] with the subset "
-                       "search, or the mask search on 1 to {} nodes (here N = {}, K = {}); use "
+                       "assignment: the AVX-512 kernel takes top-k in [1, {}], with the subset "
+                       "search or with the mask search on 1 to {} nodes (here N = {}, K = {}); use "
                        "CpuKernel::kAuto or kPortable",
                        detail::kAvx512MaxTopK, detail::OrderedMaskTable::kMaxNodes, num_nodes,
                        top_k);
@@ -173,14 +182,11 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  COBALT_CHECK_ARG(
-      !use_masks || num_nodes <= 20,
-      "assignment: mask enumeration over {} nodes is infeasible; use the subset DP (N <= 20 "
-      "for masks)",
-      num_nodes);
+  check_mask_search(use_masks, num_nodes);
   // Per source node: the masks of >= 2 remote nodes in (popcount, value) order (N > 8; the ordered
   // mask table serves N <= 8). Single-node covers are found directly (the lowest node holding every
   // uncovered expert is the first such mask).
+  check_mask_search(use_masks, num_nodes);
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
   const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   std::vector<std::vector<uint64_t>> multi_masks(use_masks && !use_table ? num_nodes : 0);
@@ -288,6 +294,10 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
 
 void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
                         const AssignOptions& options, std::span<uint64_t> covers) {
+  COBALT_CHECK_ARG(
+      layout.num_experts() == batch.num_experts() && layout.num_ranks() == batch.num_ranks(),
+      "covers: layout has E={} G={}, batch has E={} G={}", layout.num_experts(), layout.num_ranks(),
+      batch.num_experts(), batch.num_ranks());
   COBALT_CHECK_ARG(static_cast<int64_t>(covers.size()) == batch.num_tokens(),
                    "covers: output holds {} entries, batch has {} tokens", covers.size(),
                    batch.num_tokens());
@@ -297,6 +307,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
+  check_mask_search(use_masks, num_nodes);
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
   const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   std::optional<detail::OrderedMaskTable> table;

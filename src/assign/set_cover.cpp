@@ -71,9 +71,8 @@ bool first_combination(const SetList& list, const uint32_t* suffix_union, const 
 }  // namespace
 
 // (Arrays left uninitialised: only [0, size) is ever read; this runs once per token.)
-SetList make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
-                      uint64_t candidate_nodes) {
-  SetList list;
+void make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                   uint64_t candidate_nodes, SetList& list) {
   auto& sets = list.sets;
   auto& node = list.node;
   int size = 0;
@@ -96,12 +95,13 @@ SetList make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cove
     node[size++] = n;
   }
   list.size = size;
-  return list;
 }
 
 uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                         uint64_t candidate_nodes, SetCoverScratch& scratch) {
-  return min_cover_of_list(make_set_list(full, cover, candidate_nodes), full, scratch);
+  SetList list;
+  make_set_list(full, cover, candidate_nodes, list);
+  return min_cover_of_list(list, full, scratch);
 }
 
 uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& scratch) {
@@ -133,7 +133,8 @@ uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& 
 
 uint64_t min_node_cover_reference(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                                   uint64_t candidate_nodes, SetCoverScratch& scratch) {
-  const SetList list = make_set_list(full, cover, candidate_nodes);
+  SetList list;
+  make_set_list(full, cover, candidate_nodes, list);
   for (int i = 0; i < list.size; ++i) {
     if (list.sets[i] == full) return uint64_t{1} << list.node[i];
   }

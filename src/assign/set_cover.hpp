@@ -28,10 +28,10 @@ struct SetList {
 };
 
 // The list for `full` (bits 0..|U|-1 all set, |U| <= 16) and the node sets cover[n], n in
-// candidate_nodes, built incrementally (the portable construction and the reference of the
-// AVX-512 one).
-SetList make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
-                      uint64_t candidate_nodes);
+// candidate_nodes, built incrementally into `list` (the portable construction and the reference
+// of the AVX-512 one).
+void make_set_list(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                   uint64_t candidate_nodes, SetList& list);
 
 // The same list from the uncovered experts' node masks directly (expert i of |U| =
 // num_uncovered <= 8 is held on the nodes of uncovered_masks[i]; full = 2^|U| - 1): one byte lane
@@ -47,7 +47,7 @@ void make_set_list_avx512(const uint64_t* uncovered_masks, int num_uncovered, Se
 // else a DP over the subsets of `full`. 0 when the list is empty.
 uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& scratch);
 
-// min_cover_of_list(make_set_list(full, cover, candidate_nodes), full, scratch).
+// min_cover_of_list on make_set_list's list.
 uint64_t min_node_cover(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
                         uint64_t candidate_nodes, SetCoverScratch& scratch);
 

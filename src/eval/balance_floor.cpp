@@ -59,7 +59,10 @@ int64_t min_max_rank_load(std::span<const int64_t> expert_counts, const ExpertLa
   lower = std::max(lower, (total + num_ranks - 1) / num_ranks);
   int64_t upper = *std::max_element(even_split.begin(), even_split.end());
   // The lower bound is often the answer: one flow then settles it.
-  if (lower < upper && fits_under(expert_counts, layout, lower, total)) return lower;
+  if (lower < upper) {
+    if (fits_under(expert_counts, layout, lower, total)) return lower;
+    ++lower;
+  }
   while (lower < upper) {
     const int64_t mid = lower + (upper - lower) / 2;
     if (fits_under(expert_counts, layout, mid, total)) {

@@ -36,9 +36,10 @@ struct AssignKey {
 enum class CpuKernel {
   kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
   kPortable,  // the loop compiled for the build's baseline target (x86-64-v2 by default)
-  kAvx512,    // AVX-512: with the mask search on N <= 8, one token's tasks per register; with
-              // the subset search (kAuto above 8 nodes), the cover's candidate sets in byte
-              // lanes. Needs K <= 8 and avx512_kernel_available(), else assign_node_cover throws
+  kAvx512,    // AVX-512: with the mask search (N <= 8 only), one token's tasks per register;
+              // with the subset search (kSubsetDp, or kAuto above 8 nodes), the cover's
+              // candidate sets in byte lanes. Needs K <= 8 and avx512_kernel_available(), else
+              // assign_node_cover throws
 };
 
 struct AssignOptions {
@@ -64,7 +65,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
 
 // Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0
 // when every expert of the token is on its source node). The same covers assign_node_cover uses;
-// options.kernel is resolved (and rejected) as there.
+// options.kernel is resolved (and rejected) as there, and as there the mask search is refused
+// above 20 nodes and a layout whose E or G differ from the batch's is rejected.
 void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
                         const AssignOptions& options, std::span<uint64_t> covers);
 
@@ -75,7 +77,8 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
                                  const AssignKey& key, std::span<RankId> exec_rank);
 
 // Size of a minimum set of remote nodes covering the experts of `experts` not held on `src_node`
-// (exact, by the subset DP). For tests and analysis.
+// (exact, by the subset DP). For tests and analysis. Runs the kernel kAuto resolves to, so it
+// reads COBALT_CPU_KERNEL (and throws kInvalidArgument for a value that names no kernel).
 int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
                           const ExpertLayout& layout);
 

@@ -236,6 +236,7 @@ TEST(NodeCover, EnvironmentCanKeepAutoOnThePortableLoop) {
   } unset_at_exit;
   ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "portable", 1), 0);
   EXPECT_EQ(resolve_kernel({}, 4, 8), CpuKernel::kPortable);
+  EXPECT_EQ(resolve_kernel({}, 16, 8), CpuKernel::kPortable);  // the subset search's set list
   EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kPortable}, 4, 8),
             CpuKernel::kPortable);
   if (avx512_kernel_available()) {
@@ -363,6 +364,29 @@ TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
   std::vector<RankId> other(batch.num_tasks());
   assign_node_cover(batch, layout, {43, 7, 2, 0}, {CoverSearch::kAuto, 1}, other);
   EXPECT_NE(one, other);
+}
+
+// remote_node_covers checks what assign_node_cover checks: the mask search above 20 nodes (2^N
+// masks) and a layout of another E or G are errors, not an allocation or an out-of-bounds read.
+TEST(NodeCover, CoversRejectWhatTheAssignmentRejects) {
+  const Topology topo(24, 24);
+  auto layout = testing::random_layout(8, topo, 48, 3, 0.5);
+  auto owned = testing::random_batch(9, 20, 4, 48, 24);
+  std::vector<uint64_t> covers(owned.view().num_tokens());
+  std::vector<RankId> exec(owned.view().num_tasks());
+  const AssignOptions masks{CoverSearch::kMaskEnumeration, 1};
+  EXPECT_THROW(remote_node_covers(owned.view(), layout, masks, covers), Error);
+  EXPECT_THROW(assign_node_cover(owned.view(), layout, {}, masks, exec), Error);
+  EXPECT_NO_THROW(remote_node_covers(owned.view(), layout, {}, covers));
+  auto wider = testing::random_batch(9, 20, 4, 96, 24);  // E = 96 against the layout's 48
+  std::vector<uint64_t> wider_covers(wider.view().num_tokens());
+  try {
+    remote_node_covers(wider.view(), layout, {}, wider_covers);
+    ADD_FAILURE() << "no error for a batch of E = 96 on a layout of E = 48";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("E=48"), std::string::npos) << e.what();
+  }
 }
 
 TEST(NodeCover, ScalesToSixtyFourNodes) {

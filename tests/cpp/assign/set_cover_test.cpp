@@ -78,7 +78,8 @@ TEST(SetCover, ByteLaneSetListEqualsTheIncrementalOne) {
       }
     }
     const uint32_t full = (uint32_t{1} << num_uncovered) - 1;
-    const SetList incremental = make_set_list(full, cover, candidates);
+    SetList incremental;
+    make_set_list(full, cover, candidates, incremental);
     SetList lanes;
     lanes.sets.fill(0xdead);  // poisoned: entries past the size are never compared
     make_set_list_avx512(masks.data(), num_uncovered, lanes);

@@ -185,10 +185,18 @@ TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
   SplitMix64 rng(3);
   for (int i = 0; i < 4 * 2 * 8 * 16; ++i) d.counts.push_back(static_cast<int32_t>(rng.below(50)));
   auto source = make_step_source(d);
-  auto options = options_for(*source, Topology(2, 8), {"static", "cobalt"});
+  auto options = options_for(*source, Topology(2, 8), {"static", "cobalt", "eplb"});
   options.warmup_steps = 1;
   const auto result = simulate(*source, options);
   EXPECT_TRUE(result.load_only);
+  // The layout floor from the counts: static EP's single replicas fix every load; EPLB's replicas
+  // leave room, and its assignment never goes below the floor.
+  EXPECT_DOUBLE_EQ(result.policies[0].imbalance_floor_mean, result.policies[0].imbalance_mean);
+  const auto& eplb = result.policies[2];
+  EXPECT_TRUE(eplb.skipped.empty());
+  EXPECT_GE(eplb.imbalance_floor_mean, 1.0);
+  EXPECT_LE(eplb.imbalance_floor_mean, eplb.imbalance_mean + 1e-12);
+  EXPECT_LT(eplb.imbalance_floor_mean, result.policies[0].imbalance_floor_mean);
   const auto& st = result.policies[0];
   EXPECT_TRUE(st.skipped.empty());
   EXPECT_FALSE(st.has_token_metrics);
