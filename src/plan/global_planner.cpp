@@ -51,7 +51,10 @@ std::vector<int> metis_partition(const GlobalPlanInput& in) {
   const int num_experts = in.num_experts;
   const int num_nodes = in.topology.num_nodes();
   std::vector<int> part(num_experts, 0);
-  if (num_nodes == 1 || num_experts < num_nodes) {
+  // METIS's recursive bisection of a graph with fewer than about two vertices per part prints
+  // "Cannot bisect a graph with 0 vertices" on stdout (it would corrupt `cobalt plan`'s JSON):
+  // such small instances start round-robin.
+  if (num_nodes == 1 || num_experts < 2 * num_nodes) {
     for (int e = 0; e < num_experts; ++e) part[e] = e % num_nodes;
     return part;
   }
@@ -146,6 +149,9 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
   input.validate();
   COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1",
                    options.num_restarts);
+  if (options.initial != nullptr) {
+    require_plan_shape(input, *options.initial, "global plan: initial plan");
+  }
   const int num_runs = options.num_restarts + (options.initial ? 1 : 0);
   std::vector<double> objectives(num_runs, 0.0);
   std::vector<NodePlan> plans(num_runs);
@@ -160,10 +166,6 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
       // Incremental start from the given plan: its replicas (capped at M per node and the node's
       // slots), then anything missing placed greedily.
       const NodePlan& init = *options.initial;
-      COBALT_CHECK_ARG(
-          init.num_experts == input.num_experts && init.num_nodes == input.topology.num_nodes(),
-          "global plan: initial plan is {}x{}, need {}x{}", init.num_experts, init.num_nodes,
-          input.num_experts, input.topology.num_nodes());
       for (int e = 0; e < input.num_experts; ++e) {
         for (int n = 0; n < init.num_nodes; ++n) {
           for (int i = 0; i < init.x(e, n); ++i) {
@@ -193,13 +195,25 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
     plans[restart] = state.finish();
   });
   HeuristicResult result;
+  result.restart_within_cap.resize(num_runs);
   for (int restart = 0; restart < num_runs; ++restart) {
-    if (restart == 0 || objectives[restart] > result.objective + kImprovement) {
+    result.restart_within_cap[restart] = check_node_plan(input, plans[restart]).empty();
+  }
+  // The best objective among the plans within the load cap (all of them when none is).
+  const bool any_within =
+      std::any_of(result.restart_within_cap.begin(), result.restart_within_cap.end(),
+                  [](uint8_t ok) { return ok; });
+  bool found = false;
+  for (int restart = 0; restart < num_runs; ++restart) {
+    if (any_within && !result.restart_within_cap[restart]) continue;
+    if (!found || objectives[restart] > result.objective + kImprovement) {
       result.objective = objectives[restart];
       result.plan = plans[restart];
       result.best_restart = restart;
+      found = true;
     }
   }
+  result.within_cap = any_within;
   result.restart_objectives = objectives;
   result.restart_plans = std::move(plans);
   return result;

@@ -554,6 +554,14 @@ MilpResult solve_global_milp(const GlobalPlanInput& input, const MilpOptions& op
       std::isfinite(obj_max),
       "milp: objective weights must be finite (max |c_ij|, |source_weight * d_ne| = {})", obj_max);
   const double obj_scale = obj_max > 0 ? obj_max : 1.0;
+  // The model is built here, before the watchdog's child starts: bound its size so the whole call
+  // stays within the hard timeout (and the column indices within int).
+  const int64_t num_columns =
+      3 * int64_t{num_experts} * num_nodes + static_cast<int64_t>(pairs.size()) * num_nodes;
+  COBALT_CHECK(num_columns <= kMaxMilpColumns, kFailedPrecondition,
+               "milp: the model would have {} columns (E={}, N={}, {} co-activated pairs), above "
+               "the {} this backend builds; use the heuristic backend",
+               num_columns, num_experts, num_nodes, pairs.size(), kMaxMilpColumns);
   const double cap = input.rank_load_cap();
   // All loads zero: cap is 0; any unit keeps the (then trivial) load rows consistent.
   const double load_unit = cap > 0 ? cap : 1.0;

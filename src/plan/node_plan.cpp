@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -70,7 +71,32 @@ double GlobalPlanInput::rank_load_cap() const {
   return (1.0 + eps) * total_load() / topology.num_ranks();
 }
 
+namespace {
+
+// Empty when the plan is E x N for the input, else what differs.
+std::string plan_shape_mismatch(const GlobalPlanInput& input, const NodePlan& plan) {
+  const int num_nodes = input.topology.num_nodes();
+  const size_t cells = static_cast<size_t>(std::max(0, input.num_experts)) * num_nodes;
+  if (plan.num_experts != input.num_experts || plan.num_nodes != num_nodes ||
+      plan.replicas.size() != cells || plan.load_share.size() != cells) {
+    return fmt::format(
+        "plan shape {}x{} ({} replica counts, {} load shares) does not match E={} N={} ({} each)",
+        plan.num_experts, plan.num_nodes, plan.replicas.size(), plan.load_share.size(),
+        input.num_experts, num_nodes, cells);
+  }
+  return {};
+}
+
+}  // namespace
+
+void require_plan_shape(const GlobalPlanInput& input, const NodePlan& plan,
+                        std::string_view context) {
+  const std::string mismatch = plan_shape_mismatch(input, plan);
+  COBALT_CHECK_ARG(mismatch.empty(), "{}: {}", context, mismatch);
+}
+
 double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan) {
+  require_plan_shape(input, plan, "coactivation objective");
   const int num_experts = input.num_experts;
   double total = 0;
   std::vector<int> present;
@@ -95,9 +121,8 @@ double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan
 std::string check_node_plan(const GlobalPlanInput& input, const NodePlan& plan) {
   const int num_nodes = input.topology.num_nodes();
   const int per_node = input.topology.ranks_per_node();
-  if (plan.num_experts != input.num_experts || plan.num_nodes != num_nodes) {
-    return fmt::format("plan shape {}x{} does not match E={} N={}", plan.num_experts,
-                       plan.num_nodes, input.num_experts, num_nodes);
+  if (std::string mismatch = plan_shape_mismatch(input, plan); !mismatch.empty()) {
+    return mismatch;
   }
   const double cap = input.rank_load_cap();
   const double tol = 1e-6 * std::max(1.0, cap);

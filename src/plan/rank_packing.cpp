@@ -25,6 +25,7 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads) {
   const Topology& topo = input.topology;
   const int per_node = topo.ranks_per_node(), slots = input.slots_per_rank;
+  require_plan_shape(input, plan, "pack");
   COBALT_CHECK_ARG(previous == nullptr || (previous->topology() == topo &&
                                            previous->num_experts() == input.num_experts),
                    "pack: the previous layout is for {} and E={}, the plan for {} and E={}",

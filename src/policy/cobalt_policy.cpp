@@ -406,8 +406,10 @@ class CobaltPolicy final : public Policy {
 
   // Packs every restart of `result` (keeping replicas on their ranks in the layout in force when
   // the budget is the full one), widens it to S slots and scores it by the true transfers V on the
-  // sample; returns the first with the lowest V. Repeats, and `skip` when given, are not scored:
-  // they cannot win a strict comparison.
+  // sample; returns the first with the lowest V. Restarts over the load cap take part only when
+  // none is within it (the incremental restart keeps the layout in force's replicas, which may
+  // exceed the cap where loads moved). Repeats, and `skip` when given, are not scored: they cannot
+  // win a strict comparison.
   std::optional<Candidate> best_restart(const PlanSnapshot& snap,
                                         const plan::GlobalPlanInput& input,
                                         const plan::HeuristicResult& result,
@@ -416,7 +418,10 @@ class CobaltPolicy final : public Policy {
     const ExpertLayout* previous = budget == full ? snap.layout.get() : nullptr;
     std::optional<Candidate> best;
     std::vector<ExpertLayout> scored;
-    for (const auto& plan : result.restart_plans) {
+    const bool any_within = result.within_cap;
+    for (size_t i = 0; i < result.restart_plans.size(); ++i) {
+      if (any_within && !result.restart_within_cap[i]) continue;
+      const auto& plan = result.restart_plans[i];
       std::vector<double> loads;
       ExpertLayout layout = widen_slots(plan::pack_ranks(input, plan, previous, &loads), full);
       if ((skip != nullptr && layout == *skip) ||

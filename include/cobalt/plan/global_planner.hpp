@@ -35,15 +35,20 @@ struct HeuristicOptions {
 };
 
 struct HeuristicResult {
-  NodePlan plan;
+  NodePlan plan;  // the best objective among the restarts within the load cap (all when none is)
   double objective = 0;
   int best_restart = 0;
+  bool within_cap = true;  // `plan` passes check_node_plan (false: no restart met the load cap)
   std::vector<double> restart_objectives;
   std::vector<NodePlan> restart_plans;  // every restart's final plan (for true-objective selection)
+  std::vector<uint8_t> restart_within_cap;  // [restarts] 1 when that plan passes check_node_plan
 };
 
-// Throws kFailedPrecondition when no plan can satisfy the load cap (e.g. eps too small for the
-// budget).
+// The load cap is the heuristic's target, not a guarantee: a greedy placement that cannot meet
+// it puts each replica on the node it exceeds least, and the plan says so (within_cap false;
+// check_node_plan names the node). The incremental restart starts from `initial` as it is, so it
+// may exceed the cap where the loads have moved; its plan is flagged like any other. Throws
+// kFailedPrecondition when the slots cannot hold every expert's replicas.
 HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
                                       const HeuristicOptions& options);
 
@@ -53,7 +58,11 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
 // loaded candidates, and each node's packed groups are then put on its ranks by a maximum-weight
 // matching that keeps the most replicas where `previous` has them (rank_matching.hpp); loads and
 // cross-node traffic do not depend on that permutation, only the copies do. Writes the expected
-// load of each slot [G, S] to *slot_loads if non-null.
+// load of each slot [G, S] to *slot_loads if non-null. The per-rank load cap is not guaranteed:
+// the plan bounds each node's load, and packing a node's replicas onto its ranks by greedy bin
+// packing (or the fallback, which ignores loads) can leave a rank above (1 + eps) W / G; stage 2
+// and the assignment work from the real loads. Throws kInvalidArgument for a plan of another
+// shape (require_plan_shape).
 ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads);
 

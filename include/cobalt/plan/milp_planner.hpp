@@ -51,11 +51,17 @@
 // cold start would have found better (measured: E=64 on 4x8, 30 s).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "cobalt/plan/node_plan.hpp"
 
 namespace cobalt::plan {
+
+// Largest model plan_global_milp builds: 3 E N + (co-activated pairs) N columns. Above it (e.g.
+// E = 1024 on 64 nodes: ~34 M) it throws kFailedPrecondition instead of spending minutes and
+// gigabytes before the watchdog starts; the heuristic is the backend for such sizes.
+inline constexpr int64_t kMaxMilpColumns = 4'000'000;
 
 struct MilpOptions {
   // CBC's own (wall-clock) time limit. CBC honours it between nodes, not inside the root LP.
@@ -67,7 +73,9 @@ struct MilpOptions {
   const NodePlan* warm_start = nullptr;
   // CBC threads (CBC's "-threads"); 1 = deterministic serial search.
   int num_threads = 1;
-  // Hard wall-clock limit for the whole call, enforced by killing the solver process.
+  // Hard wall-clock limit on the solve, enforced by killing the solver process. The model is
+  // built before, in the calling process, and its size is bounded (kMaxMilpColumns), so for the
+  // sizes this backend accepts the whole call ends within about this limit.
   // <= 0: time_limit_s * 1.5 + 5.
   double hard_timeout_s = -1;
   // Let CBC print its log (to the caller's stdout) instead of silencing it.

@@ -14,6 +14,7 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cobalt/core/topology.hpp"
@@ -64,6 +65,12 @@ struct NodePlan {
 
 // Eq. (3) objective of a plan: sum over nodes of c_ij for pairs i < j both present on the node
 // (plus source_weight * d_ne for each present (e, n) when source_demand is given).
+// Throws kInvalidArgument naming `context` when the plan is not E x N for the input (its counts or
+// the sizes of its vectors). coactivation_objective, pack_ranks and the heuristic's initial plan
+// check this; check_node_plan reports it as its first violation.
+void require_plan_shape(const GlobalPlanInput& input, const NodePlan& plan,
+                        std::string_view context);
+
 double coactivation_objective(const GlobalPlanInput& input, const NodePlan& plan);
 
 // Empty string when `plan` satisfies every constraint above (loads within a relative tolerance of

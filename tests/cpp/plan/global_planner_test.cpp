@@ -291,6 +291,96 @@ TEST(GlobalPlanner, RelaxesTheLoadCapWhenSlotsCannotHoldTheReplicasItAsksFor) {
   }
   EXPECT_EQ(total, 8);
   EXPECT_NO_THROW(pack_ranks(in, result.plan, nullptr, nullptr));
+  EXPECT_FALSE(result.within_cap);  // said, not hidden
+  EXPECT_FALSE(check_node_plan(in, result.plan).empty());
+}
+
+// A plan of another shape is an error naming it wherever a plan comes in, not a read past its
+// vectors: packing, the objective, the heuristic's initial plan; check_node_plan reports it.
+TEST(GlobalPlanner, PlansOfAnotherShapeAreRejected) {
+  const Instance inst = random_instance(3, 16, 1.0);
+  GlobalPlanInput in{Topology(4, 8), 16, 3, 0.15, inst.w, inst.c};
+  const NodePlan good = plan_global_heuristic(in, {}).plan;
+  NodePlan fewer_nodes(16, 2), short_vectors = good;
+  short_vectors.replicas.pop_back();
+  for (const NodePlan* bad : {&fewer_nodes, &short_vectors}) {
+    EXPECT_THROW(pack_ranks(in, *bad, nullptr, nullptr), Error);
+    EXPECT_THROW(coactivation_objective(in, *bad), Error);
+    HeuristicOptions options;
+    options.initial = bad;
+    try {
+      plan_global_heuristic(in, options);
+      ADD_FAILURE() << "no error for an initial plan of another shape";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("initial plan"), std::string::npos) << e.what();
+    }
+    EXPECT_NE(check_node_plan(in, *bad).find("does not match E=16 N=4"), std::string::npos);
+  }
+  EXPECT_NO_THROW(pack_ranks(in, good, nullptr, nullptr));
+}
+
+// Small instances (E close to N, skewed loads) made METIS print "Cannot bisect a graph with 0
+// vertices" on stdout, where `cobalt plan` writes its JSON: the planner prints nothing.
+TEST(GlobalPlanner, PrintsNothingOnSmallInstances) {
+  ::testing::internal::CaptureStdout();
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    SplitMix64 rng(seed * 1299721);
+    const int nodes = 2 + static_cast<int>(rng.below(4)), per = 1 + static_cast<int>(rng.below(2));
+    const Topology topo(nodes, nodes * per);
+    const int num_experts = 3 + static_cast<int>(rng.below(10));
+    const int slots =
+        (num_experts + topo.num_ranks() - 1) / topo.num_ranks() + static_cast<int>(rng.below(2));
+    std::vector<double> w(num_experts), c(static_cast<size_t>(num_experts) * num_experts, 0.0);
+    for (auto& x : w) x = std::pow(rng.unit(), 4) * 100;
+    for (int i = 0; i < num_experts; ++i) {
+      for (int j = i + 1; j < num_experts; ++j) {
+        c[i * num_experts + j] = c[j * num_experts + i] = rng.below(10);
+      }
+    }
+    GlobalPlanInput in{topo, num_experts, slots, 0.15 * rng.unit(), w, c};
+    HeuristicOptions options;
+    options.num_restarts = 4;
+    options.seed = seed;
+    plan_global_heuristic(in, options);
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+}
+
+// The load cap is the heuristic's target: every restart's plan is flagged by check_node_plan, and
+// the chosen plan is within the cap whenever some restart is. The incremental restart from a plan
+// made for other loads (here reversed) keeps replicas that now exceed the cap; it must not win
+// over fresh restarts that meet it. Also the review's tiny case, where no restart meets it.
+TEST(GlobalPlanner, FlagsPlansOverTheLoadCapAndPrefersThoseWithin) {
+  int num_incremental_over = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const int num_experts = 24;
+    const Instance inst = random_instance(seed, num_experts, 2.0);
+    GlobalPlanInput in{Topology(2, 8), num_experts, 3, 0.1, inst.w, inst.c};
+    std::vector<double> reversed(inst.w.rbegin(), inst.w.rend());
+    GlobalPlanInput old_input = in;
+    old_input.expert_load = reversed;
+    const NodePlan old_plan = plan_global_heuristic(old_input, {}).plan;
+    HeuristicOptions options;
+    options.num_restarts = 4;
+    options.initial = &old_plan;
+    const auto result = plan_global_heuristic(in, options);
+    ASSERT_EQ(result.restart_within_cap.size(), result.restart_plans.size());
+    bool any = false;
+    for (size_t i = 0; i < result.restart_plans.size(); ++i) {
+      const bool ok = check_node_plan(in, result.restart_plans[i]).empty();
+      EXPECT_EQ(result.restart_within_cap[i] != 0, ok) << "seed " << seed << " restart " << i;
+      any = any || ok;
+    }
+    num_incremental_over += result.restart_within_cap.back() == 0;
+    EXPECT_EQ(result.within_cap, any) << "seed " << seed;
+    EXPECT_EQ(check_node_plan(in, result.plan).empty(), any) << "seed " << seed;
+  }
+  EXPECT_GT(num_incremental_over, 0);  // the case the preference exists for occurs
+  const std::vector<double> tiny_w = {3.83, 13.71}, tiny_c = {0, 0, 0, 0};
+  GlobalPlanInput tiny{Topology(2, 6), 2, 2, 0.0515, tiny_w, tiny_c};
+  const auto result = plan_global_heuristic(tiny, {});
+  EXPECT_EQ(result.within_cap, check_node_plan(tiny, result.plan).empty());
 }
 
 }  // namespace

@@ -408,6 +408,27 @@ TEST(MilpPlanner, RejectsBadArguments) {
   EXPECT_THROW(solve_global_milp(in, options), Error);
 }
 
+// A model too large to build within the hard timeout is refused before it is built (E = 1024 on
+// 8 nodes with every pair co-activated: 4.2 M columns), quickly and with a failed precondition.
+TEST(MilpPlanner, RefusesModelsTooLargeToBuild) {
+  const int num_experts = 1024;
+  std::vector<double> w(num_experts, 1.0), c(static_cast<size_t>(num_experts) * num_experts, 1.0);
+  for (int e = 0; e < num_experts; ++e) c[static_cast<size_t>(e) * num_experts + e] = 0.0;
+  const GlobalPlanInput in{Topology(8, 64), num_experts, 24, 0.15, w, c};
+  MilpOptions options;
+  options.time_limit_s = 1;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    solve_global_milp(in, options);
+    ADD_FAILURE() << "no error for a 4.2 M-column model";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("use the heuristic backend"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 TEST(MilpPlanner, RelativeGap) {
   EXPECT_DOUBLE_EQ(relative_gap(90, 100), 0.1);
   EXPECT_DOUBLE_EQ(relative_gap(0.25, 0.5), 0.25);  // denominator max(1, |bound|)
