@@ -91,6 +91,7 @@ void run_plan(const PlanArgs& args) {
   const auto heuristic = plan::plan_global_heuristic(input, hopts);
   report["heuristic"] = {{"objective", heuristic.objective},
                          {"wall_ms", elapsed_ms(start)},
+                         {"within_cap", heuristic.within_cap},
                          {"restart_objectives", heuristic.restart_objectives}};
   plan::NodePlan chosen = heuristic.plan;
   if (args.backend != "heuristic") {

@@ -83,6 +83,12 @@ void bind_plan(py::module_& m) {
       .def_readonly("plan", &plan::HeuristicResult::plan)
       .def_readonly("objective", &plan::HeuristicResult::objective)
       .def_readonly("best_restart", &plan::HeuristicResult::best_restart)
+      .def_readonly("within_cap", &plan::HeuristicResult::within_cap)
+      .def_property_readonly("restart_within_cap",
+                             [](const plan::HeuristicResult& r) {
+                               return std::vector<bool>(r.restart_within_cap.begin(),
+                                                        r.restart_within_cap.end());
+                             })
       .def_readonly("restart_objectives", &plan::HeuristicResult::restart_objectives)
       .def_readonly("restart_plans", &plan::HeuristicResult::restart_plans);
 

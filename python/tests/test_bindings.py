@@ -215,6 +215,9 @@ def test_stats_planner_and_rebalance() -> None:
     assert summary.top_partner == direct.top_partner > 0
     plan_in = cobalt.GlobalPlanInput(topo, 16, 3, stats.expert_load, stats.coactivation, eps=0.2)
     result = cobalt.plan_global_heuristic(plan_in, num_restarts=2, seed=1)
+    assert result.within_cap == (cobalt.check_node_plan(plan_in, result.plan) == "")
+    assert result.restart_within_cap == [cobalt.check_node_plan(plan_in, p) == ""
+                                         for p in result.restart_plans]
     # Counts no count_routing could make, and a co-activation the planner cannot use: ValueError.
     lopsided = np.array(coact)
     lopsided[1, 2] += 1

@@ -93,6 +93,8 @@ TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
   ASSERT_EQ(run(plan + "--out '" + path("p.json") + "'").exit_code, 0);
   const std::string before = read_file(path("p.json"));
   ASSERT_GT(before.size(), 1024u);
+  EXPECT_NE(before.find("\"within_cap\""),
+            std::string::npos);  // the heuristic says if it met the cap
   // A file size limit of one block (512 bytes in dash, 1 KiB in bash): the write fails part-way.
   const auto r = run_shell("ulimit -f 1; trap '' XFSZ; '" + std::string(COBALT_CLI_PATH) + "' " +
                                plan + "--seed 3 --out '" + path("p.json") + "'",
