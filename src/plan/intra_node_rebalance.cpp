@@ -75,6 +75,20 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
     std::vector<std::vector<Replica>> matched(per_node);
     for (int g = 0; g < per_node; ++g) matched[group2rank[g]] = std::move(placed[g]);
     placed = std::move(matched);
+    // Replicas of one expert are interchangeable: a packing that only trades replicas of the same
+    // experts between ranks leaves every rank's experts as they were, so it moves nothing (its
+    // lower maximum would be a relabelling of the loads, not a gain).
+    bool same_experts = true;
+    for (int i = 0; i < per_node && same_experts; ++i) {
+      const auto held = layout.slots_of(first + i);
+      int num_held = 0;
+      for (ExpertId e : held) num_held += e != kEmptySlot;
+      same_experts = num_held == static_cast<int>(placed[i].size()) &&
+                     std::all_of(placed[i].begin(), placed[i].end(), [&](const Replica& p) {
+                       return std::find(held.begin(), held.end(), p.expert) != held.end();
+                     });
+    }
+    if (same_experts) continue;
     for (int i = 0; i < per_node; ++i) {
       // Keep replicas that stay on their rank first so their slot indices are stable.
       std::stable_partition(placed[i].begin(), placed[i].end(),
@@ -84,7 +98,9 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
         if (s < static_cast<int>(placed[i].size())) {
           new_slots[idx] = placed[i][s].expert;
           new_loads[idx] = placed[i][s].load;
-          num_moves += placed[i][s].old_rank != i;
+          // A copy only where this rank did not hold the expert before.
+          const auto held = layout.slots_of(first + i);
+          num_moves += std::find(held.begin(), held.end(), placed[i][s].expert) == held.end();
         } else {
           new_slots[idx] = kEmptySlot;
           new_loads[idx] = 0.0;

@@ -12,6 +12,7 @@
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
+#include "testing/random_inputs.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -242,6 +243,76 @@ TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
   // Balanced already: nothing moves.
   std::vector<double> even = {5, 5, 5, 5};
   EXPECT_EQ(rebalance_intra_node(layout, even).num_moves, 0);
+}
+
+// Random layouts and loads: each node keeps its replicas and their loads (only ranks change), a
+// node changes only when its busiest rank drops by more than min_gain, the busiest rank overall
+// never rises, and the moves counted are the copies the new layout needs (replicas of one expert
+// are interchangeable: trading them between ranks is no move).
+TEST(IntraNodeRebalance, KeepsNodeContentsAndOnlyMovesForAGain) {
+  int num_changed = 0, num_kept = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SplitMix64 rng(seed * 7717);
+    const int nodes = 1 + static_cast<int>(rng.below(3)),
+              per_node = 1 + static_cast<int>(rng.below(4));
+    const Topology topo(nodes, nodes * per_node);
+    const int experts = topo.num_ranks() + static_cast<int>(rng.below(3 * topo.num_ranks()));
+    const int slots =
+        (experts + topo.num_ranks() - 1) / topo.num_ranks() + static_cast<int>(rng.below(3));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    std::vector<double> loads(layout.slots().size(), 0.0);
+    for (size_t i = 0; i < loads.size(); ++i) {
+      if (layout.slots()[i] != kEmptySlot) loads[i] = std::floor(100 * std::pow(rng.unit(), 3));
+    }
+    const double min_gain = rng.below(2) ? 0.01 : 0.2;
+    const auto r = rebalance_intra_node(layout, loads, min_gain);
+    ASSERT_EQ(r.slot_loads.size(), loads.size());
+    const auto rank_load = [&](std::span<const double> l, RankId rank) {
+      double sum = 0;
+      for (int j = 0; j < slots; ++j) sum += l[static_cast<size_t>(rank) * slots + j];
+      return sum;
+    };
+    double old_overall = 0, new_overall = 0;
+    for (NodeId n = 0; n < nodes; ++n) {
+      std::vector<std::pair<ExpertId, double>> before, after;
+      double old_max = 0, new_max = 0;
+      bool changed = false;
+      for (int i = 0; i < per_node; ++i) {
+        const RankId rank = topo.first_rank_of(n) + i;
+        for (int j = 0; j < slots; ++j) {
+          const size_t idx = static_cast<size_t>(rank) * slots + j;
+          if (layout.slots()[idx] != kEmptySlot)
+            before.emplace_back(layout.slots()[idx], loads[idx]);
+          if (r.layout.slots()[idx] != kEmptySlot) {
+            after.emplace_back(r.layout.slots()[idx], r.slot_loads[idx]);
+          }
+          EXPECT_TRUE(r.layout.slots()[idx] != kEmptySlot || r.slot_loads[idx] == 0.0);
+        }
+        const auto before_rank = layout.slots_of(rank), after_rank = r.layout.slots_of(rank);
+        changed = changed || !std::is_permutation(before_rank.begin(), before_rank.end(),
+                                                  after_rank.begin(), after_rank.end());
+        old_max = std::max(old_max, rank_load(loads, rank));
+        new_max = std::max(new_max, rank_load(r.slot_loads, rank));
+      }
+      std::sort(before.begin(), before.end());
+      std::sort(after.begin(), after.end());
+      ASSERT_EQ(before, after) << "seed " << seed << " node " << n;
+      if (changed) {
+        EXPECT_LT(new_max, old_max * (1.0 - min_gain)) << "seed " << seed << " node " << n;
+        ++num_changed;
+      } else {
+        EXPECT_EQ(new_max, old_max) << "seed " << seed << " node " << n;
+        ++num_kept;
+      }
+      old_overall = std::max(old_overall, old_max);
+      new_overall = std::max(new_overall, new_max);
+    }
+    EXPECT_LE(new_overall, old_overall) << "seed " << seed;
+    EXPECT_EQ(diff(layout, r.layout).num_intra_node, r.num_moves) << "seed " << seed;
+    EXPECT_EQ(diff(layout, r.layout).num_cross_node, 0) << "seed " << seed;
+  }
+  EXPECT_GT(num_changed, 20);
+  EXPECT_GT(num_kept, 20);
 }
 
 // Planners running on several threads at once (two layers planning in the background, policies
