@@ -94,6 +94,7 @@ void run_plan(const PlanArgs& args) {
                          {"within_cap", heuristic.within_cap},
                          {"restart_objectives", heuristic.restart_objectives}};
   plan::NodePlan chosen = heuristic.plan;
+  std::optional<plan::MilpResult> solved;  // CBC's answer, when it ran
   if (args.backend != "heuristic") {
     plan::MilpOptions mopts;
     mopts.time_limit_s = args.time_limit_s;
@@ -110,7 +111,17 @@ void run_plan(const PlanArgs& args) {
       report["heuristic"]["invalid_because"] = warm_start_problem;
     }
     fmt::print(stderr, "cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s);
-    const auto milp = plan::solve_global_milp(input, mopts);
+    try {
+      solved.emplace(plan::solve_global_milp(input, mopts));
+    } catch (const Error& e) {
+      // With both backends a model too large to build leaves the heuristic's answer standing.
+      if (args.backend != "both" || e.code() != ErrorCode::kFailedPrecondition) throw;
+      fmt::print(stderr, "cobalt plan: CBC not run, keeping the heuristic's plan ({})\n", e.what());
+      report["milp"] = {{"status", "too_large"}, {"error", e.what()}};
+    }
+  }
+  if (solved) {
+    const plan::MilpResult& milp = *solved;
     report["milp"] = {{"status", milp.status},   {"objective", milp.objective},
                       {"bound", milp.bound},     {"gap", milp.gap},
                       {"optimal", milp.optimal}, {"seconds", milp.seconds}};

@@ -65,11 +65,18 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
     if (!ok) continue;
     const double new_max = *std::max_element(load.begin(), load.end());
     if (new_max >= old_max * (1.0 - min_gain)) continue;
-    // The ranks are interchangeable for the loads: put each packed group on the rank that keeps the
-    // most of its replicas where they are (a maximum-weight matching; ties keep group g on rank g).
+    // The ranks are interchangeable for the loads: put each packed group on the rank that already
+    // holds the most of its experts (a maximum-weight matching; ties keep group g on rank g).
+    // Replicas of one expert are interchangeable, so a replica lands "in place" on any rank that
+    // held its expert, not only on the one it came from.
+    const auto held_before = [&](int i, ExpertId e) { return layout.holds(first + i, e); };
     std::vector<int64_t> kept(static_cast<size_t>(per_node) * per_node, 0);
     for (int g = 0; g < per_node; ++g) {
-      for (const Replica& rep : placed[g]) ++kept[static_cast<size_t>(g) * per_node + rep.old_rank];
+      for (const Replica& rep : placed[g]) {
+        for (int i = 0; i < per_node; ++i) {
+          kept[static_cast<size_t>(g) * per_node + i] += held_before(i, rep.expert);
+        }
+      }
     }
     const std::vector<int> group2rank = keep_most_in_place(kept, per_node);
     std::vector<std::vector<Replica>> matched(per_node);
@@ -81,26 +88,23 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
     bool same_experts = true;
     for (int i = 0; i < per_node && same_experts; ++i) {
       const auto held = layout.slots_of(first + i);
-      int num_held = 0;
-      for (ExpertId e : held) num_held += e != kEmptySlot;
-      same_experts = num_held == static_cast<int>(placed[i].size()) &&
-                     std::all_of(placed[i].begin(), placed[i].end(), [&](const Replica& p) {
-                       return std::find(held.begin(), held.end(), p.expert) != held.end();
-                     });
+      const auto num_held =
+          std::count_if(held.begin(), held.end(), [](ExpertId e) { return e != kEmptySlot; });
+      same_experts = num_held == static_cast<int64_t>(placed[i].size()) &&
+                     std::all_of(placed[i].begin(), placed[i].end(),
+                                 [&](const Replica& p) { return held_before(i, p.expert); });
     }
     if (same_experts) continue;
     for (int i = 0; i < per_node; ++i) {
       // Keep replicas that stay on their rank first so their slot indices are stable.
       std::stable_partition(placed[i].begin(), placed[i].end(),
-                            [&](const Replica& p) { return p.old_rank == i; });
+                            [&](const Replica& p) { return held_before(i, p.expert); });
       for (int s = 0; s < slots; ++s) {
         const size_t idx = static_cast<size_t>(first + i) * slots + s;
         if (s < static_cast<int>(placed[i].size())) {
           new_slots[idx] = placed[i][s].expert;
           new_loads[idx] = placed[i][s].load;
-          // A copy only where this rank did not hold the expert before.
-          const auto held = layout.slots_of(first + i);
-          num_moves += std::find(held.begin(), held.end(), placed[i][s].expert) == held.end();
+          num_moves += !held_before(i, placed[i][s].expert);  // a copy: new on this rank
         } else {
           new_slots[idx] = kEmptySlot;
           new_loads[idx] = 0.0;

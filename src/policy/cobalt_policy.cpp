@@ -418,7 +418,12 @@ class CobaltPolicy final : public Policy {
     const ExpertLayout* previous = budget == full ? snap.layout.get() : nullptr;
     std::optional<Candidate> best;
     std::vector<ExpertLayout> scored;
-    const bool any_within = result.within_cap;
+    COBALT_CHECK_INTERNAL(result.restart_within_cap.size() == result.restart_plans.size(),
+                          "cobalt: {} cap flags for {} restart plans",
+                          result.restart_within_cap.size(), result.restart_plans.size());
+    const bool any_within =
+        std::any_of(result.restart_within_cap.begin(), result.restart_within_cap.end(),
+                    [](uint8_t ok) { return ok; });
     for (size_t i = 0; i < result.restart_plans.size(); ++i) {
       if (any_within && !result.restart_within_cap[i]) continue;
       const auto& plan = result.restart_plans[i];

@@ -48,7 +48,8 @@ struct HeuristicResult {
 // it puts each replica on the node it exceeds least, and the plan says so (within_cap false;
 // check_node_plan names the node). The incremental restart starts from `initial` as it is, so it
 // may exceed the cap where the loads have moved; its plan is flagged like any other. Throws
-// kFailedPrecondition when the slots cannot hold every expert's replicas.
+// kFailedPrecondition when the slots cannot hold every expert's replicas, and kInvalidArgument
+// for an invalid input or an `initial` plan of another shape (require_plan_shape).
 HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
                                       const HeuristicOptions& options);
 

@@ -160,6 +160,22 @@ TEST_F(CliTest, MalformedTraceExitsOne) {
 
 // A tiny file declaring 65536 experts: the dense statistics would need 64 GiB; refused up front
 // with one line instead of an allocation failure or the OOM killer.
+// A MILP too large to build (E = 1024 on 64 nodes): alone it is a failed precondition (exit 1,
+// one line); with both backends the heuristic's plan stands and the JSON says why CBC did not run.
+TEST_F(CliTest, PlanWithAModelTooLargeForTheMilp) {
+  const std::string plan =
+      "plan --preset scale-1024 --cluster 64x8 --steps 1 --tokens-per-step 20000 --restarts 1 "
+      "--time-limit 1 ";
+  const auto alone = run(plan + "--backend milp");
+  EXPECT_EQ(alone.exit_code, 1) << alone.err;
+  EXPECT_NE(alone.err.find("use the heuristic backend"), std::string::npos) << alone.err;
+  const auto both = run(plan + "--backend both --out '" + path("p.json") + "'");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  const auto report = nlohmann::json::parse(std::ifstream(path("p.json")));
+  EXPECT_EQ(report["milp"]["status"], "too_large");
+  EXPECT_EQ(report["layout"]["num_experts"], 1024);
+}
+
 TEST_F(CliTest, DeclaredSizesBeyondMemoryAreRefusedUpFront) {
   if (physical_memory_bytes() >= 16.0 * 65536.0 * 65536.0) GTEST_SKIP() << "machine has >= 64 GiB";
   io::TraceData d;
