@@ -265,10 +265,22 @@ def assign_node_cover(batch: RoutingBatch, layout: ExpertLayout, seed: int = 0, 
                       out: Optional[I32] = None, kernel: CpuKernel = CpuKernel.AUTO) -> I32:
     """Cobalt Algorithm 1: exec_rank [T, K] int32 (the same ranks from every kernel)."""
 def min_remote_cover_size(experts: ArrayLike, src_node: int, layout: ExpertLayout) -> int: ...
-def dispatch_layout(exec_rank: ArrayLike, source_rank: ArrayLike,
-                    topology: Topology) -> dict[str, np.ndarray]:
+class DispatchLayoutWorkspace:
+    """Buffers for dispatch_layout(..., workspace=), sized once for batches of up to max_tokens
+    tokens of up to max_top_k tasks on `topology`."""
+    def __init__(self, topology: Topology, max_tokens: int, max_top_k: int) -> None: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def max_top_k(self) -> int: ...
+
+def dispatch_layout(exec_rank: ArrayLike, source_rank: ArrayLike, topology: Topology,
+                    workspace: Optional[DispatchLayoutWorkspace] = None) -> dict[str, np.ndarray]:
     """rank_counts [G], node_counts [N], rank_offsets [G + 1], pair_counts [G, G] (int64),
-    token_in_rank [T, G] (uint8), slot [T, K] (int32)."""
+    token_in_rank [T, G] (uint8), slot [T, K] (int32). Fresh writable arrays, or with a workspace
+    read-only views of its buffers that the next call with it overwrites."""
 def solve_topoep(demand: ArrayLike, topology: Topology, slots_per_rank: int, token_bytes: float,
                  expert_param_bytes: float) -> dict[str, np.ndarray]:
     """slots [G, S], source_offsets [G + 1], quota_expert / quota_dst / quota_count [Q],

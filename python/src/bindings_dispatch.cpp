@@ -1,14 +1,68 @@
 // assign/dispatch_layout: what a DeepEP-style exchange needs from an assignment (the CPU reference
-// of the CUDA dispatch-layout kernel).
+// of the CUDA dispatch-layout kernel), into fresh arrays or into a kept DispatchLayoutWorkspace.
+#include <mutex>
+
 #include "bindings_common.hpp"
 #include "cobalt/assign/dispatch_layout.hpp"
 
 namespace cobalt::py_bindings {
+namespace {
+
+// Buffers sized once for up to max_tokens tokens of up to max_top_k tasks on one topology, so a
+// runtime that calls dispatch_layout every step allocates nothing of the batch's size. The
+// vectors never grow past their first capacity (calls beyond the sizes are refused), so numpy
+// views of them stay valid; each call overwrites them.
+struct DispatchWorkspace {
+  DispatchWorkspace(const Topology& topo, int64_t tokens, int top_k)
+      : topology(topo), max_tokens(tokens), max_top_k(top_k) {
+    COBALT_CHECK_ARG(tokens >= 0 && tokens <= (int64_t{1} << 31),
+                     "dispatch workspace: max_tokens {} out of range [0, 2^31]", tokens);
+    COBALT_CHECK_ARG(top_k >= 1 && top_k <= 1024,
+                     "dispatch workspace: max_top_k {} out of range [1, 1024]", top_k);
+    const auto g = static_cast<size_t>(topo.num_ranks());
+    layout.rank_counts.reserve(g);
+    layout.node_counts.reserve(static_cast<size_t>(topo.num_nodes()));
+    layout.rank_offsets.reserve(g + 1);
+    layout.pair_counts.reserve(g * g);
+    layout.token_in_rank.reserve(static_cast<size_t>(tokens) * g);
+    layout.slot.reserve(static_cast<size_t>(tokens) * static_cast<size_t>(top_k));
+  }
+  Topology topology;
+  int64_t max_tokens;
+  int max_top_k;
+  assign::DispatchLayout layout;
+  std::mutex mutex;  // one call at a time (the GIL is released while it runs)
+};
+
+py::dict layout_dict(const assign::DispatchLayout& d, py::ssize_t t, py::ssize_t k,
+                     const Topology& topology, py::handle owner) {
+  const py::ssize_t g = topology.num_ranks(), n = topology.num_nodes();
+  py::dict out;
+  out["rank_counts"] = view_of(std::span<const int64_t>(d.rank_counts), {g}, owner);
+  out["node_counts"] = view_of(std::span<const int64_t>(d.node_counts), {n}, owner);
+  out["rank_offsets"] = view_of(std::span<const int64_t>(d.rank_offsets), {g + 1}, owner);
+  out["pair_counts"] = view_of(std::span<const int64_t>(d.pair_counts), {g, g}, owner);
+  out["token_in_rank"] = view_of(std::span<const uint8_t>(d.token_in_rank), {t, g}, owner);
+  out["slot"] = view_of(std::span<const int32_t>(d.slot), {t, k}, owner);
+  return out;
+}
+
+}  // namespace
 
 void bind_dispatch(py::module_& m) {
+  py::class_<DispatchWorkspace>(m, "DispatchLayoutWorkspace")
+      .def(py::init<const Topology&, int64_t, int>(), py::arg("topology"), py::arg("max_tokens"),
+           py::arg("max_top_k"),
+           "Buffers for dispatch_layout(..., workspace=) on `topology`, sized once for batches "
+           "of up to max_tokens tokens of up to max_top_k tasks.")
+      .def_readonly("topology", &DispatchWorkspace::topology)
+      .def_readonly("max_tokens", &DispatchWorkspace::max_tokens)
+      .def_readonly("max_top_k", &DispatchWorkspace::max_top_k);
+
   m.def(
       "dispatch_layout",
-      [](InArray<int32_t> exec_rank, InArray<int32_t> source_rank, const Topology& topology) {
+      [](InArray<int32_t> exec_rank, InArray<int32_t> source_rank, const Topology& topology,
+         const py::object& workspace) {
         require_ndim(exec_rank, 2, "dispatch_layout exec_rank [T, K]");
         require_ndim(source_rank, 1, "dispatch_layout source_rank [T]");
         COBALT_CHECK_ARG(source_rank.shape(0) == exec_rank.shape(0),
@@ -16,13 +70,34 @@ void bind_dispatch(py::module_& m) {
                          source_rank.shape(0), exec_rank.shape(0));
         const int top_k = static_cast<int>(exec_rank.shape(1));
         COBALT_CHECK_ARG(top_k >= 1, "dispatch_layout: exec_rank needs K >= 1 columns");
+        const py::ssize_t t = exec_rank.shape(0), k = top_k;
+        if (!workspace.is_none()) {
+          auto& ws = workspace.cast<DispatchWorkspace&>();
+          COBALT_CHECK_ARG(ws.topology == topology,
+                           "dispatch_layout: the workspace is for {}, the call for {}",
+                           ws.topology.to_string(), topology.to_string());
+          COBALT_CHECK_ARG(t <= ws.max_tokens && top_k <= ws.max_top_k,
+                           "dispatch_layout: {} tokens x top-{} exceed the workspace's {} x {}", t,
+                           top_k, ws.max_tokens, ws.max_top_k);
+          const void* slot_data = ws.layout.slot.data();
+          const void* flag_data = ws.layout.token_in_rank.data();
+          {
+            py::gil_scoped_release release;
+            std::lock_guard lock(ws.mutex);
+            assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology,
+                                    ws.layout);
+          }
+          COBALT_CHECK_INTERNAL(
+              ws.layout.slot.data() == slot_data && ws.layout.token_in_rank.data() == flag_data,
+              "dispatch_layout: the workspace's buffers moved");
+          return layout_dict(ws.layout, t, k, topology, workspace);
+        }
         assign::DispatchLayout d;
         {
           py::gil_scoped_release release;
           d = assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology);
         }
-        const py::ssize_t t = exec_rank.shape(0), k = top_k, g = topology.num_ranks(),
-                          n = topology.num_nodes();
+        const py::ssize_t g = topology.num_ranks(), n = topology.num_nodes();
         py::dict out;
         out["rank_counts"] = owned_array(std::move(d.rank_counts), {g});
         out["node_counts"] = owned_array(std::move(d.node_counts), {n});
@@ -33,9 +108,12 @@ void bind_dispatch(py::module_& m) {
         return out;
       },
       py::arg("exec_rank"), py::arg("source_rank"), py::arg("topology"),
+      py::arg("workspace") = py::none(),
       "Dispatch layout of an assignment (include/cobalt/assign/dispatch_layout.hpp): a dict of "
       "rank_counts [G], node_counts [N], rank_offsets [G + 1], pair_counts [G, G] (int64), "
-      "token_in_rank [T, G] (uint8) and slot [T, K] (int32).");
+      "token_in_rank [T, G] (uint8) and slot [T, K] (int32). Fresh writable arrays by default; "
+      "with a DispatchLayoutWorkspace, read-only views of its buffers that the next call with it "
+      "overwrites (nothing of the batch's size is allocated).");
 }
 
 }  // namespace cobalt::py_bindings

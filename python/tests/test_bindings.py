@@ -128,6 +128,37 @@ def test_every_cpu_kernel_writes_the_same_ranks() -> None:
                                  kernel=cobalt.CpuKernel.AVX512)
 
 
+def test_dispatch_layout_into_a_kept_workspace() -> None:
+    rng = np.random.default_rng(11)
+    topo = cobalt.Topology(2, 8)
+    ws = cobalt.DispatchLayoutWorkspace(topo, max_tokens=300, max_top_k=4)
+    addresses = None
+    for tokens, k in ((300, 4), (120, 3), (0, 2), (300, 4)):
+        exec_rank = rng.integers(0, 8, size=(tokens, k), dtype=np.int32)
+        source = rng.integers(0, 8, size=tokens, dtype=np.int32)
+        fresh = cobalt.dispatch_layout(exec_rank, source, topo)
+        kept = cobalt.dispatch_layout(exec_rank, source, topo, workspace=ws)
+        assert set(kept) == set(fresh)
+        for name, value in fresh.items():
+            np.testing.assert_array_equal(kept[name], value, err_msg=name)
+            assert kept[name].size == 0 or not kept[name].flags.writeable
+        if tokens == 300:  # the same buffers every call: nothing reallocated
+            now = {n: v.__array_interface__["data"][0] for n, v in kept.items()}
+            assert addresses is None or now == addresses
+            addresses = now
+    with pytest.raises(ValueError, match="exceed the workspace's 300 x 4"):
+        cobalt.dispatch_layout(np.zeros((301, 2), np.int32), np.zeros(301, np.int32), topo,
+                               workspace=ws)
+    with pytest.raises(ValueError, match="exceed the workspace's 300 x 4"):
+        cobalt.dispatch_layout(np.zeros((3, 5), np.int32), np.zeros(3, np.int32), topo,
+                               workspace=ws)
+    with pytest.raises(ValueError, match="the workspace is for"):
+        cobalt.dispatch_layout(np.zeros((3, 2), np.int32), np.zeros(3, np.int32),
+                               cobalt.Topology(4, 8), workspace=ws)
+    with pytest.raises(ValueError, match="out of range"):
+        cobalt.DispatchLayoutWorkspace(topo, max_tokens=-1, max_top_k=4)
+
+
 def test_imbalance_floor_of_a_layout() -> None:
     topo = cobalt.Topology(2, 4)
     # Expert 0 on ranks 0 and 1, expert 1 on rank 2, expert 2 on rank 3.
