@@ -98,6 +98,33 @@ def test_dispatch_layout_matches_definitions() -> None:
     np.testing.assert_array_equal(d.slot.numpy(), want_slot)
 
 
+def test_dispatch_layout_into_a_kept_workspace(recwarn: pytest.WarningsRecorder) -> None:
+    rng = np.random.default_rng(12)
+    topo = cobalt.Topology(2, 4)
+    g = topo.num_ranks
+    ws = cobalt.DispatchLayoutWorkspace(topo, 300, 4)
+    fields = ("rank_counts", "node_counts", "rank_offsets", "pair_counts", "token_in_rank", "slot")
+    previous = None
+    for t, k in ((300, 4), (17, 2), (0, 3), (120, 4)):
+        exec_rank = torch.from_numpy(rng.integers(0, g, (t, k), dtype=np.int32))
+        src = random_sources(rng, t, g)
+        want = ops.dispatch_layout(exec_rank, src, topo)
+        got = ops.dispatch_layout(exec_rank, src, topo, workspace=ws)
+        for name in fields:
+            assert torch.equal(getattr(got, name), getattr(want, name)), name
+        if previous is not None:
+            # Views of the same buffers: the previous call's counts now read this call's.
+            assert torch.equal(previous.rank_counts, got.rank_counts)
+        previous = got
+    assert not [w for w in recwarn if "not writable" in str(w.message)]
+    with pytest.raises(ValueError, match="exceed the workspace's 300 x 4"):
+        ops.dispatch_layout(torch.zeros((301, 4), dtype=torch.int32),
+                            torch.zeros(301, dtype=torch.int32), topo, workspace=ws)
+    with pytest.raises(TypeError, match="DispatchLayoutWorkspace"):
+        ops.dispatch_layout(torch.zeros((1, 1), dtype=torch.int32),
+                            torch.zeros(1, dtype=torch.int32), topo, workspace="buffers")
+
+
 def test_solve_topoep_plan_is_consistent() -> None:
     rng = np.random.default_rng(5)
     topo = cobalt.Topology(2, 8)

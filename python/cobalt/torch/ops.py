@@ -18,6 +18,7 @@ int64 inputs (what ``torch.topk`` returns) are narrowed to int32: values outside
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Union
 
@@ -128,9 +129,15 @@ def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "a
 
 
 def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology: cobalt.Topology,
-                    *, validate: bool = False) -> DispatchLayout:
+                    *, validate: bool = False,
+                    workspace: Optional[cobalt.DispatchLayoutWorkspace] = None) -> DispatchLayout:
     """The dispatch layout of exec_rank [T, K] (tokens of source_rank [T]) on its device: every
-    field of :class:`cobalt.cuda.DispatchLayout` (slot, token_in_rank and pair_counts included)."""
+    field of :class:`cobalt.cuda.DispatchLayout` (slot, token_in_rank and pair_counts included).
+
+    On CPU, a :class:`cobalt.DispatchLayoutWorkspace` (made once for the largest batch) keeps the
+    C++ buffers across steps: the tensors returned are then views of it that the next call with
+    the same workspace overwrites, and must not be written (clone what must outlive the step). On
+    CUDA the workspace is not used: the outputs come from torch's caching allocator."""
     if exec_rank.device.type == "cuda":
         if validate:
             _validate_ranks(exec_rank, topology.num_ranks, "execution rank")
@@ -139,10 +146,20 @@ def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology
                                     topology.num_ranks,
                                     source_rank=source_rank.to(torch.int32).contiguous(),
                                     pair_counts=True)
+    if workspace is not None and not isinstance(workspace, cobalt.DispatchLayoutWorkspace):
+        raise TypeError(f"cobalt.torch.ops: workspace must be a cobalt.DispatchLayoutWorkspace, "
+                        f"got {type(workspace).__name__}")
     d = cobalt.dispatch_layout(_int32_numpy(exec_rank, "exec_rank"),
-                               _int32_numpy(source_rank, "source_rank"), topology)
-    # The arrays own their C++ buffers (writable): shared with torch, not copied.
-    return DispatchLayout(**{k: torch.from_numpy(v) for k, v in d.items()})
+                               _int32_numpy(source_rank, "source_rank"), topology,
+                               workspace=workspace)
+    if workspace is None:
+        # The arrays own their C++ buffers (writable): shared with torch, not copied.
+        return DispatchLayout(**{k: torch.from_numpy(v) for k, v in d.items()})
+    # Read-only views of the workspace, shared with torch as they are (no copy): torch warns that
+    # it cannot mark a tensor read-only, which the docstring says instead.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return DispatchLayout(**{k: torch.from_numpy(v) for k, v in d.items()})
 
 
 @dataclass
