@@ -18,6 +18,7 @@ from cobalt._core import (  # noqa: F401  (explicit names for type checkers)
     Topology,
     TraceData,
     TraceReader,
+    assign_balanced_cover,
     assign_node_cover,
     cross_node_transfers,
     make_policy,

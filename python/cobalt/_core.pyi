@@ -247,6 +247,23 @@ class RebalanceResult:
 def rebalance_intra_node(layout: ExpertLayout, slot_loads: ArrayLike,
                          min_gain: float = 0.01) -> RebalanceResult: ...
 
+class FloorSwapResult:
+    @property
+    def layout(self) -> ExpertLayout: ...
+    @property
+    def swaps(self) -> list[tuple[int, int, int, int]]:
+        """(rank, slot, removed expert or -1, added expert), in the order applied."""
+    @property
+    def floor_before(self) -> int: ...
+    @property
+    def floor_after(self) -> int: ...
+
+def swap_toward_floor(layout: ExpertLayout, expert_counts: ArrayLike, removal_cost: ArrayLike,
+                      tolerance: float = 0.05, max_swaps: int = 1,
+                      max_checks: int = 64) -> FloorSwapResult:
+    """cobalt+'s stage 2b: replica swaps lowering the balance floor (expert_counts [E] int64,
+    removal_cost [N, E] float64: the price of taking e's last replica off node n)."""
+
 # ---------------------------------------------------------------- assign
 class CoverSearch(enum.Enum):
     MASK_ENUMERATION = ...
@@ -264,6 +281,10 @@ def assign_node_cover(batch: RoutingBatch, layout: ExpertLayout, seed: int = 0, 
                       search: CoverSearch = CoverSearch.AUTO, num_threads: int = 1,
                       out: Optional[I32] = None, kernel: CpuKernel = CpuKernel.AUTO) -> I32:
     """Cobalt Algorithm 1: exec_rank [T, K] int32 (the same ranks from every kernel)."""
+def assign_balanced_cover(batch: RoutingBatch, layout: ExpertLayout, spill_tolerance: float = -1.0,
+                          search: CoverSearch = CoverSearch.AUTO, num_threads: int = 1) -> I32:
+    """cobalt+'s balanced assignment: exec_rank [T, K] int32 (Algorithm 1's cross-node transfers;
+    spill_tolerance >= 0 then trades copies for balance, cobalt+ uses 0.05)."""
 def min_remote_cover_size(experts: ArrayLike, src_node: int, layout: ExpertLayout) -> int: ...
 class DispatchLayoutWorkspace:
     """Buffers for dispatch_layout(..., workspace=), sized once for batches of up to max_tokens

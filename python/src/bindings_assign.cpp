@@ -1,9 +1,11 @@
 // assign/: Cobalt Algorithm 1 (minimum remote-node set cover per token).
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <optional>
 
 #include "bindings_common.hpp"
+#include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "py_routing_batch.hpp"
 
@@ -51,6 +53,30 @@ void bind_assign(py::module_& m) {
       "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
       "given). Draws are keyed by (seed, step, layer, token_offset + t, k); every kernel writes "
       "the same ranks.");
+  m.def(
+      "assign_balanced_cover",
+      [](const PyRoutingBatch& b, const ExpertLayout& layout, double spill_tolerance,
+         assign::CoverSearch search, int num_threads) {
+        COBALT_CHECK_ARG(std::isfinite(spill_tolerance),
+                         "assign_balanced_cover: spill_tolerance {} must be finite (< 0: no spill)",
+                         spill_tolerance);
+        py::array_t<int32_t, py::array::c_style> exec(
+            {static_cast<py::ssize_t>(b.batch.num_tokens()),
+             static_cast<py::ssize_t>(b.batch.top_k())});
+        std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));
+        {
+          py::gil_scoped_release release;
+          assign::assign_balanced_cover(b.batch, layout, {search, num_threads}, dst,
+                                        spill_tolerance);
+        }
+        return exec;
+      },
+      py::arg("batch"), py::arg("layout"), py::arg("spill_tolerance") = -1.0,
+      py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
+      "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
+      "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
+      "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "
+      "until the busiest rank is within ceil((1 + tolerance) x mean) or at the layout's floor.");
   m.def(
       "min_remote_cover_size",
       [](InArray<int32_t> experts, NodeId src_node, const ExpertLayout& layout) {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "bindings_common.hpp"
+#include "cobalt/plan/floor_swaps.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
 #include "cobalt/plan/node_plan.hpp"
@@ -166,6 +167,33 @@ void bind_plan(py::module_& m) {
       },
       py::arg("layout"), py::arg("slot_loads"), py::arg("min_gain") = 0.01,
       "Cobalt stage 2: repack each node's replicas over its ranks (slot_loads [G, S]).");
+
+  py::class_<plan::FloorSwapResult>(m, "FloorSwapResult")
+      .def_property_readonly(
+          "layout",
+          [](const plan::FloorSwapResult& r) { return std::make_shared<ExpertLayout>(r.layout); })
+      .def_property_readonly("swaps",
+                             [](const plan::FloorSwapResult& r) {
+                               py::list out;
+                               for (const auto& s : r.swaps) {
+                                 out.append(py::make_tuple(s.rank, s.slot, s.removed, s.added));
+                               }
+                               return out;
+                             })
+      .def_readonly("floor_before", &plan::FloorSwapResult::floor_before)
+      .def_readonly("floor_after", &plan::FloorSwapResult::floor_after);
+  m.def(
+      "swap_toward_floor",
+      [](const ExpertLayout& layout, InArray<int64_t> expert_counts, InArray<double> removal_cost,
+         double tolerance, int max_swaps, int max_checks) {
+        py::gil_scoped_release release;
+        return plan::swap_toward_floor(layout, span_of(expert_counts), span_of(removal_cost),
+                                       {tolerance, max_swaps, max_checks});
+      },
+      py::arg("layout"), py::arg("expert_counts"), py::arg("removal_cost"),
+      py::arg("tolerance") = 0.05, py::arg("max_swaps") = 1, py::arg("max_checks") = 64,
+      "cobalt+'s stage 2b: replica swaps that lower the layout's balance floor for expert_counts "
+      "[E], cheapest first by removal_cost [N, E] (plan/floor_swaps.hpp).");
 }
 
 }  // namespace cobalt::py_bindings

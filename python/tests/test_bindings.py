@@ -177,6 +177,42 @@ def test_imbalance_floor_of_a_layout() -> None:
         cobalt.imbalance_floor(np.array([1, -2, 0], dtype=np.int64), layout)
 
 
+def test_balanced_assignment_and_floor_swaps() -> None:
+    rng = np.random.default_rng(3)
+    topo = cobalt.Topology(2, 8)
+    experts = 16
+    layout = cobalt.ExpertLayout.static_ep(topo, experts, 3)
+    ids = np.argsort(rng.random((600, experts)), axis=1)[:, :2].astype(np.int32)
+    ids[:, 0] = 0  # expert 0 in every token: the static layout's single replica is the floor
+    ids[ids[:, 1] == 0, 1] = 1
+    src = rng.integers(0, topo.num_ranks, 600, dtype=np.int32)
+    batch = cobalt.RoutingBatch(ids, src, experts, topo.num_ranks)
+    balanced = cobalt.assign_balanced_cover(batch, layout)
+    cobalt.validate_assignment(batch, layout, balanced)
+    faithful = cobalt.assign_node_cover(batch, layout)
+    assert (cobalt.cross_node_transfers(batch, balanced, topo).dedup ==
+            cobalt.cross_node_transfers(batch, faithful, topo).dedup)
+    counts = np.bincount(ids.ravel(), minlength=experts).astype(np.int64)
+    loads = cobalt.rank_loads(balanced, topo.num_ranks)
+    floor = cobalt.min_max_rank_load(counts, layout)
+    assert loads.max() == floor == 600 + counts[1]  # rank 0 holds experts 0 and 1 only
+    swapped = cobalt.swap_toward_floor(layout, counts, np.zeros((2, experts)), tolerance=0.05,
+                                       max_swaps=8)
+    assert swapped.floor_before == floor
+    assert swapped.floor_after < floor and len(swapped.swaps) >= 1
+    for rank, slot, removed, added in swapped.swaps:
+        assert added == 0 and swapped.layout.slots[rank, slot] == 0
+        assert removed == layout.slots[rank, slot]
+    assert swapped.floor_after == cobalt.min_max_rank_load(counts, swapped.layout)
+    spilled = cobalt.assign_balanced_cover(batch, swapped.layout, spill_tolerance=0.05)
+    cobalt.validate_assignment(batch, swapped.layout, spilled)
+    assert cobalt.rank_loads(spilled, topo.num_ranks).max() < floor
+    with pytest.raises(ValueError, match="spill_tolerance nan must be finite"):
+        cobalt.assign_balanced_cover(batch, layout, spill_tolerance=float("nan"))
+    with pytest.raises(ValueError, match="removal costs, expected N x E"):
+        cobalt.swap_toward_floor(layout, counts, np.zeros(experts))
+
+
 def test_assignment_metrics_and_policies_agree() -> None:
     topo = cobalt.Topology(2, 8)
     batch = _batch()

@@ -23,6 +23,10 @@ class MaxFlow {
   }
   double flow(int edge_idx) const { return std::max(0.0, original_[edge_idx] - cap_[edge_idx]); }
 
+  // After run(): whether v is reachable from the source in the residual graph, i.e. on the source
+  // side of a minimum cut (the last search of run() is the one that failed to reach the sink).
+  bool on_source_side(int v) const { return level_[v] >= 0; }
+
   double run(int source, int sink, double zero) {
     zero_ = zero;
     double total = 0;

@@ -9,9 +9,13 @@
 // objective also counts, for each replica of e on node n, the EMA number of tokens from node n's
 // ranks choosing e (the node acts as a pseudo-expert co-activated with what its tokens pick), so
 // replicas land where their demand comes from — TopoEP's observation that demand differs per node,
-// which Eq. (3) ignores. With a cost model in the configuration, cobalt+ also plans with smaller
-// replica budgets and picks the candidate with the lowest modelled step time (layout_pricing.hpp).
+// which Eq. (3) ignores. cobalt+ also assigns with the balanced cover and its spill
+// (assign/balanced_cover.hpp), and after stage 2 swaps at most one replica per step toward a
+// layout the EMA loads can balance (stage 2b, plan/floor_swaps.hpp). With a cost model in the
+// configuration, cobalt+ also plans with smaller replica budgets and picks the candidate with the
+// lowest modelled step time (layout_pricing.hpp), and applies stage 2 and 2b only where they pay.
 #include <algorithm>
+#include <cmath>
 #include <future>
 #include <optional>
 
@@ -19,6 +23,7 @@
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
+#include "cobalt/plan/floor_swaps.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
 #include "cobalt/policy/layout_pricing.hpp"
@@ -36,6 +41,12 @@ constexpr double kSourceWeight = 1.0;
 // move along chains of replica holders, preferring moves that add no cross-node copy
 // (assign/balanced_cover.hpp; docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
+// Stage 2b (cobalt+): at most one replica swap per step and layer toward a layout whose balance
+// floor under the EMA loads is within the spill's cap (plan/floor_swaps.hpp), trying at most 64
+// candidates (by price) with one max flow each. One per step was measured against two, four and
+// eight, and the cap against tighter ones (docs/cobalt-improvements.md).
+constexpr int kFloorSwapsPerStep = 1;
+constexpr int kFloorSwapChecks = 64;
 
 struct CobaltVariant {
   std::string name;
@@ -44,6 +55,7 @@ struct CobaltVariant {
   bool balanced_assignment =
       false;  // water-filled ranks within each token's cover (assign/balanced_cover)
   bool priced_budgets = false;  // with config.cost_model: replica budgets chosen by modelled time
+  bool floor_swaps = false;     // per-step replica swaps toward a balanceable layout (stage 2b)
 };
 
 struct PlannedLayout {
@@ -149,6 +161,7 @@ class CobaltPolicy final : public Policy {
           st.slot_loads = std::move(rebalanced.slot_loads);
         }
       }
+      if (variant_.floor_swaps && st.stats.num_updates() > 0) swap_toward_floor(st);
     }
     counters_.planner_wall_ms -= wait_ms;  // overlaps the background plan's run, counted above
     if (variant_.balanced_assignment) {
@@ -200,12 +213,54 @@ class CobaltPolicy final : public Policy {
     st.layout = std::make_shared<const ExpertLayout>(std::move(layout));
   }
 
+  // Stage 2b (cobalt+): replica swaps that lower the layout's balance floor under the EMA expert
+  // loads (plan/floor_swaps.hpp), priced by the tokens of a node that would lose an expert's last
+  // replica there (the source-demand EMA). The slot loads of the experts involved are split evenly
+  // over their new replicas until the next steps' counts replace them. With a cost model (priced
+  // variant) the swaps are kept only when the compute they save over P steps exceeds their copies.
+  void swap_toward_floor(LayerState& st) {
+    const auto load = st.stats.expert_load();
+    std::vector<int64_t> counts(load.size());
+    for (size_t e = 0; e < load.size(); ++e) counts[e] = std::llround(load[e]);
+    auto swapped = plan::swap_toward_floor(*st.layout, counts, st.source_demand,
+                                           {kSpillTolerance, kFloorSwapsPerStep, kFloorSwapChecks});
+    if (swapped.swaps.empty()) return;
+    const ExpertLayout& before = *st.layout;
+    const ExpertLayout& after = swapped.layout;
+    if (!change_pays(st, after, static_cast<double>(swapped.floor_before - swapped.floor_after))) {
+      return;
+    }
+    std::vector<double> expert_total(config_.num_experts, 0.0);
+    std::vector<uint8_t> touched(config_.num_experts, 0);
+    for (const auto& swap : swapped.swaps) {
+      touched[swap.added] = 1;
+      if (swap.removed != kEmptySlot) touched[swap.removed] = 1;
+    }
+    for (size_t i = 0; i < st.slot_loads.size(); ++i) {
+      const ExpertId e = before.slots()[i];
+      if (e != kEmptySlot && touched[e]) expert_total[e] += st.slot_loads[i];
+    }
+    std::vector<double> slot_loads = st.slot_loads;
+    for (size_t i = 0; i < slot_loads.size(); ++i) {
+      const ExpertId e = after.slots()[i];
+      if (e == kEmptySlot) {
+        slot_loads[i] = 0.0;
+      } else if (touched[e]) {
+        slot_loads[i] = expert_total[e] / after.num_replicas_of(e);
+      }
+    }
+    const LayoutDiff moves = diff(before, after);
+    counters_.cross_node_moves += moves.num_cross_node;
+    counters_.intra_node_moves += moves.num_intra_node;
+    install(st, std::move(swapped.layout));
+    st.slot_loads = std::move(slot_loads);
+  }
+
   // cobalt+ with a cost model: a stage-2 rebalancing is applied only when the compute it saves
   // (busiest rank's expected load, from the slot EMA loads) over P steps outweighs its copies
   // (replica parameters and moved optimizer state over NVLink).
   bool rebalance_pays(const LayerState& st, const plan::RebalanceResult& rebalanced) const {
     if (!variant_.priced_budgets || !config_.cost_model) return true;
-    const eval::CostParams& params = *config_.cost_model;
     const auto busiest = [&](const std::vector<double>& slot_loads) {
       const int slots = config_.slots_per_rank;
       double worst = 0;
@@ -216,17 +271,32 @@ class CobaltPolicy final : public Policy {
       }
       return worst;
     };
+    return change_pays(st, rebalanced.layout,
+                       busiest(st.slot_loads) - busiest(rebalanced.slot_loads));
+  }
+
+  // Whether installing `layout` pays under the cost model (always without one, or in a variant
+  // that does not price): the busiest rank's tasks it saves per step, times the compute time of a
+  // task, less any gradient synchronisation it adds per step (a swap into a free slot adds a
+  // replica), over P steps, against the time of its copies (replica parameters and moved
+  // optimizer state).
+  bool change_pays(const LayerState& st, const ExpertLayout& layout,
+                   double saved_tasks_per_step) const {
+    if (!variant_.priced_budgets || !config_.cost_model) return true;
+    const eval::CostParams& params = *config_.cost_model;
     const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
-    const double saved_s =
-        (busiest(st.slot_loads) - busiest(rebalanced.slot_loads)) * seconds_per_task;
+    const auto new_mains = eval::next_main_ranks(layout, st.mains);
+    const double added_sync_s =
+        eval::link_time(eval::grad_sync_bytes(layout, new_mains, params), params).time_s() -
+        eval::link_time(eval::grad_sync_bytes(*st.layout, st.mains, params), params).time_s();
+    const double saved_s = saved_tasks_per_step * seconds_per_task - added_sync_s;
     // A move's saving lasts until the layout changes again: amortised over the re-layout period
     // (measured better than the steps left until the next plan, which undervalues moves that the
     // next plan keeps; docs/cobalt-improvements.md).
     const int64_t amortisation_steps = config_.steps_per_global_plan;
-    const auto new_mains = eval::next_main_ranks(rebalanced.layout, st.mains);
     const double copy_s =
-        eval::link_time(eval::migration_bytes(diff(*st.layout, rebalanced.layout), st.mains,
-                                              new_mains, config_.topology, params),
+        eval::link_time(eval::migration_bytes(diff(*st.layout, layout), st.mains, new_mains,
+                                              config_.topology, params),
                         params)
             .time_s();
     return saved_s * static_cast<double>(amortisation_steps) > copy_s;
@@ -511,8 +581,8 @@ std::unique_ptr<Policy> make_cobalt_policy(const PolicyConfig& config) {
 }
 
 std::unique_ptr<Policy> make_cobalt_plus_policy(const PolicyConfig& config) {
-  return std::make_unique<CobaltPolicy>(config,
-                                        CobaltVariant{"cobalt+", true, kSourceWeight, true, true});
+  return std::make_unique<CobaltPolicy>(
+      config, CobaltVariant{"cobalt+", true, kSourceWeight, true, true, true});
 }
 
 }  // namespace cobalt::policy

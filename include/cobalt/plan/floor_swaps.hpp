@@ -1,0 +1,62 @@
+// Replica swaps toward a balanceable layout (cobalt+'s per-step stage 2b; not in the paper).
+//
+// A layout's balance floor (eval::min_max_rank_load) is the lowest maximum rank load any
+// assignment reaches on it. It stays high when a set X of experts is confined to too few ranks:
+// their tasks exceed the bound times the number of ranks holding any of them. No assignment, and
+// no intra-node re-partition that keeps each node's replicas (stage 2), can fix that; a replica
+// of some expert of X on one more rank can. Each swap here puts such a replica in one slot:
+//
+//   1. X and its holders N(X): the source side of a minimum cut of the floor's flow at bound
+//      floor - 1 (rank_bound_flow.hpp). A swap lowers the floor only if it gives some e in X a
+//      rank r outside N(X).
+//   2. candidates (e in X, r outside N(X), slot s of r): s empty, or holding an expert f with at
+//      least two replicas. Ordered by price (0 for an empty slot or when f keeps a replica on r's
+//      node, else removal_cost[node(r), f]: the tokens of that node that now cross nodes for f),
+//      then a copy within the node (e already has a replica on r's node) before one across
+//      nodes, then the larger count of e, then r, then s.
+//   3. the first candidate (at most max_checks are tried) under which every task fits below the
+//      current floor (one max flow) is applied, and the new floor computed.
+//
+// Repeats up to max_swaps times, while the floor is above ceil((1 + tolerance) * mean). Every
+// swap lowers the floor strictly; every expert keeps at least one replica; no rank gets a second
+// replica of an expert. Deterministic (no randomness, no threads).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "cobalt/core/expert_layout.hpp"
+
+namespace cobalt::plan {
+
+struct FloorSwapOptions {
+  double tolerance = 0.05;  // stop once the floor is at most ceil((1 + tolerance) * mean)
+  int max_swaps = 1;        // swaps per call (>= 0)
+  int max_checks = 64;      // flow checks per swap (>= 1): candidates tried in order
+};
+
+struct ReplicaSwap {
+  RankId rank = 0;
+  int slot = 0;                   // index within the rank's slots
+  ExpertId removed = kEmptySlot;  // the replica replaced (kEmptySlot: the slot was free)
+  ExpertId added = kEmptySlot;
+};
+
+struct FloorSwapResult {
+  ExpertLayout layout;
+  std::vector<ReplicaSwap> swaps;  // in the order applied
+  int64_t floor_before = 0;        // min_max_rank_load on the input layout (0 without tasks)
+  int64_t floor_after = 0;         // ... on the result
+};
+
+// expert_counts: [E] tasks per expert (>= 0; cobalt+ passes its EMA expert loads, rounded).
+// removal_cost: [N, E] >= 0, the price of taking e's last replica off node n (cobalt+: the EMA
+// tokens from node n's ranks choosing e). Throws kInvalidArgument when sizes disagree with the
+// layout, a count or cost is negative or not finite, or an option is out of range.
+FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
+                                  std::span<const int64_t> expert_counts,
+                                  std::span<const double> removal_cost,
+                                  const FloorSwapOptions& options = {});
+
+}  // namespace cobalt::plan

@@ -1,0 +1,230 @@
+// Replica swaps toward a balanceable layout (plan/floor_swaps.hpp): every swap lowers the floor,
+// a swap is found exactly when a brute-force search over all single-slot changes finds one, the
+// cheapest candidate wins, the target stops it, and bad input is refused.
+#include "cobalt/plan/floor_swaps.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+#include "cobalt/eval/metrics.hpp"
+#include "testing/random_inputs.hpp"
+
+namespace cobalt::plan {
+namespace {
+
+std::vector<int64_t> random_counts(SplitMix64& rng, int num_experts, int64_t max_count) {
+  std::vector<int64_t> counts(num_experts);
+  for (auto& c : counts) c = static_cast<int64_t>(rng.below(static_cast<uint64_t>(max_count) + 1));
+  // A few hot experts, so that layouts have floors above the mean.
+  for (int i = 0; i < std::max(1, num_experts / 4); ++i) {
+    counts[rng.below(num_experts)] += static_cast<int64_t>(rng.below(4 * max_count + 1));
+  }
+  return counts;
+}
+
+std::vector<double> random_costs(SplitMix64& rng, int num_nodes, int num_experts) {
+  std::vector<double> cost(static_cast<size_t>(num_nodes) * num_experts);
+  for (auto& c : cost) c = static_cast<double>(rng.below(100));
+  return cost;
+}
+
+// The lowest floor any single slot change reaches (an expert not yet on the rank replacing an
+// empty slot or a replica whose expert keeps another one), by trying every one.
+int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
+  int64_t best = eval::min_max_rank_load(counts, layout);
+  const int slots = layout.slots_per_rank();
+  for (RankId r = 0; r < layout.num_ranks(); ++r) {
+    for (int s = 0; s < slots; ++s) {
+      const ExpertId f = layout.slots_of(r)[s];
+      if (f != kEmptySlot && layout.num_replicas_of(f) < 2) continue;
+      for (ExpertId e = 0; e < layout.num_experts(); ++e) {
+        if (layout.holds(r, e)) continue;
+        std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
+        changed[static_cast<size_t>(r) * slots + s] = e;
+        const ExpertLayout candidate(layout.topology(), layout.num_experts(), slots, changed);
+        best = std::min(best, eval::min_max_rank_load(counts, candidate));
+      }
+    }
+  }
+  return best;
+}
+
+TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
+  int num_found = 0, num_none = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    const int nodes = 1 + static_cast<int>(rng.below(3)),
+              per_node = 1 + static_cast<int>(rng.below(3));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(3));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
+    const auto counts = random_counts(rng, experts, 12);
+    const auto costs = random_costs(rng, nodes, experts);
+    const auto result = swap_toward_floor(layout, counts, costs, {0.0, 1, 1 << 20});
+    const int64_t floor = eval::min_max_rank_load(counts, layout);
+    ASSERT_EQ(result.floor_before, floor) << "seed " << seed;
+    const int64_t best = best_single_change(layout, counts);
+    if (best < floor) {
+      ASSERT_EQ(result.swaps.size(), 1u) << "seed " << seed;
+      ++num_found;
+    } else {
+      ASSERT_TRUE(result.swaps.empty()) << "seed " << seed;
+      ASSERT_EQ(result.layout, layout);
+      ++num_none;
+    }
+    ASSERT_EQ(result.floor_after, eval::min_max_rank_load(counts, result.layout));
+  }
+  EXPECT_GT(num_found, 30);
+  EXPECT_GT(num_none, 30);
+}
+
+TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
+  int num_swaps = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SplitMix64 rng(seed * 31337);
+    const Topology topo(4, 16);
+    const int experts = 40, slots = 4;
+    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.9);
+    const auto counts = random_counts(rng, experts, 200);
+    const auto costs = random_costs(rng, topo.num_nodes(), experts);
+    const FloorSwapOptions options{0.05, 6, 64};
+    const auto result = swap_toward_floor(layout, counts, costs, options);
+    // Replay the swaps one by one: each changes one slot as recorded and lowers the floor.
+    std::vector<ExpertId> slots_now(layout.slots().begin(), layout.slots().end());
+    int64_t floor = result.floor_before;
+    for (const ReplicaSwap& swap : result.swaps) {
+      auto& slot = slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot];
+      ASSERT_EQ(slot, swap.removed);
+      ASSERT_NE(swap.added, swap.removed);
+      slot = swap.added;
+      // The constructor validates: no rank holds an expert twice, every expert keeps a replica.
+      const ExpertLayout step(topo, experts, slots, slots_now);
+      const int64_t next = eval::min_max_rank_load(counts, step);
+      ASSERT_LT(next, floor) << "seed " << seed;
+      floor = next;
+      ++num_swaps;
+    }
+    ASSERT_EQ(std::vector<ExpertId>(result.layout.slots().begin(), result.layout.slots().end()),
+              slots_now);
+    ASSERT_EQ(result.floor_after, floor);
+    ASSERT_LE(static_cast<int>(result.swaps.size()), options.max_swaps);
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const auto target = static_cast<int64_t>(std::ceil(1.05 * static_cast<double>(total) / 16));
+    // Fewer swaps than allowed: the target was met or no single swap lowers the floor further.
+    if (static_cast<int>(result.swaps.size()) < options.max_swaps && result.floor_after > target) {
+      ASSERT_EQ(best_single_change(result.layout, counts), result.floor_after) << "seed " << seed;
+    }
+    // Deterministic.
+    const auto again = swap_toward_floor(layout, counts, costs, options);
+    ASSERT_EQ(again.layout, result.layout);
+  }
+  EXPECT_GT(num_swaps, 60);
+}
+
+// Two nodes of two ranks; expert 0 (40 tasks against a mean of 14) alone on rank 0, every other
+// expert light. Candidates: a replica of 0 in place of a replica on ranks 1-3.
+TEST(FloorSwaps, TheCheapestReplicaMakesRoom) {
+  const Topology topo(2, 4);
+  const std::vector<int64_t> counts = {40, 4, 4, 4, 4};
+  // Ranks: 0 {0, 3}, 1 {1, 2}, 2 {2, 3}, 3 {1, 4}: no expert has two replicas on one node, so
+  // every candidate takes an expert's last replica off its node and pays removal_cost.
+  const ExpertLayout layout(topo, 5, 2, {0, 3, 1, 2, 2, 3, 1, 4});
+  std::vector<double> costs(2 * 5, 50.0);
+  costs[1 * 5 + 3] = 2;  // expert 3 off node 1 (rank 2, slot 1) is the cheapest
+  auto result = swap_toward_floor(layout, counts, costs, {0.0, 1, 64});
+  ASSERT_EQ(result.swaps.size(), 1u);
+  EXPECT_EQ(result.swaps[0].rank, 2);
+  EXPECT_EQ(result.swaps[0].slot, 1);
+  EXPECT_EQ(result.swaps[0].removed, 3);
+  EXPECT_EQ(result.swaps[0].added, 0);
+  EXPECT_EQ(result.floor_before, 40);
+  EXPECT_LT(result.floor_after, 40);
+  // Equal prices: the copy within node 0 (rank 1, expert 2's slot) before the one across nodes.
+  costs[0 * 5 + 2] = 2;
+  result = swap_toward_floor(layout, counts, costs, {0.0, 1, 64});
+  ASSERT_EQ(result.swaps.size(), 1u);
+  EXPECT_EQ(result.swaps[0].rank, 1);
+  EXPECT_EQ(result.swaps[0].removed, 2);
+  // A replica whose expert keeps another on the same node costs nothing: with rank 3 holding
+  // {2, 4}, expert 2 is on ranks 2 and 3 of node 1, so taking it off rank 2 or 3 is free.
+  const ExpertLayout twice(topo, 5, 2, {0, 3, 1, 2, 2, 3, 2, 4});
+  std::vector<double> dear(2 * 5, 50.0);
+  result = swap_toward_floor(twice, counts, dear, {0.0, 1, 64});
+  ASSERT_EQ(result.swaps.size(), 1u);
+  EXPECT_EQ(result.swaps[0].removed, 2);
+  EXPECT_EQ(result.swaps[0].rank, 2);  // ranks 2 and 3 tie; the lower first
+}
+
+TEST(FloorSwaps, StopsAtTheTarget) {
+  const Topology topo(1, 2);
+  const ExpertLayout layout(topo, 3, 2, {0, 1, 2, kEmptySlot});
+  const std::vector<double> costs(3, 0.0);
+  // Loads 10 / 10 + 1: floor 11 of mean 10.5 — within 5%, so nothing to do at tolerance 0.05.
+  const auto within =
+      swap_toward_floor(layout, std::vector<int64_t>{10, 1, 10}, costs, {0.05, 4, 64});
+  EXPECT_TRUE(within.swaps.empty());
+  EXPECT_EQ(within.floor_before, 11);
+  // 30 on expert 0 alone: floor 30 of mean 20.5 — a replica of 0 in the free slot fixes it.
+  const auto above =
+      swap_toward_floor(layout, std::vector<int64_t>{30, 1, 10}, costs, {0.05, 4, 64});
+  ASSERT_EQ(above.swaps.size(), 1u);
+  EXPECT_EQ(above.swaps[0].added, 0);
+  EXPECT_EQ(above.floor_after, 21);
+  // No tasks: nothing to balance.
+  EXPECT_TRUE(
+      swap_toward_floor(layout, std::vector<int64_t>{0, 0, 0}, costs, {0.0, 4, 64}).swaps.empty());
+  EXPECT_TRUE(swap_toward_floor(layout, std::vector<int64_t>{30, 1, 10}, costs, {0.05, 0, 64})
+                  .swaps.empty());
+}
+
+TEST(FloorSwaps, RejectsBadInput) {
+  const Topology topo(2, 4);
+  const auto layout = ExpertLayout::static_ep(topo, 4, 2);
+  const std::vector<int64_t> counts = {1, 2, 3, 4};
+  const std::vector<double> costs(8, 0.0);
+  const auto code_of = [&](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;
+  };
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, std::vector<int64_t>{1, 2}, costs);
+            }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { swap_toward_floor(layout, counts, std::vector<double>(4, 0.0)); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, std::vector<int64_t>{1, -2, 3, 4}, costs);
+            }),
+            ErrorCode::kInvalidArgument);
+  std::vector<double> bad_costs = costs;
+  bad_costs[3] = std::nan("");
+  EXPECT_EQ(code_of([&] { swap_toward_floor(layout, counts, bad_costs); }),
+            ErrorCode::kInvalidArgument);
+  bad_costs[3] = -1;
+  EXPECT_EQ(code_of([&] { swap_toward_floor(layout, counts, bad_costs); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, counts, costs, {-0.1, 1, 64});
+            }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, counts, costs, {0.05, -1, 64});
+            }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, counts, costs, {0.05, 1, 0});
+            }),
+            ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cobalt::plan
