@@ -1,5 +1,6 @@
 // Benchmarks of whole per-step work: thread scaling of the assignment, the balanced assignment,
-// stage-2 rebalancing, the default Cobalt planning call, and one simulated step of every policy.
+// stage-2 rebalancing, cobalt+'s stage-2b swaps, the default Cobalt planning call, and one
+// simulated step of every policy.
 #include <benchmark/benchmark.h>
 
 #include <vector>
@@ -8,6 +9,7 @@
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
+#include "cobalt/plan/floor_swaps.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/intra_node_rebalance.hpp"
 #include "cobalt/plan/rank_matching.hpp"
@@ -99,6 +101,28 @@ void BM_Rebalance_IntraNode(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Rebalance_IntraNode)->Unit(benchmark::kMicrosecond);
+
+// cobalt+'s stage 2b for one layer and step (at most one swap, 64 candidate checks): the layout
+// planned for one batch, with the loads of that batch (arg 0: typically within the cap, so one
+// floor computation) or with the expert ids reversed (arg 1: the hot set moved since the plan, so
+// the tight set, the candidates and their max flows).
+void BM_FloorSwaps(benchmark::State& state) {
+  const Topology topo(4, 32);
+  const int num_experts = 256;
+  auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 3);
+  auto layout = planned_layout(topo, num_experts, w, 8);
+  std::vector<int64_t> counts(num_experts, 0);
+  for (ExpertId e : w.ids) ++counts[state.range(0) ? num_experts - 1 - e : e];
+  const std::vector<double> removal_cost(static_cast<size_t>(topo.num_nodes()) * num_experts, 1.0);
+  size_t num_swaps = 0;
+  for (auto _ : state) {
+    auto r = plan::swap_toward_floor(layout, counts, removal_cost, {0.05, 1, 64});
+    num_swaps = r.swaps.size();
+    benchmark::DoNotOptimize(r.floor_after);
+  }
+  state.SetLabel(num_swaps ? "1 swap" : "no swap");
+}
+BENCHMARK(BM_FloorSwaps)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 // The exact group-to-rank matching of one node (Hungarian, O(M^3)) that pack_ranks and stage 2
 // run per node: M = 8 (an HGX node) and 72 (a rack-scale NVLink domain).
