@@ -17,7 +17,7 @@ import torch.utils.checkpoint
 
 import cobalt
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
-                          RoutingRecorder, ScheduledLayoutSource)
+                          RoutingRecorder, ScheduledLayoutSource, allreduce_gradients)
 from cobalt.torch.experts import TopKRouter
 from ep_workers import gather_bank_grads
 
@@ -278,6 +278,7 @@ def run_checkpoint_loading(ep: EPGroup) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - reported
         out["weights_only"] = f"{type(exc).__name__}: {exc}"
     before = moe.experts.w1.detach().clone()
+    router_before = moe.router.weight.detach().clone()
     state = {k: (v + 1.0 if torch.is_tensor(v) and v.is_floating_point() else v)
              for k, v in moe.state_dict().items()}
     extra = dict(state["experts._extra_state"])
@@ -288,6 +289,8 @@ def run_checkpoint_loading(ep: EPGroup) -> dict[str, Any]:
     except ValueError as exc:
         out["refused"] = str(exc)
     out["bank_unchanged"] = bool(torch.equal(moe.experts.w1.detach(), before))
+    # The router is loaded before the experts: the layer checks their placement first.
+    out["router_unchanged"] = bool(torch.equal(moe.router.weight.detach(), router_before))
     return out
 
 
@@ -374,6 +377,131 @@ def run_checkpointed_micro_batches(ep: EPGroup) -> dict[str, Any]:
     return out
 
 
+def run_frozen_experts(ep: EPGroup) -> dict[str, Any]:
+    """Frozen expert weights get no gradient and do not move under the optimizer: a fully frozen
+    bank (AdamW with weight decay, the router training) and a frozen w2 only, with replicas on
+    every rank (their gradients return to the mains), trained with SGD."""
+    out: dict[str, Any] = {}
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(REPLICATED), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    for p in moe.expert_parameters():
+        p.requires_grad_(False)
+    opt = torch.optim.AdamW(moe.parameters(), lr=1e-2, weight_decay=0.1)
+    rt.attach_optimizer(opt)
+    bank = [p.detach().clone() for p in moe.expert_parameters()]
+    router = moe.router.weight.detach().clone()
+    x, target = micro_batch(ep.rank, 0)
+    (moe(x) * target).sum().backward()
+    allreduce_gradients(moe.expert_parameters(), ep.group)  # requires no grad: skipped
+    grads = [p.grad is not None for p in moe.expert_parameters()]
+    opt.step()
+    out["all_frozen"] = {
+        "grads": grads,
+        "bank_changed": [not torch.equal(a, p.detach())
+                         for a, p in zip(bank, moe.expert_parameters())],
+        "router_changed": not torch.equal(router, moe.router.weight.detach())}
+
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(REPLICATED), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    moe.experts.w2.requires_grad_(False)
+    opt = torch.optim.SGD(moe.parameters(), lr=0.1, weight_decay=0.1)
+    w2 = moe.experts.w2.detach().clone()
+    (moe(x) * target).sum().backward()
+    out["w2_frozen"] = {"w2_grad": moe.experts.w2.grad is not None,
+                        "grads": gather_bank_grads(moe)}
+    opt.step()
+    out["w2_frozen"]["w2_changed"] = not torch.equal(w2, moe.experts.w2.detach())
+    return out
+
+
+def run_auxiliary_after_main(ep: EPGroup) -> dict[str, Any]:
+    """Router-only backward passes (an auxiliary loss on the gates, backpropagated on its own)
+    before and after the MoE's backward pass: each is summed over the ranks at its own end, so
+    the router gradient is the same on every rank when the optimizer steps."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x, target = micro_batch(ep.rank, 0)
+    _, gates = moe.router(x)
+    (gates ** 2).sum().backward()           # before the MoE pass
+    (moe(x) * target).sum().backward()      # the MoE pass
+    _, gates = moe.router(x)
+    (gates ** 2).sum().backward()           # after it
+    return {"router": moe.router.weight.grad.clone()}
+
+
+def run_device_mismatch(ep: EPGroup) -> dict[str, Any]:
+    """The runtime runs CPU tensors only: an input, a router output or an expert bank on another
+    device (here "meta") on one rank raises a ValueError naming the device on every rank, before
+    any exchange; the group stays usable."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x = micro_batch(ep.rank, 0)[0]
+    out: dict[str, Any] = {}
+
+    def attempt(name: str, layer: ExpertParallelMoE, inp: torch.Tensor) -> None:
+        try:
+            layer(inp)
+            out[name] = None
+        except ValueError as exc:
+            out[name] = str(exc)
+
+    attempt("input", moe, x.to("meta") if ep.rank == 0 else x)
+    meta_router = ExpertParallelMoE(
+        rt, 0, H, F, E, K, seed=SEED,
+        router=lambda z: tuple(t.to("meta") if ep.rank == 2 else t for t in moe.router(z)))
+    attempt("router", meta_router, x)
+    meta_bank = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    if ep.rank == 1:
+        meta_bank.experts.to("meta")
+    attempt("bank", meta_bank, x)
+    out["after_shape"] = tuple(moe(x).shape)
+    return out
+
+
+class FlatExecRankSource(FixedLayoutSource):
+    """Returns exec_rank flattened to [T * K] (a custom source's mistake)."""
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        chosen, exec_rank = super().decide(step, layer, batch)
+        return chosen, np.asarray(exec_rank).ravel()
+
+
+def run_bad_exec_rank(ep: EPGroup) -> dict[str, Any]:
+    """A layout source whose exec_rank is not [T, K] is refused with a clear error."""
+    rt = ExpertParallelRuntime(ep, FlatExecRankSource(layout(LAYOUT_A), seed=SEED, name="flat"))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    try:
+        moe(micro_batch(ep.rank, 0)[0])
+        return {"error": None}
+    except ValueError as exc:
+        return {"error": str(exc)}
+
+
+def run_inference_mode(ep: EPGroup) -> dict[str, Any]:
+    """A forward under torch.inference_mode() runs as under no_grad (same output), also when it
+    applies a layout change; training continues after it."""
+    rt = ExpertParallelRuntime(ep, ScheduledLayoutSource([layout(LAYOUT_A), layout(LAYOUT_B)], 1,
+                                                         seed=SEED))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    opt = torch.optim.Adam(moe.parameters(), lr=1e-2)
+    rt.attach_optimizer(opt)
+    x, target = micro_batch(ep.rank, 0)
+    (moe(x) * target).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    rt.end_step()
+    with torch.inference_mode():  # step 1: LAYOUT_B, every main moves
+        y_inference = moe(x)
+    with torch.no_grad():
+        y_no_grad = moe(x)
+    (moe(x) * target).sum().backward()
+    opt.step()
+    return {"equal": bool(torch.equal(y_inference, y_no_grad)),
+            "inference_tensor": y_inference.is_inference(), "moves": moves(moe),
+            "rollbacks": moe.experts.counters.rollbacks}
+
+
 SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "accumulation": run_accumulation,
     "two_forwards": run_two_forwards,
@@ -389,6 +517,11 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "recorder_empty_step": run_recorder_empty_step,
     "activation_checkpointing": run_activation_checkpointing,
     "checkpointed_micro_batches": run_checkpointed_micro_batches,
+    "frozen_experts": run_frozen_experts,
+    "auxiliary_after_main": run_auxiliary_after_main,
+    "device_mismatch": run_device_mismatch,
+    "bad_exec_rank": run_bad_exec_rank,
+    "inference_mode": run_inference_mode,
 }
 
 

@@ -44,8 +44,11 @@ def test_assign_tasks_rejects_bad_input() -> None:
         ops.assign_tasks(ids, torch.zeros(1, dtype=torch.int32), layout)
     with pytest.raises(ValueError, match="unknown cover search 'greedy'"):
         ops.assign_tasks(ids, torch.zeros(1, dtype=torch.int32), layout, search="greedy")
-    with pytest.raises(ValueError, match="must be an integer tensor"):
+    with pytest.raises(ValueError, match="must be int32 or int64, got torch.float32"):
         ops.assign_tasks(ids.float(), torch.zeros(1, dtype=torch.int32), layout)
+    for dtype in (torch.int16, torch.uint8):  # integer, but not an id dtype: named as such
+        with pytest.raises(ValueError, match=f"topk_ids must be int32 or int64, got {dtype}"):
+            ops.assign_tasks(ids.to(dtype), torch.zeros(1, dtype=torch.int32), layout)
     # int64 values beyond int32 are refused, not wrapped (2^32 + 1 would wrap to expert 1).
     with pytest.raises(ValueError, match="outside int32"):
         ops.assign_tasks(torch.tensor([[0, 2**32 + 1]]), torch.zeros(1, dtype=torch.int64),

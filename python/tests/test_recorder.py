@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 import cobalt
@@ -57,3 +58,19 @@ def test_custom_extract_and_errors() -> None:
         rec.end_step()
     with pytest.raises(ValueError, match="nothing recorded"):
         rec.trace_data()
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpoint_recomputation_is_not_recorded(reentrant: bool) -> None:
+    """Under activation checkpointing the router runs again during backward: every token is
+    recorded once, from the original forward."""
+    router = TopKRouter(4, 8, 2, seed=2)
+    rec = RoutingRecorder(8, 2)
+    rec.attach(router, 0)
+    x = torch.randn(5, 4, requires_grad=True)
+    out = torch.utils.checkpoint.checkpoint(lambda z: router(z)[1], x, use_reentrant=reentrant)
+    out.sum().backward()
+    rec.end_step()
+    assert x.grad is not None
+    data = rec.trace_data()
+    np.testing.assert_array_equal(np.asarray(data.topk_ids)[0], router(x)[0].numpy())

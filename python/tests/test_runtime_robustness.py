@@ -18,7 +18,15 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
   written for another world size, the routing recorder over a step without tokens;
 * activation checkpointing (reentrant and not) of two stacked layers whose layouts change every
   step: recomputations replay the original decisions, gradients equal the plain run's; five
-  checkpointed micro-batches into one backward; an ambiguous recomputation raises on every rank.
+  checkpointed micro-batches into one backward; an ambiguous recomputation raises on every rank;
+* frozen expert weights (the whole bank, or w2 only with replicas) get no gradient and do not
+  move under the optimizer; router-only backward passes before and after the MoE's are summed
+  over the ranks at their own end (the router gradient is the same on every rank);
+* an input, router output or expert bank on a non-CPU device on one rank, and a layout source
+  whose exec_rank is not [T, K], raise a clear error; a forward under torch.inference_mode()
+  runs as under no_grad;
+* (one process) a checkpoint whose expert placement is refused changes nothing in the layer,
+  and check_checkpoint refuses it before anything is loaded.
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
-from cobalt.torch import ReferenceMoE, launch
+from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
+                          ReferenceMoE, check_checkpoint, launch)
 
 import robustness_workers as rw
 
@@ -192,7 +202,107 @@ def test_checkpoint_loading(results: list[dict[str, Any]]) -> None:
         got = res["checkpoint_loading"]
         assert got["weights_only"] is None, got["weights_only"]
         assert got["refused"] is not None and "world_size" in got["refused"]
-        assert got["bank_unchanged"]
+        assert got["bank_unchanged"] and got["router_unchanged"]
+
+
+def test_frozen_expert_weights_are_not_updated(results: list[dict[str, Any]]) -> None:
+    ref = reference_grads(["target"], [0])
+    for rank, res in enumerate(results):
+        got = res["frozen_experts"]
+        assert got["all_frozen"]["grads"] == [False] * 3, f"rank {rank}: frozen bank has .grad"
+        assert got["all_frozen"]["bank_changed"] == [False] * 3, f"rank {rank}: bank stepped"
+        assert got["all_frozen"]["router_changed"]
+        w2 = got["w2_frozen"]
+        assert not w2["w2_grad"] and not w2["w2_changed"], f"rank {rank}: frozen w2 updated"
+        for name, a, b in zip(("w1", "w3"), w2["grads"][:2], ref[0][:2]):
+            torch.testing.assert_close(a, b, rtol=RTOL, atol=ATOL, msg=f"{name} gradients differ")
+
+
+def test_router_only_passes_are_summed_at_their_end(results: list[dict[str, Any]]) -> None:
+    ref = ReferenceMoE(rw.H, rw.F, rw.E, rw.K, seed=rw.SEED)
+    parts = [rw.micro_batch(r, 0) for r in range(rw.WORLD)]
+    x = torch.cat([p[0] for p in parts])
+    target = torch.cat([p[1] for p in parts])
+    loss = (ref(x, router_chunks=rw.TOKENS) * target).sum()
+    for chunk in torch.split(x, rw.TOKENS):  # the auxiliary loss, twice, on every rank's tokens
+        loss = loss + 2 * (ref.router(chunk)[1] ** 2).sum()
+    loss.backward()
+    for rank, res in enumerate(results):
+        got = res["auxiliary_after_main"]["router"]
+        torch.testing.assert_close(got, results[0]["auxiliary_after_main"]["router"], rtol=0,
+                                   atol=0, msg=f"rank {rank}'s router gradient differs")
+        torch.testing.assert_close(got, ref.router.weight.grad, rtol=RTOL, atol=ATOL)
+
+
+def test_non_cpu_tensors_raise_on_every_rank(results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        got = res["device_mismatch"]
+        assert got["input"] is not None and "rank 0: input is on device meta" in got["input"]
+        assert got["router"] is not None and \
+            "rank 2: router returned topk_ids on device meta" in got["router"]
+        assert got["bank"] is not None and "rank 1: expert bank is on device meta" in got["bank"]
+        for error in (got["input"], got["router"], got["bank"]):
+            assert "CPU tensors only" in error and "\n" not in error
+        assert got["after_shape"] == (rw.TOKENS[rank], rw.H)
+
+
+def test_exec_rank_of_the_wrong_shape_is_refused(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        error = res["bad_exec_rank"]["error"]
+        tokens = sum(rw.TOKENS)
+        assert error is not None and (
+            f"layout source 'flat' returned exec_rank of shape [{tokens * rw.K}], expected "
+            f"[tokens, top_k] = [{tokens}, {rw.K}]") in error, error
+
+
+def test_forward_under_inference_mode(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        got = res["inference_mode"]
+        assert got["equal"] and not got["inference_tensor"]
+        assert got["moves"] > 0 and got["rollbacks"] == 0
+
+
+def _one_process_layer(rank: int = 0) -> ExpertParallelMoE:
+    """A layer of rank `rank` of a 2 x 2 group, built without a process group (loading a
+    state_dict needs no collective)."""
+    ep = EPGroup.from_sizes(rank, rw.WORLD, rw.RANKS_PER_NODE)
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(rw.layout(rw.LAYOUT_A), seed=rw.SEED))
+    return ExpertParallelMoE(rt, 0, rw.H, rw.F, rw.E, rw.K, seed=rw.SEED)
+
+
+def test_refused_checkpoint_changes_nothing_and_check_checkpoint() -> None:
+    model = nn.ModuleDict({"embed": nn.Linear(rw.H, rw.H), "moe": _one_process_layer()})
+    good = model.state_dict()
+    check_checkpoint(model, good)  # fits: no error
+    bad = {k: (v + 1.0 if torch.is_tensor(v) and v.is_floating_point() else v)
+           for k, v in good.items()}
+    extra = dict(bad["moe.experts._extra_state"])
+    extra["world_size"] = 2 * rw.WORLD
+    bad["moe.experts._extra_state"] = extra
+    before = {k: v.clone() for k, v in good.items() if torch.is_tensor(v)}
+    with pytest.raises(ValueError, match=r"check_checkpoint: ExpertStore 'moe.experts': .*"
+                                         r"world_size = 8, this store has 4"):
+        check_checkpoint(model, bad)
+    moe = model["moe"]
+    with pytest.raises(ValueError, match="world_size = 8"):
+        moe.load_state_dict({k[len("moe."):]: v for k, v in bad.items() if k.startswith("moe.")})
+    after = model.state_dict()
+    for k, v in before.items():  # nothing changed: not the router, not the bank
+        assert torch.equal(after[k], v), k
+    # Missing placement or bank tensors of the wrong shape are refused too (strict by default).
+    missing = {k: v for k, v in good.items() if k != "moe.experts._extra_state"}
+    with pytest.raises(ValueError, match="has no 'moe.experts._extra_state'"):
+        check_checkpoint(model, missing)
+    check_checkpoint(model, missing, strict=False)
+    wrong = dict(good)
+    wrong["moe.experts.w2"] = good["moe.experts.w2"][:, :, :-1]
+    with pytest.raises(ValueError, match=r"'moe.experts.w2' has shape \[3, 16, 7\], this store "
+                                         r"\[3, 16, 8\]"):
+        check_checkpoint(model, wrong)
+    # A checkpoint that fits loads.
+    other = nn.ModuleDict({"embed": nn.Linear(rw.H, rw.H), "moe": _one_process_layer()})
+    other.load_state_dict(good)
+    assert torch.equal(other["moe"].experts.w1, model["moe"].experts.w1)
 
 
 def test_recorder_step_without_tokens(results: list[dict[str, Any]]) -> None:

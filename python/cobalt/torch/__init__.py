@@ -5,7 +5,9 @@
 * :class:`ExpertParallelMoE` / :class:`ExpertParallelRuntime`: an MoE layer whose experts are
   distributed over a torch.distributed group of G ranks in N (real or simulated) nodes, executing
   layouts and task assignments from the C++ core, with node-deduplicated dispatch/combine, replica
-  gradient reduction into main instances, and versioned all-or-nothing layout changes.
+  gradient reduction into main instances, and versioned all-or-nothing layout changes (CPU
+  tensors over gloo); :func:`check_checkpoint` checks a checkpoint's expert placement before
+  anything is loaded.
 * :class:`ReferenceMoE`: the same layer in one process (ground truth for tests).
 * :mod:`cobalt.torch.ops`: the per-step operations (task assignment, routing counts, dispatch
   layout, TopoEP's solver) on torch tensors, run by the CUDA kernels for CUDA tensors and by the
@@ -15,7 +17,7 @@
 from cobalt.torch import ops
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
-from cobalt.torch.expert_store import ExpertStore, MigrationCounters
+from cobalt.torch.expert_store import ExpertStore, MigrationCounters, check_checkpoint
 from cobalt.torch.experts import ReferenceMoE, TopKRouter, expert_init, router_init, swiglu
 from cobalt.torch.launch import free_port, init_gloo, launch
 from cobalt.torch.layout_source import (
@@ -50,6 +52,7 @@ __all__ = [
     "TrafficStats",
     "allreduce_gradients",
     "build_exchange_plan",
+    "check_checkpoint",
     "expert_init",
     "free_port",
     "init_gloo",

@@ -37,8 +37,8 @@ class EPGroup:
         """Reads rank and size from `group` and validates the node shape.
 
         Raises ValueError (on every rank alike, before any collective, so nothing hangs) when the
-        world size is not a positive multiple of `ranks_per_node` or torch.distributed is not
-        initialised.
+        world size is not a positive multiple of `ranks_per_node`, and RuntimeError when
+        torch.distributed is not initialised.
         """
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError(

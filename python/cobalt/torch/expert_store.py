@@ -26,7 +26,12 @@
   the change at its next forward without a pending backward (``MigrationCounters.deferred``).
 * **Checkpoints.** The main placement (rank and bank slot of every expert) and the version are part
   of the module's ``state_dict`` (``get_extra_state``), so a bank saved after layout changes loads
-  back with every expert in its row.
+  back with every expert in its row. A placement written for another number of experts, world
+  size or bank capacity is refused (ValueError) before this store's rows are copied; an
+  :class:`~cobalt.torch.ExpertParallelMoE` checks it before its router too. Modules that
+  ``load_state_dict`` reaches earlier are loaded by then: :func:`check_checkpoint` checks every
+  store of a model without loading anything, so a training script can refuse a checkpoint
+  before any module changes.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from cobalt.torch.experts import expert_init
 from cobalt.torch.main_placement import follow_layout, initial_main_placement
 from cobalt.torch.traffic import TrafficStats
 
-__all__ = ["ExpertStore", "MigrationCounters", "ReplicaFetch"]
+__all__ = ["ExpertStore", "MigrationCounters", "ReplicaFetch", "check_checkpoint"]
 
 # fault_hook(stage, tensor): called with the received migration rows ("migration.recv", uint8
 # [rows, bytes]: every moving part of an expert as raw bytes) before
@@ -245,17 +250,19 @@ class ExpertStore(nn.Module):
         return weights, (fetch if requires_grad else None)
 
     def ensure_grads(self) -> None:
-        """Gives every bank parameter a gradient tensor (zeros where autograd left None), so
-        optimizers treat all ranks' banks alike."""
+        """Gives every bank parameter that requires grad a gradient tensor (zeros where autograd
+        left None), so optimizers treat all ranks' banks alike. Frozen bank tensors
+        (``requires_grad=False``) get none, so optimizers leave them alone."""
         for p in self.bank:
-            if p.grad is None:
+            if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
 
     def return_replica_grads(self, fetch: ReplicaFetch) -> None:
         """Sends each replica's gradient to its main instance and adds it there, in the fetch's
         two hops reversed: replicas relayed in phase 2 send to their relay, which adds them to
         its own replica's gradient and sends one row per (expert, node) to the main (a
-        collective: every rank calls it once per fetch, in the same order)."""
+        collective: every rank calls it once per fetch, in the same order). Only bank tensors
+        that require grad receive gradients (a frozen w2, say, keeps ``.grad`` None)."""
         grad = fetch.leaf.grad if fetch.leaf.grad is not None else torch.zeros_like(fetch.leaf)
         n1 = int(sum(fetch.recv_splits))
         grad1, grad2 = grad[:n1], grad[n1:]
@@ -279,10 +286,13 @@ class ExpertStore(nn.Module):
         idx = torch.as_tensor(fetch.main_slot, dtype=torch.long)
         hf = self.hidden * self.ffn
         n = back.shape[0]
+        parts = ((self.w1, back[:, :hf].reshape(n, self.hidden, self.ffn)),
+                 (self.w3, back[:, hf:2 * hf].reshape(n, self.hidden, self.ffn)),
+                 (self.w2, back[:, 2 * hf:].reshape(n, self.ffn, self.hidden)))
         with torch.no_grad():
-            self.w1.grad.index_add_(0, idx, back[:, :hf].reshape(n, self.hidden, self.ffn))
-            self.w3.grad.index_add_(0, idx, back[:, hf:2 * hf].reshape(n, self.hidden, self.ffn))
-            self.w2.grad.index_add_(0, idx, back[:, 2 * hf:].reshape(n, self.ffn, self.hidden))
+            for p, rows in parts:
+                if p.requires_grad:
+                    p.grad.index_add_(0, idx, rows)
 
     # ----------------------------------------------------------------------------- migration
     def _moving_tensors(self, optimizer: Optional[torch.optim.Optimizer]
@@ -489,7 +499,9 @@ class ExpertStore(nn.Module):
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
         # The placement is checked before any bank row is copied (torch copies the parameters
-        # first and calls set_extra_state last): a refused checkpoint changes nothing.
+        # first and calls set_extra_state last): a refused placement changes nothing in this
+        # store. Modules loaded before it are loaded already (ExpertParallelMoE checks before
+        # its router; check_checkpoint checks a whole model before load_state_dict).
         key = prefix + "_extra_state"
         if key in state_dict:
             self._parse_extra_state(state_dict[key])
@@ -507,3 +519,40 @@ class ExpertStore(nn.Module):
         for o in out:
             dist.all_reduce(o, op=dist.ReduceOp.SUM, group=self.ep.group)
         return out[0], out[1], out[2]
+
+
+def check_checkpoint(module: nn.Module, state_dict: dict, *, strict: bool = True) -> None:
+    """Checks that `state_dict` (as ``module.state_dict()`` writes it) fits every
+    :class:`ExpertStore` inside `module`, without loading anything: each store's saved main
+    placement (number of experts, world size, bank capacity, placement in range, one expert per
+    bank slot) and the shapes of its bank tensors w1, w3, w2. With `strict`, a store whose
+    extra state or bank tensors are missing is refused too.
+
+    ``load_state_dict`` refuses such a checkpoint as well, but only when it reaches the store
+    (and the layer that holds it): the modules it loaded before are changed by then. Call this
+    first (on every rank: each rank checks its own bank; no collective) to refuse a checkpoint
+    while nothing has changed. Raises ValueError naming the store and what does not fit.
+    """
+    for name, store in module.named_modules():
+        if not isinstance(store, ExpertStore):
+            continue
+        prefix = f"{name}." if name else ""
+        where = f"check_checkpoint: ExpertStore '{name}'" if name else \
+            "check_checkpoint: ExpertStore"
+        key = prefix + "_extra_state"
+        if key in state_dict:
+            try:
+                store._parse_extra_state(state_dict[key])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"{where}: {exc}") from exc
+        elif strict:
+            raise ValueError(f"{where}: the checkpoint has no '{key}' (the main placement)")
+        for pname, p in zip(("w1", "w3", "w2"), store.bank):
+            saved = state_dict.get(prefix + pname)
+            if saved is None:
+                if strict:
+                    raise ValueError(f"{where}: the checkpoint has no '{prefix + pname}'")
+                continue
+            if tuple(saved.shape) != tuple(p.shape):
+                raise ValueError(f"{where}: '{prefix + pname}' has shape {list(saved.shape)}, "
+                                 f"this store {list(p.shape)}")

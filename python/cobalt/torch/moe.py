@@ -16,7 +16,18 @@ Forward, on every rank (collectives in the same order everywhere):
    (:mod:`cobalt.torch.exchange_plan`), each exchange differentiable.
 
 Backward runs the exchanges in reverse; at the end of the backward pass a queued callback sends
-replica gradients to their main instances and (optionally) all-reduces the router gradient.
+replica gradients to their main instances and (optionally) all-reduces the router gradient. A
+backward pass that reaches the router without passing through the layer's output (an auxiliary
+router loss backpropagated on its own) also all-reduces the router gradient at its end, so the
+optimizer always sees the group's summed router gradient: every rank must run the same backward
+passes, as with DDP. Frozen expert weights (``requires_grad=False``, the whole bank or single
+tensors) get no ``.grad``, so optimizers leave them unchanged.
+
+Devices. The runtime runs CPU tensors over gloo: an input, router output or expert bank on
+another device raises a ValueError on every rank before any exchange (the per-step operations of
+:mod:`cobalt.torch.ops` do run on CUDA tensors). A forward under ``torch.inference_mode()`` runs
+as under ``torch.no_grad()`` (gloo writes its results outside inference mode, which inference
+tensors refuse); its output is a normal tensor.
 
 Collective order. gloo (like NCCL) needs every rank to issue the same collectives in the same
 order. Forward order is program order. In backward, a layer's four exchanges form a chain of data
@@ -58,6 +69,7 @@ from torch import nn
 from torch.autograd import Variable
 
 import cobalt
+from cobalt.torch._autograd import in_backward_pass
 from cobalt.torch.all_to_all import all_to_all_rows
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
@@ -78,13 +90,22 @@ class _DenseGradSync:
     held-so-far + the all-reduced pass gradients, bitwise the same on every rank. So a second
     backward through a retained graph, or gradient accumulation over several passes, sums
     correctly (all-reducing ``.grad`` itself would count an earlier pass's already-summed
-    gradient again)."""
+    gradient again).
 
-    def __init__(self) -> None:
+    Every backward pass that reaches a tracked parameter ends with a sync: a pass through the
+    layer's output queues it with the replica-gradient return (:meth:`mark_queued`, before the
+    router's hooks run in that pass); a pass that reaches the router without passing the layer's
+    output (an auxiliary router loss backpropagated on its own, say) queues it from the first
+    parameter hook. Either way the sync is a collective: every rank must run the same backward
+    passes (as with DDP)."""
+
+    def __init__(self, group: Optional[dist.ProcessGroup]) -> None:
+        self.group = group
         self.params: list[nn.Parameter] = []
         self.handles: list[Any] = []
         self.pass_grads: list[Optional[torch.Tensor]] = []
         self.held: list[Optional[torch.Tensor]] = []
+        self.queued = False  # a sync is queued to run at the end of the current backward pass
 
     def track(self, params: list[nn.Parameter]) -> None:
         if [id(p) for p in params] == [id(p) for p in self.params]:
@@ -99,13 +120,20 @@ class _DenseGradSync:
         self.pass_grads = [None] * len(self.params)
         self.held = [None] * len(self.params)
 
+    def mark_queued(self) -> None:
+        """A sync is queued for the end of the current backward pass (by the layer's output)."""
+        self.queued = True
+
     def _recorder(self, i: int) -> Callable[[torch.Tensor], None]:
         def record(grad: torch.Tensor) -> None:
             g = grad.detach()
             p = self.params[i]
-            # Contributions not summed yet (a backward pass that reached the router but no MoE
-            # output, e.g. a separate auxiliary loss) are carried into the next sync, unless the
-            # gradient was reset since (zero_grad): then they are gone from .grad too.
+            if not self.queued:  # a pass that did not come through the layer's output
+                self.queued = True
+                Variable._execution_engine.queue_callback(self.sync)
+            # Contributions not summed yet (a pass whose sync did not run, e.g. one that raised)
+            # are carried into this sync, unless the gradient was reset since (zero_grad): then
+            # they are gone from .grad too.
             if self.pass_grads[i] is not None and (
                     p.grad is None or not bool(torch.count_nonzero(p.grad))):
                 self.pass_grads[i] = None
@@ -116,14 +144,15 @@ class _DenseGradSync:
                 self.pass_grads[i] = self.pass_grads[i] + g
         return record
 
-    def sync(self, group: Optional[dist.ProcessGroup]) -> None:
+    def sync(self) -> None:
         """A collective: every rank calls it at the end of each backward pass."""
+        self.queued = False
         if not self.params:
             return
         local = [g if g is not None else torch.zeros_like(p)
                  for p, g in zip(self.params, self.pass_grads)]
         flat = torch.cat([g.reshape(-1) for g in local])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         offset = 0
         with torch.no_grad():
             for i, p in enumerate(self.params):
@@ -143,7 +172,10 @@ class _DenseGradSync:
 def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.ProcessGroup] = None
                         ) -> None:
     """Sums the gradients of data-parallel (replicated) parameters over `group`, in one flat
-    all_reduce; parameters without a gradient contribute zeros (a collective)."""
+    all_reduce; parameters without a gradient contribute zeros, parameters that require no
+    gradient are skipped (no ``.grad`` is created for them). A collective: every rank passes
+    the same parameters in the same order, with the same requires_grad flags."""
+    params = [p for p in params if p.requires_grad]
     if not params:
         return
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -177,26 +209,28 @@ class _BackwardWindow:
 
 
 class _AfterBackward(torch.autograd.Function):
-    """Identity whose backward queues `callback` to run when the whole backward pass is done;
-    then closes `window` unless the graph was retained for another backward pass."""
+    """Identity whose backward calls `on_queue` and queues `callback` to run when the whole
+    backward pass is done; then closes `window` unless the graph was retained for another
+    backward pass."""
 
     @staticmethod
     def forward(ctx: Any, y: torch.Tensor, callback: Callable[[], None],
-                window: _BackwardWindow) -> torch.Tensor:
-        ctx.callback, ctx.window = callback, window
+                on_queue: Callable[[], None], window: _BackwardWindow) -> torch.Tensor:
+        ctx.callback, ctx.on_queue, ctx.window = callback, on_queue, window
         ctx.save_for_backward(y.new_zeros(()))  # freed after a backward without retain_graph
         return y.clone()
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
         def at_end() -> None:
             ctx.callback()
             try:
                 ctx.saved_tensors
             except RuntimeError:  # the graph is freed: no further backward through it
                 ctx.window.close()
+        ctx.on_queue()
         Variable._execution_engine.queue_callback(at_end)
-        return grad, None, None
+        return grad, None, None, None
 
 
 class _Tie(torch.autograd.Function):
@@ -214,28 +248,16 @@ class _Tie(torch.autograd.Function):
         return grad, grad.new_zeros(ctx.anchor_shape)
 
 
+def _nothing() -> None:
+    pass
+
+
 def _as_grad_input(t: torch.Tensor, needed: bool) -> torch.Tensor:
     """`t`, or a detached leaf copy that requires grad when every rank's exchange needs a
     backward but this rank's input does not have one."""
     if needed and not t.requires_grad:
         return t.detach().requires_grad_(True)
     return t
-
-
-def _in_backward_pass() -> bool:
-    """True while the autograd engine runs a backward pass on this thread (a forward called then
-    is an activation-checkpoint recomputation)."""
-    graph_task_id = getattr(torch._C, "_current_graph_task_id", None)  # torch >= 2.0
-    if graph_task_id is not None:
-        return bool(graph_task_id() != -1)
-    # torch 1.13: this query is refused outside a backward pass.
-    with torch.enable_grad():
-        probe = (torch.zeros((), requires_grad=True) * 1).grad_fn
-    try:
-        torch._C._will_engine_execute_node(probe)
-    except (RuntimeError, TypeError):
-        return False
-    return True
 
 
 def _routing_key(gathered: GatheredRouting) -> bytes:
@@ -266,13 +288,20 @@ class ExpertParallelMoE(nn.Module):
         seed: initial weights are ``expert_init(seed, layer, e, ...)``, the same as
             :class:`~cobalt.torch.ReferenceMoE` with that seed.
         sync_dense_grads: sum the router's gradients over the group at the end of each
-            backward pass (each pass's gradient once, so gradient accumulation and retained
-            graphs sum correctly). Turn off to reduce them yourself, e.g. once after several
-            passes with :func:`allreduce_gradients` on :meth:`dense_parameters`.
+            backward pass that reaches them, through the layer's output or not (each pass's
+            gradient once, so gradient accumulation, retained graphs and auxiliary router losses
+            backpropagated on their own sum correctly). A collective at the end of such passes:
+            every rank must run the same backward passes. Turn off to reduce them yourself, e.g.
+            once after several passes with :func:`allreduce_gradients` on
+            :meth:`dense_parameters`.
 
-    forward(x [T_r, H]) -> [T_r, H] (this rank's tokens; T_r may differ between ranks). Every
-    rank must call forward (and backward through its output) the same number of times. Gradients
-    are those of the sum of all ranks' losses.
+    forward(x [T_r, H]) -> [T_r, H] (this rank's tokens on the CPU; T_r may differ between
+    ranks). Every rank must call forward (and backward through its output) the same number of
+    times. Gradients are those of the sum of all ranks' losses.
+
+    Checkpoints: ``load_state_dict`` checks the experts' saved placement before anything of the
+    layer is loaded, so a refused checkpoint (ValueError) changes nothing in this layer; use
+    :func:`~cobalt.torch.check_checkpoint` to refuse one before any module of a model changes.
     """
 
     def __init__(self, runtime: ExpertParallelRuntime, layer: int, hidden_size: int,
@@ -298,7 +327,7 @@ class ExpertParallelMoE(nn.Module):
         self.last_exec_rank: Optional[np.ndarray] = None
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
-        self._dense_sync = _DenseGradSync()
+        self._dense_sync = _DenseGradSync(runtime.ep.group)
         # This step's decisions, for activation-checkpoint recomputation:
         # routing key -> [(layout, exec_rank [T, K]), ...] (one per forward), oldest key first.
         self._decisions: collections.OrderedDict[
@@ -310,6 +339,8 @@ class ExpertParallelMoE(nn.Module):
         self.recompute_cache_bytes = 256 << 20
         self.num_recomputed = 0  # forwards that replayed a decision (identical on every rank)
         runtime.on_end_step(self._clear_decisions)
+        if sync_dense_grads:  # also router-only passes before the first forward are summed
+            self._dense_sync.track(self.dense_parameters())
 
     # ------------------------------------------------------------------ parameters
     def expert_parameters(self) -> list[nn.Parameter]:
@@ -324,6 +355,17 @@ class ExpertParallelMoE(nn.Module):
     def gather_expert_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """w1, w3 [E, H, F], w2 [E, F, H] of every expert's main instance (a collective)."""
         return self.experts.gather_main_weights()
+
+    # ------------------------------------------------------------------ checkpoints
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
+        # torch loads a module before its children: the experts' placement is checked here,
+        # before the router or the bank is touched, so a checkpoint whose placement is refused
+        # changes nothing in this layer. Modules loaded before the layer may be loaded already
+        # (cobalt.torch.check_checkpoint checks a whole model first).
+        key = prefix + "experts._extra_state"
+        if key in state_dict:
+            self.experts._parse_extra_state(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ forward
     def _context(self) -> str:
@@ -345,6 +387,10 @@ class ExpertParallelMoE(nn.Module):
             raise ValueError(f"{self._context()}: layout topology {layout.topology} does not "
                              f"match the group's {ep.num_nodes}x{ep.ranks_per_node}")
         exec_rank = np.ascontiguousarray(exec_rank, dtype=np.int32)
+        if exec_rank.shape != (batch.num_tokens, self.top_k):
+            raise ValueError(f"{self._context()}: layout source '{self.runtime.source.name}' "
+                             f"returned exec_rank of shape {list(exec_rank.shape)}, expected "
+                             f"[tokens, top_k] = [{batch.num_tokens}, {self.top_k}]")
         cobalt.validate_assignment(batch, layout, exec_rank)
         if self.runtime.verify_decisions:
             mine = torch.tensor([_decision_digest(layout, exec_rank)], dtype=torch.int64)
@@ -413,12 +459,23 @@ class ExpertParallelMoE(nn.Module):
             count, nbytes = count_and_bytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_inference_mode_enabled():
+            # gloo writes collective results outside inference mode, which inference tensors
+            # refuse: run as under no_grad (the output is then a normal tensor).
+            with torch.inference_mode(False), torch.no_grad():
+                return self._forward(x)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         rt = self.runtime
         ep = rt.ep
-        recompute = _in_backward_pass()
+        recompute = in_backward_pass()
+        if not recompute:  # no backward pass runs on this thread: none has a sync queued
+            self._dense_sync.queued = False
         ids: Optional[torch.Tensor] = None
         gates: Optional[torch.Tensor] = None
-        error = check_input(x, self.hidden_size, self.experts.w1.dtype)
+        error = check_input(x, self.hidden_size, self.experts.w1.dtype,
+                            bank_device=self.experts.w1.device)
         if error is None:
             try:
                 ids, gates = self.router(x)
@@ -461,10 +518,12 @@ class ExpertParallelMoE(nn.Module):
                           gathered.token_offsets, slots, ep.ranks_per_node), ep.rank)
         y = self._exchange_and_compute(x, gates, plan, weights, dispatch_grad, combine_grad)
         if combine_grad:
-            if self.sync_dense_grads:
-                self._dense_sync.track(self.dense_parameters())
+            sync_dense = self.sync_dense_grads
+            self._dense_sync.track(self.dense_parameters() if sync_dense else [])
             window = _BackwardWindow(self.experts, self.experts.open_backward(rt.step))
-            y = _AfterBackward.apply(y, self._make_after_backward(fetch), window)
+            y = _AfterBackward.apply(
+                y, self._make_after_backward(fetch, sync_dense),
+                self._dense_sync.mark_queued if sync_dense else _nothing, window)
 
         if recompute:  # counted once, by the forward it recomputes
             return y
@@ -536,12 +595,13 @@ class ExpertParallelMoE(nn.Module):
         y = y.index_add(0, idx(plan.y_recv_b_dst), recv_b)
         return y
 
-    def _make_after_backward(self, fetch: Optional[ReplicaFetch]) -> Callable[[], None]:
+    def _make_after_backward(self, fetch: Optional[ReplicaFetch], sync_dense: bool
+                             ) -> Callable[[], None]:
         def after_backward() -> None:
             if fetch is not None:
                 self.experts.return_replica_grads(fetch)
             else:
                 self.experts.ensure_grads()
-            if self.sync_dense_grads:
-                self._dense_sync.sync(self.runtime.ep.group)
+            if sync_dense:
+                self._dense_sync.sync()
         return after_backward

@@ -52,7 +52,7 @@ def _int32_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"cobalt.torch.ops: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"cobalt.torch.ops: {name} must be an integer tensor, got {t.dtype}")
+        raise ValueError(f"cobalt.torch.ops: {name} must be int32 or int64, got {t.dtype}")
     _check_int32_range(t, name)
     return np.ascontiguousarray(t.detach().numpy(), dtype=np.int32)
 

@@ -9,6 +9,10 @@ validates it first.
 
 Every recorded layer must see the same tokens in a step (the format stores [L, T, K] for the same
 T tokens at each layer), as in a transformer where every token passes every MoE layer.
+
+Router forwards that run while the autograd engine runs a backward pass are not recorded: they
+are activation-checkpoint recomputations (``torch.utils.checkpoint``, reentrant or not) of
+forwards recorded already.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import torch.distributed as dist
 from torch import nn
 
 import cobalt
-from cobalt.torch.routing_gather import agree_on_errors
+from cobalt.torch._autograd import in_backward_pass
 from cobalt.torch.ep_group import EPGroup
+from cobalt.torch.routing_gather import agree_on_errors
 
 __all__ = ["RoutingRecorder", "default_extract"]
 
@@ -83,14 +88,15 @@ class RoutingRecorder:
 
     # ------------------------------------------------------------------ hooks
     def attach(self, router: nn.Module, layer: int) -> None:
-        """Records `router`'s output as MoE layer `layer` (layers must be 0..L-1)."""
+        """Records `router`'s output as MoE layer `layer` (layers must be 0..L-1); forwards run
+        during a backward pass (checkpoint recomputations) are skipped."""
         if layer in self._handles:
             raise ValueError(f"RoutingRecorder: layer {layer} is already attached")
         if layer < 0:
             raise ValueError(f"RoutingRecorder: layer {layer} must be >= 0")
 
         def hook(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> None:
-            if self.enabled:
+            if self.enabled and not in_backward_pass():
                 self._capture(layer, module, inputs, output)
 
         self._handles[layer] = router.register_forward_hook(hook)

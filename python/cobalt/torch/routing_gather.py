@@ -41,10 +41,16 @@ def agree_on_errors(ep: EPGroup, local_error: Optional[str], context: str) -> No
     raise ValueError(f"{context}: " + "; ".join(lines))
 
 
+_CPU_ONLY = "the expert-parallel runtime runs CPU tensors only (gloo); move it with .cpu()"
+
+
 def _check_local(ids: torch.Tensor, gates: torch.Tensor, x: torch.Tensor, hidden: int,
                  num_experts: int, top_k: int) -> Optional[str]:
     if x.dim() != 2 or x.shape[1] != hidden:
         return f"input has shape {tuple(x.shape)}, expected [tokens, {hidden}]"
+    for name, t in (("topk_ids", ids), ("weights", gates)):
+        if t.device.type != "cpu":
+            return f"router returned {name} on device {t.device}; {_CPU_ONLY}"
     if ids.dim() != 2 or ids.shape != (x.shape[0], top_k):
         return f"router returned topk_ids of shape {tuple(ids.shape)}, expected [{x.shape[0]}, {top_k}]"
     if gates.shape != ids.shape:
@@ -70,10 +76,15 @@ def _check_local(ids: torch.Tensor, gates: torch.Tensor, x: torch.Tensor, hidden
     return None
 
 
-def check_input(x: torch.Tensor, hidden: int, dtype: Optional[torch.dtype] = None
-                ) -> Optional[str]:
-    """The layer input's problem, if any (before the router sees it): shape [tokens, hidden],
-    and when `dtype` is given (the expert bank's), that floating dtype."""
+def check_input(x: torch.Tensor, hidden: int, dtype: Optional[torch.dtype] = None,
+                bank_device: Optional[torch.device] = None) -> Optional[str]:
+    """The layer input's problem, if any (before the router sees it): a CPU tensor (and, when
+    `bank_device` is given, an expert bank on the CPU), shape [tokens, hidden], and when `dtype`
+    is given (the expert bank's), that floating dtype."""
+    if bank_device is not None and bank_device.type != "cpu":
+        return f"expert bank is on device {bank_device}; {_CPU_ONLY}"
+    if x.device.type != "cpu":
+        return f"input is on device {x.device}; {_CPU_ONLY}"
     if x.dim() != 2 or x.shape[1] != hidden:
         return f"input has shape {tuple(x.shape)}, expected [tokens, {hidden}]"
     if dtype is not None and x.dtype != dtype:
