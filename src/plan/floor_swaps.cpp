@@ -28,108 +28,251 @@ void insert_rank(std::vector<RankId>& ranks, RankId r) {
   ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), r), r);
 }
 
+// What both implementations share: the checked input, the holders and slots as they change, the
+// target, and the candidates of one swap in the order they are tried.
+class SwapSearch {
+ public:
+  SwapSearch(const ExpertLayout& layout, std::span<const int64_t> expert_counts,
+             std::span<const double> removal_cost, const FloorSwapOptions& options)
+      : layout_(layout), counts_(expert_counts), removal_cost_(removal_cost), options_(options) {
+    const int num_experts = layout.num_experts(), num_nodes = layout.num_nodes();
+    COBALT_CHECK_ARG(static_cast<int64_t>(expert_counts.size()) == num_experts,
+                     "floor swaps: {} expert counts for a layout of {} experts",
+                     expert_counts.size(), num_experts);
+    COBALT_CHECK_ARG(removal_cost.size() == static_cast<size_t>(num_nodes) * num_experts,
+                     "floor swaps: {} removal costs, expected N x E = {} x {}", removal_cost.size(),
+                     num_nodes, num_experts);
+    COBALT_CHECK_ARG(std::isfinite(options.tolerance) && options.tolerance >= 0,
+                     "floor swaps: tolerance {} must be finite and >= 0", options.tolerance);
+    COBALT_CHECK_ARG(options.max_swaps >= 0, "floor swaps: max_swaps {} must be >= 0",
+                     options.max_swaps);
+    COBALT_CHECK_ARG(options.max_checks >= 1, "floor swaps: max_checks {} must be >= 1",
+                     options.max_checks);
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      COBALT_CHECK_ARG(expert_counts[e] >= 0, "floor swaps: expert {} has {} tasks (must be >= 0)",
+                       e, expert_counts[e]);
+      COBALT_CHECK_ARG(expert_counts[e] <= (int64_t{1} << 52) - total_,
+                       "floor swaps: more than 2^52 tasks in all");
+      total_ += expert_counts[e];
+    }
+    for (size_t i = 0; i < removal_cost.size(); ++i) {
+      COBALT_CHECK_ARG(
+          std::isfinite(removal_cost[i]) && removal_cost[i] >= 0,
+          "floor swaps: removal cost {} of (node {}, expert {}) must be finite and >= 0",
+          removal_cost[i], i / num_experts, i % num_experts);
+    }
+    slots_.assign(layout.slots().begin(), layout.slots().end());
+    holders_.resize(num_experts);
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      holders_[e].assign(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
+    }
+    // ceil((1 + tolerance) * total / G), as the spill's cap (balanced_cover.hpp).
+    target_ = static_cast<int64_t>(
+        std::ceil((1.0 + options.tolerance) * static_cast<double>(total_) / layout.num_ranks()));
+  }
+
+  int64_t total() const { return total_; }
+  int64_t target() const { return target_; }
+  const std::vector<std::vector<RankId>>& holders() const { return holders_; }
+  std::span<const int64_t> counts() const { return counts_; }
+  int num_ranks() const { return layout_.num_ranks(); }
+  const FloorSwapOptions& options() const { return options_; }
+
+  // No assignment goes below this: the mean, and each expert's even split over its holders.
+  int64_t lower_bound() const {
+    int64_t lower = (total_ + num_ranks() - 1) / num_ranks();
+    for (ExpertId e = 0; e < layout_.num_experts(); ++e) {
+      if (counts_[e] == 0) continue;
+      const auto n = static_cast<int64_t>(holders_[e].size());
+      lower = std::max(lower, (counts_[e] + n - 1) / n);
+    }
+    return lower;
+  }
+
+  // The candidates for one swap given the tight set at floor - 1, in the order they are tried
+  // (at most max_checks of them).
+  const std::vector<Candidate>& candidates(const detail::TightSet& tight) {
+    const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();
+    const int per_node = layout_.topology().ranks_per_node();
+    const int num_experts = layout_.num_experts();
+    candidates_.clear();
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      if (!tight.experts[e] || counts_[e] == 0) continue;
+      for (RankId r = 0; r < num_ranks; ++r) {
+        if (tight.ranks[r]) continue;  // every holder of the tight experts is marked
+        const NodeId n = r / per_node;
+        const auto on_node = [&](ExpertId x) {
+          return std::count_if(holders_[x].begin(), holders_[x].end(),
+                               [&](RankId h) { return h / per_node == n; });
+        };
+        const bool cross_node_copy = on_node(e) == 0;
+        for (int s = 0; s < slots; ++s) {
+          const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
+          double price = 0;
+          if (f != kEmptySlot) {
+            if (holders_[f].size() < 2) continue;  // its only replica
+            if (on_node(f) < 2) price = removal_cost_[static_cast<size_t>(n) * num_experts + f];
+          }
+          candidates_.push_back({price, cross_node_copy, -counts_[e], r, s, e});
+        }
+      }
+    }
+    const auto by_key = [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); };
+    const auto num_tried = std::min<size_t>(candidates_.size(), options_.max_checks);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(num_tried),
+                      candidates_.end(), by_key);
+    candidates_.resize(num_tried);
+    return candidates_;
+  }
+
+  // The replica a candidate replaces (kEmptySlot for a free slot).
+  ExpertId replaced(const Candidate& c) const {
+    return slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot];
+  }
+
+  // Holders as if the candidate were applied (undo restores them).
+  void try_on(const Candidate& c) {
+    insert_rank(holders_[c.expert], c.rank);
+    if (replaced(c) != kEmptySlot) remove_rank(holders_[replaced(c)], c.rank);
+  }
+  void undo(const Candidate& c) {
+    remove_rank(holders_[c.expert], c.rank);
+    if (replaced(c) != kEmptySlot) insert_rank(holders_[replaced(c)], c.rank);
+  }
+  // Keeps a candidate tried on: its slot and the record of the swap.
+  void commit(const Candidate& c, FloorSwapResult& result) {
+    result.swaps.push_back({c.rank, c.slot, replaced(c), c.expert});
+    slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot] = c.expert;
+  }
+
+  ExpertLayout layout() {
+    return ExpertLayout(layout_.topology(), layout_.num_experts(), layout_.slots_per_rank(),
+                        slots_);
+  }
+
+ private:
+  const ExpertLayout& layout_;
+  std::span<const int64_t> counts_;
+  std::span<const double> removal_cost_;
+  FloorSwapOptions options_;
+  int64_t total_ = 0, target_ = 0;
+  std::vector<ExpertId> slots_;
+  std::vector<std::vector<RankId>> holders_;
+  std::vector<Candidate> candidates_;
+};
+
+// The lowest bound every task fits under, from a network that fits at its bound: warm-started
+// probes of a binary search down to `lower` (a valid lower bound). Leaves `feasible` at the
+// result.
+int64_t lowest_bound(detail::RankBoundNetwork& feasible, int64_t lower) {
+  int64_t upper = feasible.bound();
+  if (lower >= upper) return upper;
+  const auto fits_at = [&](int64_t bound) {
+    detail::RankBoundNetwork probe = feasible;
+    probe.set_bound(bound);
+    if (!probe.fits()) return false;
+    feasible = std::move(probe);
+    return true;
+  };
+  // The lower bound is often the answer: one probe then settles it.
+  if (fits_at(lower)) return lower;
+  ++lower;
+  while (lower < upper) {
+    const int64_t mid = lower + (upper - lower) / 2;
+    if (fits_at(mid)) {
+      upper = mid;
+    } else {
+      lower = mid + 1;
+    }
+  }
+  return upper;
+}
+
 }  // namespace
 
 FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
                                   std::span<const int64_t> expert_counts,
                                   std::span<const double> removal_cost,
                                   const FloorSwapOptions& options) {
-  const int num_experts = layout.num_experts(), num_ranks = layout.num_ranks();
-  const int num_nodes = layout.num_nodes(), slots = layout.slots_per_rank();
-  const int per_node = layout.topology().ranks_per_node();
-  COBALT_CHECK_ARG(static_cast<int64_t>(expert_counts.size()) == num_experts,
-                   "floor swaps: {} expert counts for a layout of {} experts", expert_counts.size(),
-                   num_experts);
-  COBALT_CHECK_ARG(removal_cost.size() == static_cast<size_t>(num_nodes) * num_experts,
-                   "floor swaps: {} removal costs, expected N x E = {} x {}", removal_cost.size(),
-                   num_nodes, num_experts);
-  COBALT_CHECK_ARG(std::isfinite(options.tolerance) && options.tolerance >= 0,
-                   "floor swaps: tolerance {} must be finite and >= 0", options.tolerance);
-  COBALT_CHECK_ARG(options.max_swaps >= 0, "floor swaps: max_swaps {} must be >= 0",
-                   options.max_swaps);
-  COBALT_CHECK_ARG(options.max_checks >= 1, "floor swaps: max_checks {} must be >= 1",
-                   options.max_checks);
-  int64_t total = 0;
-  for (ExpertId e = 0; e < num_experts; ++e) {
-    COBALT_CHECK_ARG(expert_counts[e] >= 0, "floor swaps: expert {} has {} tasks (must be >= 0)", e,
-                     expert_counts[e]);
-    COBALT_CHECK_ARG(expert_counts[e] <= (int64_t{1} << 52) - total,
-                     "floor swaps: more than 2^52 tasks in all");
-    total += expert_counts[e];
-  }
-  for (size_t i = 0; i < removal_cost.size(); ++i) {
-    COBALT_CHECK_ARG(std::isfinite(removal_cost[i]) && removal_cost[i] >= 0,
-                     "floor swaps: removal cost {} of (node {}, expert {}) must be finite and >= 0",
-                     removal_cost[i], i / num_experts, i % num_experts);
-  }
-
-  std::vector<ExpertId> new_slots(layout.slots().begin(), layout.slots().end());
-  std::vector<std::vector<RankId>> holders(num_experts);
-  for (ExpertId e = 0; e < num_experts; ++e) {
-    holders[e].assign(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
-  }
-  const auto holders_of = [&](ExpertId e) -> const std::vector<RankId>& { return holders[e]; };
+  SwapSearch search(layout, expert_counts, removal_cost, options);
   FloorSwapResult result{layout, {}, 0, 0};
-  int64_t floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
-  result.floor_before = floor;
-  // ceil((1 + tolerance) * total / G), as the spill's cap (balanced_cover.hpp).
-  const auto target = static_cast<int64_t>(
-      std::ceil((1.0 + options.tolerance) * static_cast<double>(total) / num_ranks));
-  detail::TightSet tight;
-  std::vector<Candidate> candidates;
-  for (int swap = 0; swap < options.max_swaps && floor > target; ++swap) {
-    const bool fits =
-        detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, total, &tight);
-    COBALT_CHECK_INTERNAL(!fits, "floor swaps: the floor {} is not the lowest bound", floor);
-    candidates.clear();
-    for (ExpertId e = 0; e < num_experts; ++e) {
-      if (!tight.experts[e] || expert_counts[e] == 0) continue;
-      for (RankId r = 0; r < num_ranks; ++r) {
-        if (tight.ranks[r]) continue;  // every holder of X is marked, so r does not hold e
-        const NodeId n = r / per_node;
-        const bool cross_node_copy = std::none_of(holders[e].begin(), holders[e].end(),
-                                                  [&](RankId h) { return h / per_node == n; });
-        for (int s = 0; s < slots; ++s) {
-          const ExpertId f = new_slots[static_cast<size_t>(r) * slots + s];
-          double price = 0;
-          if (f != kEmptySlot) {
-            if (holders[f].size() < 2) continue;  // its only replica
-            const bool kept_on_node =
-                std::count_if(holders[f].begin(), holders[f].end(),
-                              [&](RankId h) { return h / per_node == n; }) >= 2;
-            if (!kept_on_node) price = removal_cost[static_cast<size_t>(n) * num_experts + f];
-          }
-          candidates.push_back({price, cross_node_copy, -expert_counts[e], r, s, e});
-        }
-      }
+  if (search.total() == 0) return result;
+  const int num_ranks = search.num_ranks();
+  // A feasible start: every expert's tasks split evenly over its holders.
+  std::vector<int64_t> even_split(num_ranks, 0);
+  for (ExpertId e = 0; e < static_cast<ExpertId>(expert_counts.size()); ++e) {
+    const auto& ranks = search.holders()[e];
+    const auto n = static_cast<int64_t>(ranks.size());
+    for (int64_t i = 0; i < n; ++i) {
+      even_split[ranks[i]] += expert_counts[e] / n + (i < expert_counts[e] % n);
     }
-    std::sort(candidates.begin(), candidates.end(),
-              [](const Candidate& a, const Candidate& b) { return a.key() < b.key(); });
-    const auto num_checks =
-        std::min<size_t>(candidates.size(), static_cast<size_t>(options.max_checks));
+  }
+  detail::RankBoundNetwork feasible(expert_counts, num_ranks, search.holders(),
+                                    *std::max_element(even_split.begin(), even_split.end()));
+  COBALT_CHECK_INTERNAL(feasible.fits(), "floor swaps: the even split does not fit");
+  int64_t floor = lowest_bound(feasible, search.lower_bound());
+  result.floor_before = floor;
+  for (int swap = 0; swap < options.max_swaps && floor > search.target(); ++swap) {
+    detail::RankBoundNetwork below = feasible;
+    below.set_bound(floor - 1);
+    COBALT_CHECK_INTERNAL(!below.fits(), "floor swaps: the floor {} is not the lowest bound",
+                          floor);
+    // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
+    // more than one swap, so none of this round's candidates can pass.
+    if (below.total() - below.routed() > floor - 1) break;
+    const auto& candidates = search.candidates(below.tight_set());
     bool applied = false;
-    for (size_t i = 0; i < num_checks && !applied; ++i) {
-      const Candidate& c = candidates[i];
-      const size_t idx = static_cast<size_t>(c.rank) * slots + c.slot;
-      const ExpertId f = new_slots[idx];
-      insert_rank(holders[c.expert], c.rank);
-      if (f != kEmptySlot) remove_rank(holders[f], c.rank);
-      if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, total)) {
-        new_slots[idx] = c.expert;
-        result.swaps.push_back({c.rank, c.slot, f, c.expert});
-        floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
-        applied = true;
-      } else {
-        remove_rank(holders[c.expert], c.rank);
-        if (f != kEmptySlot) insert_rank(holders[f], c.rank);
-      }
+    for (const Candidate& c : candidates) {
+      detail::RankBoundNetwork trial = below;
+      trial.add_holder(c.expert, c.rank);
+      if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
+      if (!trial.fits()) continue;
+      search.try_on(c);
+      search.commit(c, result);
+      feasible = std::move(trial);
+      floor = lowest_bound(feasible, search.lower_bound());
+      applied = true;
+      break;
     }
     if (!applied) break;
   }
   result.floor_after = floor;
-  if (!result.swaps.empty()) {
-    result.layout = ExpertLayout(layout.topology(), num_experts, slots, std::move(new_slots));
+  if (!result.swaps.empty()) result.layout = search.layout();
+  return result;
+}
+
+FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
+                                            std::span<const int64_t> expert_counts,
+                                            std::span<const double> removal_cost,
+                                            const FloorSwapOptions& options) {
+  SwapSearch search(layout, expert_counts, removal_cost, options);
+  FloorSwapResult result{layout, {}, 0, 0};
+  const int num_ranks = search.num_ranks();
+  const auto holders_of = [&](ExpertId e) -> const std::vector<RankId>& {
+    return search.holders()[e];
+  };
+  int64_t floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
+  result.floor_before = floor;
+  detail::TightSet tight;
+  for (int swap = 0; swap < options.max_swaps && floor > search.target(); ++swap) {
+    const bool fits =
+        detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total(), &tight);
+    COBALT_CHECK_INTERNAL(!fits, "floor swaps: the floor {} is not the lowest bound", floor);
+    bool applied = false;
+    for (const Candidate& c : search.candidates(tight)) {
+      search.try_on(c);
+      if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
+        search.commit(c, result);
+        floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
+        applied = true;
+        break;
+      }
+      search.undo(c);
+    }
+    if (!applied) break;
   }
+  result.floor_after = floor;
+  if (!result.swaps.empty()) result.layout = search.layout();
   return result;
 }
 

@@ -22,6 +22,22 @@ class MaxFlow {
     return idx;
   }
   double flow(int edge_idx) const { return std::max(0.0, original_[edge_idx] - cap_[edge_idx]); }
+  // Sets edge edge_idx (an index add_edge returned) to capacity `cap` carrying `flow` (0 <= flow
+  // <= cap). The caller keeps flow conservation; a later run() augments from this state (a warm
+  // start: it returns only the flow it adds).
+  void set_edge(int edge_idx, double cap, double flow) {
+    original_[edge_idx] = cap;
+    cap_[edge_idx] = cap - flow;
+    cap_[edge_idx ^ 1] = flow;
+  }
+
+  // Calls f(edge_idx) for every edge leaving v, the residual (reverse) edges of edges into v
+  // included: those have odd indices, and edge_idx ^ 1 is the edge into v.
+  template <class F>
+  void for_each_edge(int v, F&& f) const {
+    for (int idx = head_[v]; idx >= 0; idx = next_[idx]) f(idx);
+  }
+  int head(int edge_idx) const { return to_[edge_idx]; }  // the vertex the edge points to
 
   // After run(): whether v is reachable from the source in the residual graph, i.e. on the source
   // side of a minimum cut (the last search of run() is the one that failed to reach the sink).

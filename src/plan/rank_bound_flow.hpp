@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <span>
@@ -95,5 +96,112 @@ int64_t min_max_load(std::span<const int64_t> expert_counts, int num_ranks,
   const int64_t upper = *std::max_element(even_split.begin(), even_split.end());
   return lowest_fitting_bound(expert_counts, num_ranks, holders_of, lower, upper, total);
 }
+
+// The same network kept as a flow that later changes start from (a warm start): holders added
+// or removed and the bound lowered or raised cancel only the flow they invalidate, and fits()
+// re-augments from there, so a trial change costs a search of the residual graph rather than a
+// whole max flow. fits_under (above) is its reference: the tests compare them on random changes.
+// Copyable: a trial is a copy changed and discarded. Counts must be integers below 2^52.
+class RankBoundNetwork {
+ public:
+  RankBoundNetwork(std::span<const int64_t> expert_counts, int num_ranks,
+                   const std::vector<std::vector<RankId>>& holders, int64_t bound)
+      : counts_(expert_counts.begin(), expert_counts.end()),
+        num_experts_(static_cast<int>(expert_counts.size())),
+        num_ranks_(num_ranks),
+        bound_(bound),
+        flow_(num_experts_ + num_ranks + 2),
+        source_edge_(num_experts_, -1),
+        sink_edge_(num_ranks, -1) {
+    for (ExpertId e = 0; e < num_experts_; ++e) {
+      total_ += expert_counts[e];
+      source_edge_[e] = flow_.add_edge(source(), e, static_cast<double>(expert_counts[e]));
+      for (RankId r : holders[e]) add_holder(e, r);
+    }
+    for (RankId r = 0; r < num_ranks; ++r) {
+      sink_edge_[r] = flow_.add_edge(num_experts_ + r, sink(), static_cast<double>(bound));
+    }
+  }
+
+  int64_t total() const { return total_; }
+  int64_t bound() const { return bound_; }
+  int64_t routed() const { return routed_; }  // tasks the flow runs so far
+
+  // Augments to a maximum flow; true when every task is routed under the bound.
+  bool fits() {
+    routed_ += std::llround(flow_.run(source(), sink(), 0.5));
+    return routed_ == total_;
+  }
+
+  // After fits() returned false: the source side of a minimum cut (see TightSet).
+  TightSet tight_set() const {
+    TightSet tight{std::vector<uint8_t>(num_experts_), std::vector<uint8_t>(num_ranks_)};
+    for (ExpertId e = 0; e < num_experts_; ++e) tight.experts[e] = flow_.on_source_side(e);
+    for (RankId r = 0; r < num_ranks_; ++r) {
+      tight.ranks[r] = flow_.on_source_side(num_experts_ + r);
+    }
+    return tight;
+  }
+
+  // Rank r may now run expert e's tasks (no flow on it until fits()).
+  void add_holder(ExpertId e, RankId r) { flow_.add_edge(e, num_experts_ + r, kUncapped); }
+
+  // Rank r no longer holds e: the tasks it ran go back to e's supply.
+  void remove_holder(ExpertId e, RankId r) {
+    flow_.for_each_edge(e, [&](int edge) {
+      // Forward edges have even indices; a removed edge keeps its place with capacity 0.
+      if ((edge & 1) != 0 || flow_.head(edge) != num_experts_ + r) return;
+      const auto moved = static_cast<int64_t>(flow_.flow(edge));
+      flow_.set_edge(edge, 0.0, 0.0);
+      cancel(e, r, moved);
+    });
+  }
+
+  // Every rank's capacity becomes `bound`; flow above it goes back to the experts' supply.
+  void set_bound(int64_t bound) {
+    bound_ = bound;
+    for (RankId r = 0; r < num_ranks_; ++r) {
+      auto load = static_cast<int64_t>(flow_.flow(sink_edge_[r]));
+      if (load > bound) {
+        // Unroute the excess from r's incoming expert edges (the reverse edges at rank r).
+        flow_.for_each_edge(num_experts_ + r, [&](int reverse) {
+          const int edge = reverse ^ 1;
+          if ((reverse & 1) == 0 || load <= bound || flow_.head(reverse) >= num_experts_) return;
+          const auto on_edge = static_cast<int64_t>(flow_.flow(edge));
+          const int64_t moved = std::min(on_edge, load - bound);
+          if (moved == 0) return;
+          flow_.set_edge(edge, kUncapped, static_cast<double>(on_edge - moved));
+          cancel(flow_.head(reverse), r, moved);
+          load -= moved;
+        });
+      }
+      flow_.set_edge(sink_edge_[r], static_cast<double>(bound), static_cast<double>(load));
+    }
+  }
+
+ private:
+  // Above any count: the expert -> holder edges never limit the flow.
+  static constexpr double kUncapped = 4.5e15;
+
+  int source() const { return num_experts_ + num_ranks_; }
+  int sink() const { return num_experts_ + num_ranks_ + 1; }
+
+  // `moved` tasks of e no longer run on r: less flow on source -> e and r -> sink (the edge
+  // e -> r itself is set by the caller).
+  void cancel(ExpertId e, RankId r, int64_t moved) {
+    if (moved == 0) return;
+    const int in = source_edge_[e], out = sink_edge_[r];
+    flow_.set_edge(in, static_cast<double>(counts_[e]),
+                   flow_.flow(in) - static_cast<double>(moved));
+    flow_.set_edge(out, static_cast<double>(bound_), flow_.flow(out) - static_cast<double>(moved));
+    routed_ -= moved;
+  }
+
+  std::vector<int64_t> counts_;
+  int num_experts_, num_ranks_;
+  int64_t bound_, total_ = 0, routed_ = 0;
+  MaxFlow flow_;
+  std::vector<int> source_edge_, sink_edge_;
+};
 
 }  // namespace cobalt::plan::detail

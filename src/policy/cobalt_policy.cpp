@@ -10,10 +10,11 @@
 // ranks choosing e (the node acts as a pseudo-expert co-activated with what its tokens pick), so
 // replicas land where their demand comes from — TopoEP's observation that demand differs per node,
 // which Eq. (3) ignores. cobalt+ also assigns with the balanced cover and its spill
-// (assign/balanced_cover.hpp), and after stage 2 swaps at most one replica per step toward a
-// layout the EMA loads can balance (stage 2b, plan/floor_swaps.hpp). With a cost model in the
-// configuration, cobalt+ also plans with smaller replica budgets and picks the candidate with the
-// lowest modelled step time (layout_pricing.hpp), and applies stage 2 and 2b only where they pay.
+// (assign/balanced_cover.hpp), and after stage 2 swaps up to four replicas per step toward a
+// layout the step's own loads can balance (stage 2b, plan/floor_swaps.hpp). With a cost model in
+// the configuration, cobalt+ also plans with smaller replica budgets and picks the candidate with
+// the lowest modelled step time (layout_pricing.hpp), and applies stage 2 and 2b only where they
+// pay.
 #include <algorithm>
 #include <cmath>
 #include <future>
@@ -41,11 +42,12 @@ constexpr double kSourceWeight = 1.0;
 // move along chains of replica holders, preferring moves that add no cross-node copy
 // (assign/balanced_cover.hpp; docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
-// Stage 2b (cobalt+): at most one replica swap per step and layer toward a layout whose balance
-// floor under the EMA loads is within the spill's cap (plan/floor_swaps.hpp), trying at most 64
-// candidates (by price) with one max flow each. One per step was measured against two, four and
-// eight, and the cap against tighter ones (docs/cobalt-improvements.md).
-constexpr int kFloorSwapsPerStep = 1;
+// Stage 2b (cobalt+): at most four replica swaps per step and layer toward a layout whose balance
+// floor under the step's tasks is within the spill's cap (plan/floor_swaps.hpp), trying at most
+// 64 candidates per swap (by price) with one warm-started max flow each. Four was measured
+// against one and two, and the step's counts against the EMA loads and against the larger of the
+// two (docs/cobalt-improvements.md).
+constexpr int kFloorSwapsPerStep = 4;
 constexpr int kFloorSwapChecks = 64;
 
 struct CobaltVariant {
@@ -109,6 +111,12 @@ class CobaltPolicy final : public Policy {
                      "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
     LayerState& st = layers_[layer];
     double wait_ms = 0;
+    // The step's tasks per expert, for stage 2b: the router's histogram (on a GPU the routing
+    // statistics kernel), counted outside the planner's timer as the EMA statistics are.
+    if (variant_.floor_swaps) {
+      step_counts_.assign(config_.num_experts, 0);
+      for (ExpertId e : batch.topk_ids()) ++step_counts_[e];
+    }
     {
       WallTimer timer(counters_.planner_wall_ms);
       // Stage 1 result from a background plan launched last step: counted by its own run time
@@ -213,16 +221,15 @@ class CobaltPolicy final : public Policy {
     st.layout = std::make_shared<const ExpertLayout>(std::move(layout));
   }
 
-  // Stage 2b (cobalt+): replica swaps that lower the layout's balance floor under the EMA expert
-  // loads (plan/floor_swaps.hpp), priced by the tokens of a node that would lose an expert's last
-  // replica there (the source-demand EMA). The slot loads of the experts involved are split evenly
+  // Stage 2b (cobalt+): replica swaps that lower the layout's balance floor under this step's
+  // tasks per expert (plan/floor_swaps.hpp), priced by the tokens of a node that would lose an
+  // expert's last replica there (the source-demand EMA). The step's routing is known before its
+  // tokens are dispatched (TopoEP's per-microbatch solver uses it the same way); the copies are
+  // charged to the step as migration. The slot loads of the experts involved are split evenly
   // over their new replicas until the next steps' counts replace them. With a cost model (priced
   // variant) the swaps are kept only when the compute they save over P steps exceeds their copies.
   void swap_toward_floor(LayerState& st) {
-    const auto load = st.stats.expert_load();
-    std::vector<int64_t> counts(load.size());
-    for (size_t e = 0; e < load.size(); ++e) counts[e] = std::llround(load[e]);
-    auto swapped = plan::swap_toward_floor(*st.layout, counts, st.source_demand,
+    auto swapped = plan::swap_toward_floor(*st.layout, step_counts_, st.source_demand,
                                            {kSpillTolerance, kFloorSwapsPerStep, kFloorSwapChecks});
     if (swapped.swaps.empty()) return;
     const ExpertLayout& before = *st.layout;
@@ -572,6 +579,7 @@ class CobaltPolicy final : public Policy {
   // The balanced assignment's O(T K) scratch, kept across steps and layers (run() is called from
   // one thread; background plans assign their samples with scratch of their own).
   assign::BalancedCoverWorkspace balanced_workspace_;
+  std::vector<int64_t> step_counts_;  // [E] this step's tasks per expert (stage 2b)
 };
 
 }  // namespace

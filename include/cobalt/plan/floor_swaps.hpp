@@ -15,7 +15,9 @@
 //      then a copy within the node (e already has a replica on r's node) before one across
 //      nodes, then the larger count of e, then r, then s.
 //   3. the first candidate (at most max_checks are tried) under which every task fits below the
-//      current floor (one max flow) is applied, and the new floor computed.
+//      current floor (a max flow, warm-started from the flow at floor - 1) is applied, and the new
+//      floor computed (a binary search of warm-started flows). A round whose shortfall at
+//      floor - 1 exceeds floor - 1 tasks is skipped: one more holder cannot cover it.
 //
 // Repeats up to max_swaps times, while the floor is above ceil((1 + tolerance) * mean). Every
 // swap lowers the floor strictly; every expert keeps at least one replica; no rank gets a second
@@ -58,5 +60,14 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
                                   std::span<const int64_t> expert_counts,
                                   std::span<const double> removal_cost,
                                   const FloorSwapOptions& options = {});
+
+// The reference of swap_toward_floor: the same candidates in the same order, each check (and each
+// floor) a max flow built from scratch, where swap_toward_floor re-augments a kept flow (warm
+// starts) and skips rounds whose shortfall no single swap can cover. The same swaps, bit for bit;
+// for tests.
+FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
+                                            std::span<const int64_t> expert_counts,
+                                            std::span<const double> removal_cost,
+                                            const FloorSwapOptions& options = {});
 
 }  // namespace cobalt::plan

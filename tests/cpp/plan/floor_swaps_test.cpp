@@ -11,6 +11,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
+#include "plan/rank_bound_flow.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::plan {
@@ -124,6 +125,90 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
     ASSERT_EQ(again.layout, result.layout);
   }
   EXPECT_GT(num_swaps, 60);
+}
+
+TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
+  int num_swaps = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    SplitMix64 rng(seed * 2654435761ULL);
+    const int nodes = 1 + static_cast<int>(rng.below(8)),
+              per_node = 1 + static_cast<int>(rng.below(8));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(4));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.85);
+    const auto counts = random_counts(rng, experts, 1 + static_cast<int64_t>(rng.below(500)));
+    const auto costs = random_costs(rng, nodes, experts);
+    const FloorSwapOptions options{0.01 * static_cast<double>(rng.below(11)),
+                                   static_cast<int>(rng.below(7)),
+                                   1 + static_cast<int>(rng.below(80))};
+    const auto fast = swap_toward_floor(layout, counts, costs, options);
+    const auto reference = swap_toward_floor_reference(layout, counts, costs, options);
+    ASSERT_EQ(fast.floor_before, reference.floor_before) << "seed " << seed;
+    ASSERT_EQ(fast.floor_after, reference.floor_after) << "seed " << seed;
+    ASSERT_EQ(fast.swaps.size(), reference.swaps.size()) << "seed " << seed;
+    for (size_t i = 0; i < fast.swaps.size(); ++i) {
+      ASSERT_EQ(fast.swaps[i].rank, reference.swaps[i].rank) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].slot, reference.swaps[i].slot) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].added, reference.swaps[i].added) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].removed, reference.swaps[i].removed) << "seed " << seed;
+    }
+    ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
+    num_swaps += static_cast<int>(fast.swaps.size());
+  }
+  EXPECT_GT(num_swaps, 100);
+}
+
+// The kept network against a flow built from scratch after every change: whether the tasks fit,
+// and the tight set when they do not.
+TEST(FloorSwaps, KeptNetworkAgreesWithFreshFlows) {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SplitMix64 rng(seed * 40503);
+    const int num_ranks = 1 + static_cast<int>(rng.below(12));
+    const int experts = 1 + static_cast<int>(rng.below(16));
+    const auto counts = random_counts(rng, experts, 30);
+    std::vector<std::vector<RankId>> holders(experts);
+    for (auto& h : holders) {
+      for (RankId r = 0; r < num_ranks; ++r) {
+        if (rng.below(3) == 0) h.push_back(r);
+      }
+      if (h.empty()) h.push_back(static_cast<RankId>(rng.below(num_ranks)));
+    }
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    int64_t bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) + 2));
+    detail::RankBoundNetwork network(counts, num_ranks, holders, bound);
+    for (int op = 0; op < 12; ++op) {
+      const auto holders_of = [&](ExpertId e) -> const std::vector<RankId>& { return holders[e]; };
+      detail::TightSet tight;
+      const bool want = detail::fits_under(counts, num_ranks, holders_of, bound, total, &tight);
+      ASSERT_EQ(network.fits(), want) << "seed " << seed << " op " << op;
+      if (!want) {
+        const auto got = network.tight_set();
+        ASSERT_EQ(got.experts, tight.experts) << "seed " << seed << " op " << op;
+        ASSERT_EQ(got.ranks, tight.ranks) << "seed " << seed << " op " << op;
+      }
+      const auto e = static_cast<ExpertId>(rng.below(experts));
+      const auto r = static_cast<RankId>(rng.below(num_ranks));
+      const bool held = std::find(holders[e].begin(), holders[e].end(), r) != holders[e].end();
+      switch (rng.below(3)) {
+        case 0:
+          if (!held) {
+            network.add_holder(e, r);
+            holders[e].push_back(r);
+          }
+          break;
+        case 1:
+          if (held) {
+            network.remove_holder(e, r);
+            holders[e].erase(std::find(holders[e].begin(), holders[e].end(), r));
+          }
+          break;
+        default:
+          bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) + 2));
+          network.set_bound(bound);
+      }
+    }
+  }
 }
 
 // Two nodes of two ranks; expert 0 (40 tasks against a mean of 14) alone on rank 0, every other
