@@ -234,7 +234,11 @@ class CobaltPolicy final : public Policy {
     if (swapped.swaps.empty()) return;
     const ExpertLayout& before = *st.layout;
     const ExpertLayout& after = swapped.layout;
-    if (!change_pays(st, after, static_cast<double>(swapped.floor_before - swapped.floor_after))) {
+    // Chosen for this step's counts, the swaps are priced on this step alone (the next step's
+    // hot set may differ; amortising them over P steps, as stage 2's EMA-based moves are, kept
+    // swaps that followed noise: measured in docs/cobalt-improvements.md).
+    if (!change_pays(st, after, static_cast<double>(swapped.floor_before - swapped.floor_after),
+                     1)) {
       return;
     }
     std::vector<double> expert_total(config_.num_experts, 0.0);
@@ -278,17 +282,21 @@ class CobaltPolicy final : public Policy {
       }
       return worst;
     };
+    // A move's saving lasts until the layout changes again: amortised over the re-layout period
+    // (measured better than the steps left until the next plan, which undervalues moves that the
+    // next plan keeps; docs/cobalt-improvements.md).
     return change_pays(st, rebalanced.layout,
-                       busiest(st.slot_loads) - busiest(rebalanced.slot_loads));
+                       busiest(st.slot_loads) - busiest(rebalanced.slot_loads),
+                       config_.steps_per_global_plan);
   }
 
   // Whether installing `layout` pays under the cost model (always without one, or in a variant
   // that does not price): the busiest rank's tasks it saves per step, times the compute time of a
   // task, less any gradient synchronisation it adds per step (a swap into a free slot adds a
-  // replica), over P steps, against the time of its copies (replica parameters and moved
-  // optimizer state).
-  bool change_pays(const LayerState& st, const ExpertLayout& layout,
-                   double saved_tasks_per_step) const {
+  // replica), over `amortisation_steps`, against the time of its copies (replica parameters and
+  // moved optimizer state).
+  bool change_pays(const LayerState& st, const ExpertLayout& layout, double saved_tasks_per_step,
+                   int64_t amortisation_steps) const {
     if (!variant_.priced_budgets || !config_.cost_model) return true;
     const eval::CostParams& params = *config_.cost_model;
     const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
@@ -297,10 +305,6 @@ class CobaltPolicy final : public Policy {
         eval::link_time(eval::grad_sync_bytes(layout, new_mains, params), params).time_s() -
         eval::link_time(eval::grad_sync_bytes(*st.layout, st.mains, params), params).time_s();
     const double saved_s = saved_tasks_per_step * seconds_per_task - added_sync_s;
-    // A move's saving lasts until the layout changes again: amortised over the re-layout period
-    // (measured better than the steps left until the next plan, which undervalues moves that the
-    // next plan keeps; docs/cobalt-improvements.md).
-    const int64_t amortisation_steps = config_.steps_per_global_plan;
     const double copy_s =
         eval::link_time(eval::migration_bytes(diff(*st.layout, layout), st.mains, new_mains,
                                               config_.topology, params),
