@@ -11,6 +11,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/step_timing.hpp"
 #include "cobalt/io/atomic_file.hpp"
@@ -73,6 +74,13 @@ void run_bench(const BenchArgs& args) {
   const auto [model, model_reason] = choose_model(args.model, input);
   const eval::CostParams cost =
       eval::make_cost_params(eval::cluster_preset("4x8-b200"), model);  // sizes only
+  // The cobalt / cobalt+ rows build policies for layers 0..--layer, each holding routing
+  // statistics (16 E^2 bytes a layer), and a fresh one is built before the previous one is freed
+  // (8 E^2 more a layer): refused up front when that exceeds the memory budget.
+  require_memory(24.0 * num_experts * num_experts * (args.layer + 1.0),
+                 fmt::format("bench: the policy steps' statistics for {} layers x {} x {} experts",
+                             args.layer + 1, num_experts, num_experts),
+                 "choose a lower --layer");
 
   eval::StepScratch scratch;
   const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);
@@ -97,7 +105,7 @@ void run_bench(const BenchArgs& args) {
     options.validate(batch);
     return 0;
   });
-  Progress progress("bench", 15);
+  Progress progress("bench", eval::kNumTimedOperations);
   options.on_operation = [&](const std::string&) { progress.advance(); };
   const auto ops = eval::time_step_operations(batch, options);
   progress.finish();
@@ -183,8 +191,12 @@ void register_bench_command(CLI::App& app) {
       "Time the per-step work (library calls and whole policy steps) on one batch of a trace");
   add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
-  cmd->add_option("--step", args->step, "step whose batch is timed")->capture_default_str();
-  cmd->add_option("--layer", args->layer, "MoE layer whose batch is timed")->capture_default_str();
+  cmd->add_option("--step", args->step, "step whose batch is timed")
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxInt));
+  cmd->add_option("--layer", args->layer, "MoE layer whose batch is timed")
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxInt));
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for the global planner")
       ->capture_default_str()
@@ -195,17 +207,17 @@ void register_bench_command(CLI::App& app) {
                   "worker threads (statistics, planner restarts, assignments; the other calls run "
                   "on one)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1024));
+      ->transform(integer_in(1, kMaxThreads));
   cmd->add_option("--reps", args->reps, "timed runs of each row (after one untimed run)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
+      ->transform(integer_in(1, 100000));
   cmd->add_option("--max-seconds", args->max_seconds,
                   "a row stops repeating once its timed runs took this long (at least one run)")
       ->capture_default_str()
-      ->check(CLI::Range(1e-3, 1e6));
+      ->check(number_in(1e-3, 1e6));
   cmd->add_option("--seed", args->seed, "seed for generation and the assignment's draws")
       ->capture_default_str()
-      ->check(seed_value());
+      ->transform(seed_value());
   cmd->add_option("--json", args->json_path, "also write the timings as JSON")
       ->check(non_empty_path());
   cmd->callback([args] { run_bench(*args); });

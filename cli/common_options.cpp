@@ -6,15 +6,18 @@ namespace cobalt::cli {
 
 void add_workload_options(CLI::App* cmd, std::string& trace_path, std::string& preset,
                           std::optional<int>& steps, std::optional<int64_t>& tokens_per_step) {
-  auto* trace = cmd->add_option("--trace", trace_path, "cobalt-trace v1 file");
-  auto* preset_option = cmd->add_option(
-      "--preset", preset, "synthetic workload preset (see `cobalt trace gen --list-presets`)");
+  auto* trace =
+      cmd->add_option("--trace", trace_path, "cobalt-trace v1 file")->check(non_empty_path());
+  auto* preset_option =
+      cmd->add_option("--preset", preset,
+                      "synthetic workload preset (see `cobalt trace gen --list-presets`)")
+          ->check(non_empty_name());
   trace->excludes(preset_option);
   cmd->add_option("--steps", steps, "steps: generated (presets) or re-chunked / cycled (traces)")
-      ->check(positive());
+      ->transform(integer_in(1, kMaxInt));
   cmd->add_option("--tokens-per-step", tokens_per_step,
                   "tokens per step: generated (presets) or re-chunked / cycled (traces)")
-      ->check(positive());
+      ->transform(integer_in(1, kMaxInt64));
 }
 
 void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_slots) {
@@ -24,7 +27,7 @@ void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_
           ->check(non_negative());
   auto* extra = cmd->add_option("--replica-slots", replica_slots,
                                 "replica budget: S = ceil(E/G) + N slots per rank")
-                    ->check(non_negative());
+                    ->transform(integer_in(0, kMaxInt));
   rho_option->excludes(extra);
 }
 

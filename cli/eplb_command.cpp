@@ -6,7 +6,12 @@
 //           experts, experts % groups under the hierarchical policy).
 #include <fmt/core.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,6 +19,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/ids.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/plan/eplb.hpp"
 #include "commands.hpp"
 
@@ -25,19 +31,30 @@ struct EplbArgs {
   int replicas = 0, groups = 0, nodes = 0, gpus = 0;
 };
 
+// Bytes per (layer, physical expert) that rebalance_experts holds at its peak (float weights and
+// int32 maps of the replication, the packing and the result, each in a few copies): measured about
+// 30, rounded up.
+constexpr double kEplbBytesPerReplica = 48;
+
 struct Weights {
   int num_layers = 0, num_experts = 0;
   std::vector<double> values;  // [L, E]
 };
 
 Weights read_weights(const std::string& path) {
+  std::error_code error;
+  COBALT_CHECK_ARG(!std::filesystem::is_directory(path, error),
+                   "weights file '{}' is a directory (give a JSON file)", path);
   std::ifstream in(path);
-  COBALT_CHECK_ARG(static_cast<bool>(in), "cannot open weights file '{}'", path);
+  COBALT_CHECK_IO(static_cast<bool>(in), "cannot open weights file '{}': {}", path,
+                  std::strerror(errno));
   nlohmann::json doc;
   try {
     doc = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorCode::kInvalidArgument, "weights file '{}' is not valid JSON: {}", path, e.what());
+  } catch (const std::exception& e) {  // a read error (std::ios_base::failure)
+    fail_io("cannot read weights file '{}': {}", path, e.what());
   }
   COBALT_CHECK_ARG(doc.is_array() && !doc.empty(),
                    "weights file '{}' must hold a non-empty array of rows [layers][experts]", path);
@@ -77,29 +94,53 @@ void run_eplb(const EplbArgs& args) {
         fmt::format("--replicas ({}) must be a multiple of --gpus ({})", args.replicas, args.gpus));
   }
   const Weights w = read_weights(args.weights_path);
+  // The assignment's arrays grow with layers x replicas (the output's log2phy with layers x
+  // experts x the most replicas of one expert, which rebalance_experts checks once it knows it).
+  require_memory(kEplbBytesPerReplica * w.num_layers * static_cast<double>(args.replicas),
+                 fmt::format("eplb: {} layers x {} replicas", w.num_layers, args.replicas),
+                 "lower --replicas");
   const plan::EplbResult r = plan::rebalance_experts(
       w.values, w.num_layers, w.num_experts, args.replicas, args.groups, args.nodes, args.gpus);
-  nlohmann::json phy2log = nlohmann::json::array(), log2phy = nlohmann::json::array(),
-                 logcnt = nlohmann::json::array();
+  // Written as it is formatted (the same text as nlohmann's compact dump), not built as a JSON
+  // document first: that took ~40 bytes per number on top of the result.
+  std::string line;
+  auto flush = [&] {
+    std::fwrite(line.data(), 1, line.size(), stdout);
+    line.clear();
+  };
+  line += "{\"log2phy\":[";
   for (int l = 0; l < r.num_layers; ++l) {
-    nlohmann::json p = nlohmann::json::array(), lp = nlohmann::json::array(),
-                   c = nlohmann::json::array();
-    for (int i = 0; i < r.num_replicas; ++i) p.push_back(r.phy2log_at(l, i));
+    line += l ? ",[" : "[";
     for (int e = 0; e < r.num_experts; ++e) {
-      nlohmann::json ids = nlohmann::json::array();
-      for (int k = 0; k < r.max_replicas; ++k) ids.push_back(r.log2phy_at(l, e, k));
-      lp.push_back(std::move(ids));
-      c.push_back(r.logcnt_at(l, e));
+      line += e ? ",[" : "[";
+      for (int k = 0; k < r.max_replicas; ++k) {
+        fmt::format_to(std::back_inserter(line), "{}{}", k ? "," : "", r.log2phy_at(l, e, k));
+      }
+      line += "]";
+      if (line.size() > (1 << 20)) flush();
     }
-    phy2log.push_back(std::move(p));
-    log2phy.push_back(std::move(lp));
-    logcnt.push_back(std::move(c));
+    line += "]";
   }
-  nlohmann::json out;
-  out["phy2log"] = std::move(phy2log);
-  out["log2phy"] = std::move(log2phy);
-  out["logcnt"] = std::move(logcnt);
-  fmt::print("{}\n", out.dump());
+  line += "],\"logcnt\":[";
+  for (int l = 0; l < r.num_layers; ++l) {
+    line += l ? ",[" : "[";
+    for (int e = 0; e < r.num_experts; ++e) {
+      fmt::format_to(std::back_inserter(line), "{}{}", e ? "," : "", r.logcnt_at(l, e));
+    }
+    line += "]";
+    if (line.size() > (1 << 20)) flush();
+  }
+  line += "],\"phy2log\":[";
+  for (int l = 0; l < r.num_layers; ++l) {
+    line += l ? ",[" : "[";
+    for (int i = 0; i < r.num_replicas; ++i) {
+      fmt::format_to(std::back_inserter(line), "{}{}", i ? "," : "", r.phy2log_at(l, i));
+      if (line.size() > (1 << 20)) flush();
+    }
+    line += "]";
+  }
+  line += "]}\n";
+  flush();
 }
 
 }  // namespace
@@ -112,12 +153,18 @@ void register_eplb_command(CLI::App& app) {
       ->required()
       ->check(non_empty_path());
   cmd->add_option("--replicas", args->replicas, "physical experts (a multiple of --gpus)")
-      ->required();
+      ->required()
+      ->transform(integer_in(1, kMaxInt));
   cmd->add_option("--groups", args->groups,
                   "expert groups (hierarchical policy when a multiple of --nodes)")
-      ->required();
-  cmd->add_option("--nodes", args->nodes, "server nodes")->required();
-  cmd->add_option("--gpus", args->gpus, "GPUs (a multiple of --nodes)")->required();
+      ->required()
+      ->transform(integer_in(1, kMaxInt));
+  cmd->add_option("--nodes", args->nodes, "server nodes")
+      ->required()
+      ->transform(integer_in(1, kMaxInt));
+  cmd->add_option("--gpus", args->gpus, "GPUs (a multiple of --nodes)")
+      ->required()
+      ->transform(integer_in(1, kMaxRanks));
   cmd->callback([args] { run_eplb(*args); });
 }
 

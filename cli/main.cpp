@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <new>
 #include <string>
 #include <vector>
@@ -50,14 +51,16 @@ int main(int argc, char** argv) {
   cobalt::cli::register_plan_command(app);
   cobalt::cli::register_eplb_command(app);
   cobalt::cli::register_bench_command(app);
+  cobalt::cli::decimal_integer_options(app);
+  int status = 0;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    status = app.exit(e);  // help and version go to stdout: checked below like any output
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    status = app.exit(e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    status = app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::string unknown = unknown_subcommand(app, argc, argv);
     fmt::print(stderr, "cobalt: usage error: {} (see --help)\n",
@@ -66,6 +69,9 @@ int main(int argc, char** argv) {
   } catch (const cobalt::cli::UsageError& e) {
     fmt::print(stderr, "cobalt: usage error: {}\n", e.what());
     return 2;
+  } catch (const cobalt::IoError& e) {
+    fmt::print(stderr, "cobalt: I/O error: {}\n", e.what());
+    return 1;
   } catch (const cobalt::Error& e) {
     fmt::print(stderr, "cobalt: {}: {}\n", cobalt::error_code_name(e.code()), e.what());
     return 1;
@@ -79,10 +85,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Results printed to stdout count only if they arrived (a full disk, a closed pipe).
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
     fmt::print(stderr, "cobalt: error: cannot write to standard output: {}\n",
                std::strerror(errno));
     return 1;
   }
-  return 0;
+  return status;
 }

@@ -65,6 +65,11 @@ void run_plan(const PlanArgs& args) {
         spec.num_domains = std::min(spec.num_domains, num_groups);
       });
   const auto& source = workload_input.source;
+  if (!source->has_tokens()) {
+    throw UsageError(
+        "plan: the trace is load-only (counts): planning needs per-token routing (topk_ids) for "
+        "the co-activation statistics");
+  }
   if (args.layer < 0 || args.layer >= source->num_layers()) {
     throw UsageError(
         fmt::format("--layer {} out of range [0, {})", args.layer, source->num_layers()));
@@ -148,11 +153,12 @@ void register_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   auto* cmd =
       app.add_subcommand("plan", "One stage-1 global planning call; prints the layout as JSON");
-  cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file");
-  cmd->add_option("--preset", args->preset, "synthetic workload preset");
+  cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file")->check(non_empty_path());
+  cmd->add_option("--preset", args->preset, "synthetic workload preset")->check(non_empty_name());
   cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
   cmd->add_option("--layer", args->layer, "MoE layer whose statistics to plan for")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxInt));
   cmd->add_option("--rho", args->rho, "replica budget rho")
       ->capture_default_str()
       ->check(non_negative());
@@ -163,19 +169,20 @@ void register_plan_command(CLI::App& app) {
                   "heuristic | milp | both (MILP warm-started by the heuristic)")
       ->capture_default_str();
   cmd->add_option("--time-limit", args->time_limit_s,
-                  "CBC time limit in seconds (a hard watchdog adds 50%+5 s)")
+                  "CBC time limit in seconds, in (0, 1e6] (a hard watchdog adds 50%+5 s)")
       ->capture_default_str()
-      ->check(positive());
+      ->check(number_in(0, kMaxTimeLimitSeconds, /*lo_open=*/true));
   cmd->add_option("--restarts", args->restarts, "heuristic restarts")
       ->capture_default_str()
-      ->check(CLI::Range(1, 100000));
-  cmd->add_option("--steps", args->steps, "steps to generate (presets)")->check(positive());
+      ->transform(integer_in(1, 100000));
+  cmd->add_option("--steps", args->steps, "steps to generate (presets)")
+      ->transform(integer_in(1, kMaxInt));
   cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")
-      ->check(positive());
+      ->transform(integer_in(1, kMaxInt64));
   cmd->add_option("--experts", args->experts,
                   "presets: override the number of experts (top-k capped at E/2)")
-      ->check(CLI::Range(2, 65536));
-  cmd->add_option("--seed", args->seed, "seed")->capture_default_str()->check(seed_value());
+      ->transform(integer_in(2, 65536));
+  cmd->add_option("--seed", args->seed, "seed")->capture_default_str()->transform(seed_value());
   cmd->add_option("--out", args->out_path, "write the JSON here instead of stdout")
       ->check(non_empty_path());
   cmd->callback([args] { run_plan(*args); });

@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,10 +18,14 @@ Progress::Progress(std::string label, int64_t total) : label_(std::move(label)),
 void Progress::advance(int64_t amount) {
   done_ += amount;
   if (!enabled_ || total_ <= 0) return;
-  const int percent = static_cast<int>(100 * done_ / total_);
+  // Clamped to [0, 100]: a caller that reports more (or less) work than it announced must not
+  // make the bar longer than its 20 cells (or shorter than none).
+  const double fraction =
+      std::clamp(static_cast<double>(done_) / static_cast<double>(total_), 0.0, 1.0);
+  const int percent = static_cast<int>(100 * fraction);
   if (percent == last_percent_) return;
   last_percent_ = percent;
-  const int filled = percent / 5;
+  const int filled = std::clamp(percent / 5, 0, 20);
   fmt::print(stderr, "\r{} [{}{}] {:3d}%", label_, std::string(filled, '#'),
              std::string(20 - filled, '.'), percent);
   std::fflush(stderr);

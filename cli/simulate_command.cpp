@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/dump.hpp"
 #include "cobalt/eval/report.hpp"
@@ -122,6 +123,32 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
   return input;
 }
 
+// The run's dominant memory (eval::simulation_memory_bytes: per-layer statistics of cobalt and
+// cobalt+; the dump writer's buffers when `dump_topology` is given; a generated workload, which is
+// held already) against the budget of core/memory.hpp: a failed precondition naming the estimate,
+// the budget and what to lower, before the replay allocates it.
+void require_run_memory(const WorkloadInput& input, const eval::SimulationOptions& options,
+                        const Topology* dump_topology) {
+  const eval::StepSource& source = *input.source;
+  std::string breakdown;
+  double total = eval::simulation_memory_bytes(source, options, &breakdown);
+  if (dump_topology != nullptr) {
+    const double dump = eval::DumpWriter::memory_bytes(source, *dump_topology,
+                                                       options.policy_config.slots_per_rank);
+    total += dump;
+    breakdown += fmt::format("; --dump buffers {}", format_bytes(dump));
+  }
+  if (input.data) {
+    const double workload =
+        4.0 * static_cast<double>(input.data->topk_ids.size() + input.data->source_rank.size());
+    total += workload;
+    breakdown += fmt::format("; the generated workload {}", format_bytes(workload));
+  }
+  require_memory(total, fmt::format("simulate ({})", breakdown),
+                 "lower the layers (--layers, or a trace with fewer) or the experts, leave cobalt "
+                 "and cobalt+ out (--policies), or use fewer steps or tokens with --dump");
+}
+
 int measured_from(const SimulateArgs& args, int num_steps) {
   if (args.holdout) {
     const double f = *args.holdout;
@@ -141,11 +168,52 @@ int measured_from(const SimulateArgs& args, int num_steps) {
   return *args.warmup_steps;
 }
 
+// Usage error unless the measured steps hold some tokens (token traces) or some non-zero count
+// (load-only traces): otherwise every policy ties at imbalance 1 and there is nothing to compare.
+void require_measured_tokens(const eval::StepSource& source, int warmup_steps) {
+  auto holds_tokens = [&](int step) {
+    if (source.has_tokens()) return source.num_tokens(step) > 0;
+    std::vector<int64_t> counts(source.num_experts());
+    eval::StepScratch scratch;
+    for (int layer = 0; layer < source.num_layers(); ++layer) {
+      source.loads(step, layer, 1, counts, scratch);
+      if (std::any_of(counts.begin(), counts.end(), [](int64_t c) { return c > 0; })) return true;
+    }
+    return false;
+  };
+  for (int step = warmup_steps; step < source.num_steps(); ++step) {
+    if (holds_tokens(step)) return;
+  }
+  bool any = false;
+  for (int step = 0; step < warmup_steps && !any; ++step) any = holds_tokens(step);
+  const char* what = source.has_tokens() ? "empty steps in the trace" : "every count is zero";
+  if (!any) {
+    throw UsageError(fmt::format(
+        "simulate: the trace holds no tokens ({}): nothing to compare (give a trace with routed "
+        "tokens)",
+        source.has_tokens() ? "every step is empty" : "a load-only trace whose counts are all 0"));
+  }
+  throw UsageError(fmt::format(
+      "simulate: the measured steps [{}, {}) hold no tokens ({}): nothing to compare; choose "
+      "--warmup-steps or --holdout so that they do",
+      warmup_steps, source.num_steps(), what));
+}
+
 void run_simulate(const SimulateArgs& args) {
   eval::Scenario scenario;
   if (!args.model.empty()) {  // a bad name fails before the workload is generated
     as_usage_error([&] { return eval::model_preset(args.model); });
   }
+  // Option errors and outputs that cannot be written fail before the workload is loaded or
+  // generated, not after the run.
+  std::vector<std::string> policies = parse_policies(args.policies);
+  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
+  if (!args.report_path.empty()) {
+    require_output_file(args.report_path, "--report", args.trace_path);
+  }
+  if (!args.dump_dir.empty()) require_dump_directory(args.dump_dir, policies, args.trace_path);
+  require_distinct_outputs({{"--json", args.json_path}, {"--report", args.report_path}},
+                           args.dump_dir, eval::dump_file_names(policies));
   WorkloadInput input = load_input(args, scenario.notes);
   const auto& source = *input.source;
 
@@ -179,25 +247,22 @@ void run_simulate(const SimulateArgs& args) {
     return 0;
   });
 
-  // Option errors first (before the replica budget, which depends on several of them), and
-  // outputs that cannot be written before the run, not after it.
-  std::vector<std::string> policies = parse_policies(args.policies);
+  // Option errors first (before the replica budget, which depends on several of them).
   const int warmup_steps = measured_from(args, source.num_steps());
+  require_measured_tokens(source, warmup_steps);
   if (source.has_tokens()) {
-    int64_t measured_tokens = 0;
-    for (int step = warmup_steps; step < source.num_steps(); ++step) {
-      measured_tokens += source.num_tokens(step);
-    }
-    if (measured_tokens == 0) {
+    // Every policy's limit before any of them runs (load-only replays skip these policies).
+    const auto over = eval::policies_over_top_k(policies, source.top_k());
+    if (!over.empty()) {
       throw UsageError(fmt::format(
-          "simulate: the measured steps [{}, {}) hold no tokens (empty steps in the trace): "
-          "nothing to compare; choose --warmup-steps or --holdout so that they do",
-          warmup_steps, source.num_steps()));
+          "simulate: the workload has top-k {}; policy {} replays top-k <= {} (Algorithm 1's "
+          "node cover): leave {} out with --policies",
+          source.top_k(), fmt::join(over, ", "), eval::policy_max_top_k(over.front()),
+          over.size() == 1 ? "it" : "them"));
     }
   }
-  if (!args.json_path.empty()) require_output_file(args.json_path, "--json", args.trace_path);
-  if (!args.report_path.empty()) {
-    require_output_file(args.report_path, "--report", args.trace_path);
+  if (!args.dump_dir.empty() && !source.has_tokens()) {
+    throw UsageError("simulate: --dump needs a token-level trace (this one is load-only)");
   }
 
   policy::PolicyConfig config;
@@ -221,12 +286,9 @@ void run_simulate(const SimulateArgs& args) {
   options.policies = std::move(policies);
   options.warmup_steps = warmup_steps;
   options.cost = cost;
-  if (!args.dump_dir.empty()) require_output_directory(args.dump_dir, "--dump");
+  require_run_memory(input, options, args.dump_dir.empty() ? nullptr : &topology);
   std::unique_ptr<eval::DumpWriter> dump;
   if (!args.dump_dir.empty()) {
-    if (!source.has_tokens()) {
-      throw UsageError("simulate: --dump needs a token-level trace (this one is load-only)");
-    }
     dump = std::make_unique<eval::DumpWriter>(args.dump_dir, source, topology,
                                               config.slots_per_rank, options.warmup_steps);
     options.observer = dump.get();
@@ -265,6 +327,9 @@ void run_simulate(const SimulateArgs& args) {
     io::write_file_atomically(args.report_path, eval::simulation_html(scenario, result, extras),
                               "--report");
   }
+  // The dump appears only now, complete (until here it is in a temporary directory, which an
+  // error on the way removes; an earlier dump in the directory stays until this point).
+  if (dump) dump->commit();
 }
 
 }  // namespace
@@ -293,7 +358,7 @@ void register_simulate_command(CLI::App& app) {
       cmd->add_option("--warmup-steps", args->warmup_steps,
                       "steps replayed but not measured (default 1, or 0 on a one-step trace; "
                       "must be < the number of steps)")
-          ->check(non_negative());
+          ->transform(integer_in(0, kMaxInt));
   auto* holdout = cmd->add_option("--holdout", args->holdout,
                                   "plan on the first fraction F of the steps, measure the rest "
                                   "(0 < F < 1; replaces --warmup-steps)");
@@ -301,23 +366,23 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")
       ->capture_default_str()
-      ->check(positive());
-  cmd->add_option("--layers", args->layers, "MoE layers (presets)")->check(positive());
+      ->transform(integer_in(1, kMaxInt));
+  cmd->add_option("--layers", args->layers, "MoE layers (presets)")->transform(integer_in(1, 4096));
   cmd->add_option("--overlap", args->overlap,
                   "cost model: fraction of min(compute, exchange) hidden by overlap, in [0, 1]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(number_in(0.0, 1.0));
   cmd->add_option("--planner-time-scale", args->planner_time_scale,
-                  "cost model: factor on measured planner time (0 leaves planning out, so modelled "
-                  "times repeat exactly from run to run and machine to machine)")
+                  "cost model: factor on measured planner time, in [0, 1000] (0 leaves planning "
+                  "out, so modelled times repeat exactly from run to run and machine to machine)")
       ->capture_default_str()
-      ->check(non_negative());
+      ->check(number_in(0, eval::kMaxPlannerTimeScale));
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
       ->capture_default_str()
-      ->check(seed_value());
+      ->transform(seed_value());
   cmd->add_option("--threads", args->threads, "worker threads (results do not depend on it)")
       ->capture_default_str()
-      ->check(positive());
+      ->transform(integer_in(1, kMaxThreads));
   cmd->add_flag("--async-planning", args->async_planning,
                 "plan on a background thread; layouts apply one step later (planning overlapped)");
   cmd->add_flag("--layout-pricing", args->layout_pricing,

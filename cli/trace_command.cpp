@@ -67,6 +67,7 @@ void run_gen(const GenArgs& args) {
   overrides.num_sources = args.num_sources;
   overrides.seed = args.seed;
   workload::WorkloadSpec spec = preset_spec(args.preset, overrides, "trace gen");
+  require_generation_memory(spec, "trace gen");
   Progress progress("generating " + spec.name,
                     static_cast<int64_t>(spec.num_layers) * spec.num_steps);
   workload::GenerateOptions options;
@@ -145,10 +146,14 @@ void print_stats_text(const io::TraceReader& trace, const eval::TraceStats& s) {
              optional_text(s.ochiai_top_partner, "n/a (load-only trace)"));
   fmt::print("  {:<26} {}\n", fmt::format("hot-set churn (top-{})", s.hot_count),
              optional_text(s.hot_set_churn, "n/a (fewer than 2 steps with tokens)"));
+  // n/a for want of ranks (nothing to pass them) or of tokens (every step empty, all counts 0).
   fmt::print("  {:<26} {}\n", fmt::format("static-EP imbalance (G={})", s.static_ep_ranks),
-             optional_text(s.static_ep_imbalance, "n/a (no ranks: pass --ranks G)"));
+             optional_text(s.static_ep_imbalance, s.static_ep_ranks > 0
+                                                      ? "n/a (no step with tokens)"
+                                                      : "n/a (no ranks: pass --ranks G)"));
   fmt::print("  {:<26} {}\n", "source locality (TV)",
-             optional_text(s.source_locality, "n/a (no source ranks)"));
+             optional_text(s.source_locality,
+                           s.num_sources > 0 ? "n/a (no tokens)" : "n/a (no source ranks)"));
   fmt::print("  (means over layers; see `--json` for per-layer values)\n");
 }
 
@@ -191,15 +196,20 @@ void register_trace_commands(CLI::App& app) {
   CLI::App* gen = trace->add_subcommand("gen", "Generate a synthetic trace from a workload preset");
   gen->add_option("--preset", gen_args->preset, "Workload preset (see --list-presets)");
   gen->add_flag("--list-presets", gen_args->list_presets, "List the workload presets and exit");
-  gen->add_option("--steps", gen_args->num_steps, "Steps S (default: the preset's)");
+  gen->add_option("--steps", gen_args->num_steps, "Steps S (default: the preset's)")
+      ->transform(integer_in(1, kMaxInt));
   gen->add_option("--tokens-per-step", gen_args->tokens_per_step,
-                  "Tokens per step over all source ranks (default: the preset's)");
-  gen->add_option("--layers", gen_args->num_layers, "MoE layers L (default: the preset's)");
-  gen->add_option("--sources", gen_args->num_sources, "Source ranks R (default: the preset's)");
-  gen->add_option("--seed", gen_args->seed, "Random seed (default 0)")->check(seed_value());
+                  "Tokens per step over all source ranks (default: the preset's)")
+      ->transform(integer_in(1, kMaxInt64));
+  gen->add_option("--layers", gen_args->num_layers, "MoE layers L (default: the preset's)")
+      ->transform(integer_in(1, 4096));
+  gen->add_option("--sources", gen_args->num_sources, "Source ranks R (default: the preset's)")
+      ->transform(integer_in(1, 65536));
+  gen->add_option("--seed", gen_args->seed, "Random seed (default 0)")->transform(seed_value());
   gen->add_option("--threads", gen_args->num_threads,
                   "Generator threads, 0 = all cores; the output does not depend on it")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxThreads));
   gen->add_option("--out", gen_args->out, "Output trace file (cobalt-trace v1 safetensors)")
       ->check(non_empty_path());
   gen->callback([gen_args] { run_gen(*gen_args); });
@@ -209,12 +219,16 @@ void register_trace_commands(CLI::App& app) {
   info->add_option("file", info_args->file, "Trace file (cobalt-trace v1)")->required();
   info->add_flag("--json", info_args->json, "Print JSON instead of text");
   info->add_option("--ranks", info_args->num_ranks,
-                   "G for the static-EP imbalance (default: the trace's source ranks)");
+                   "G for the static-EP imbalance (default: the trace's source ranks)")
+      ->transform(
+          integer_in(0, kMaxRanks, fmt::format("[0, {}] (0 = the trace's sources)", kMaxRanks)));
   CLI::Option* hot_count =
       info->add_option("--hot-count", info_args->hot_count, "H of the hot-set churn (at most E)")
-          ->capture_default_str();
+          ->capture_default_str()
+          ->transform(integer_in(1, 65536));
   info->add_option("--threads", info_args->num_threads, "Threads for co-activation counting")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->transform(integer_in(0, kMaxThreads));
   info->callback([info_args, hot_count] {
     info_args->hot_count_given = hot_count->count() > 0;
     run_info(*info_args);

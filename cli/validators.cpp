@@ -1,18 +1,33 @@
 // Option validators and output checks shared by the subcommands (commands.hpp).
 #include <fmt/core.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/eval/dump.hpp"
 #include "cobalt/io/atomic_file.hpp"
 #include "commands.hpp"
 
 namespace cobalt::cli {
 namespace {
+
+constexpr const char* kDecimalValidatorName = "cobalt-decimal";
+
+// An option value as printed in a message: cut at 40 characters (a value can be megabytes long).
+std::string printable_value(const std::string& text) {
+  return text.size() <= 40 ? text : text.substr(0, 40) + "...";
+}
 
 // The value as a finite double, or NaN when it is not a number.
 double as_number(const std::string& text) {
@@ -32,7 +47,7 @@ const CLI::Validator& non_negative() {
       [](std::string& text) -> std::string {
         const double value = as_number(text);
         if (std::isfinite(value) && value >= 0) return {};
-        return fmt::format("value {} out of range (a finite number >= 0)", text);
+        return fmt::format("value {} out of range (a finite number >= 0)", printable_value(text));
       },
       "NUMBER >= 0");
   return validator;
@@ -43,22 +58,94 @@ const CLI::Validator& positive() {
       [](std::string& text) -> std::string {
         const double value = as_number(text);
         if (std::isfinite(value) && value > 0) return {};
-        return fmt::format("value {} out of range (a finite number > 0)", text);
+        return fmt::format("value {} out of range (a finite number > 0)", printable_value(text));
       },
       "NUMBER > 0");
   return validator;
 }
 
 const CLI::Validator& seed_value() {
-  static const CLI::Validator validator(
-      [](std::string& text) -> std::string {
-        uint64_t value = 0;
-        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (!text.empty() && ec == std::errc() && ptr == text.data() + text.size()) return {};
-        return fmt::format("value {} out of range (an integer in [0, 2^64 - 1])", text);
-      },
-      "UINT64");
+  static const CLI::Validator validator =
+      integer_in(0, std::numeric_limits<uint64_t>::max(), "[0, 2^64 - 1]");
   return validator;
+}
+
+namespace {
+
+// The canonical decimal form of `text` ("+007" -> "7", "-0" -> "0") when it is an optional sign
+// followed by decimal digits; nullopt otherwise. CLI11 reads integers with strtoll(..., 0), so
+// "010" would be octal 8 and "0x10" hexadecimal 16: only this form is passed on to it.
+std::optional<std::string> canonical_decimal(const std::string& text) {
+  size_t i = 0;
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) negative = text[i++] == '-';
+  if (i == text.size()) return std::nullopt;
+  for (size_t j = i; j < text.size(); ++j) {
+    if (text[j] < '0' || text[j] > '9') return std::nullopt;
+  }
+  while (i + 1 < text.size() && text[i] == '0') ++i;
+  std::string digits = text.substr(i);
+  if (digits == "0") negative = false;
+  return negative ? "-" + digits : digits;
+}
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, uint64_t hi, const std::string& range_text) {
+  const std::string range = range_text.empty() ? fmt::format("[{}, {}]", lo, hi) : range_text;
+  return CLI::Validator(
+      [lo, hi, range](std::string& text) -> std::string {
+        const auto canonical = canonical_decimal(text);
+        if (!canonical) {
+          return fmt::format("value '{}' is not a decimal integer (valid range {})",
+                             printable_value(text), range);
+        }
+        const bool negative = (*canonical)[0] == '-';
+        const std::string digits = negative ? canonical->substr(1) : *canonical;
+        uint64_t magnitude = 0;
+        const auto [ptr, ec] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), magnitude);
+        bool ok = ec == std::errc() && ptr == digits.data() + digits.size();
+        if (ok && negative) {
+          // -magnitude >= lo, without forming -magnitude when it does not fit.
+          ok = lo < 0 && magnitude <= static_cast<uint64_t>(-(lo + 1)) + 1;
+        } else if (ok) {
+          ok = magnitude <= hi && (lo <= 0 || magnitude >= static_cast<uint64_t>(lo));
+        }
+        if (!ok) return fmt::format("value {} out of range {}", printable_value(text), range);
+        text = *canonical;
+        return {};
+      },
+      "", kDecimalValidatorName);
+}
+
+CLI::Validator number_in(double lo, double hi, bool lo_open) {
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+  return CLI::Validator(
+      [lo, hi, lo_open, range](std::string& text) -> std::string {
+        const double value = as_number(text);
+        if (std::isfinite(value) && (lo_open ? value > lo : value >= lo) && value <= hi) return {};
+        return fmt::format("value {} out of range {}", printable_value(text), range);
+      },
+      fmt::format("NUMBER in {}", range));
+}
+
+void decimal_integer_options(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    const bool integer = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
+    if (!integer) continue;
+    try {
+      option->get_validator(kDecimalValidatorName);
+      continue;  // has its own range already
+    } catch (const CLI::OptionNotFound&) {
+    }
+    option->transform(
+        type.rfind("UINT", 0) == 0
+            ? integer_in(0, std::numeric_limits<uint64_t>::max())
+            : integer_in(std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) decimal_integer_options(*sub);
 }
 
 const CLI::Validator& non_empty_path() {
@@ -68,6 +155,16 @@ const CLI::Validator& non_empty_path() {
         return "empty path (give a file name)";
       },
       "PATH");
+  return validator;
+}
+
+const CLI::Validator& non_empty_name() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        if (!text.empty()) return {};
+        return "empty name (see `cobalt trace gen --list-presets`)";
+      },
+      "NAME");
   return validator;
 }
 
@@ -81,10 +178,50 @@ void require_output_directory(const std::string& path, const std::string& option
   }
 }
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// Empty when a file can be created in `dir` (a temporary file is created there and removed), else
+// the reason.
+std::string cannot_create_in(const fs::path& dir) {
+  std::string name = ((dir.empty() ? fs::path(".") : dir) / ".cobalt-probe-XXXXXX").string();
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(name.c_str());
+  return {};
+}
+
+// Whether `a` and `b` name the same file: the same inode when both exist, else the same path once
+// links and ".." are resolved.
+bool same_path(const std::string& a, const std::string& b) {
+  std::error_code ea, eb;
+  if (fs::exists(a, ea) && fs::exists(b, eb)) {
+    std::error_code e;
+    return fs::equivalent(a, b, e);
+  }
+  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ea), ea);
+  const fs::path cb = fs::weakly_canonical(fs::absolute(b, eb), eb);
+  return !ea && !eb && ca == cb;
+}
+
+// Written in place, not replaced (io/atomic_file.hpp): an existing FIFO or character device, or
+// this process's stdout or stderr. Two outputs may share one (--json /dev/stdout --report
+// /dev/stdout writes both, in order).
+bool is_stream(const std::string& path) {
+  try {
+    return io::resolve_output_target(path, "output").direct;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+}  // namespace
+
 void require_output_file(const std::string& path, const std::string& option,
                          const std::string& input_path) {
   require_output_directory(path, option);
-  namespace fs = std::filesystem;
   std::error_code error;
   if (fs::is_directory(path, error)) {
     throw UsageError(fmt::format("{} {}: is a directory (give a file name)", option, path));
@@ -106,6 +243,72 @@ void require_output_file(const std::string& path, const std::string& option,
         fmt::format("{} {}: is the input trace (it would be overwritten; give "
                     "another file)",
                     option, path));
+  }
+  if (target.direct) return;
+  // The file is written next to its target and renamed over it (io/atomic_file.hpp); an existing
+  // writable file in a directory that cannot hold the temporary file is written in place.
+  const std::string why = cannot_create_in(target_parent);
+  if (why.empty()) return;
+  if (fs::exists(target.path, error) && ::access(target.path.c_str(), W_OK) == 0) return;
+  throw UsageError(fmt::format("{} {}: cannot create files in directory {}: {}", option, path,
+                               target_parent.empty() ? "." : target_parent.string(), why));
+}
+
+void require_dump_directory(const std::string& dir, const std::vector<std::string>& policies,
+                            const std::string& input_path) {
+  if (dir.empty()) throw UsageError("--dump: empty path");
+  fs::path target(dir);
+  if (!target.has_filename()) target = target.parent_path();
+  std::error_code error;
+  fs::path writable;  // where the dump's temporary directory goes
+  if (fs::exists(target, error)) {
+    if (!fs::is_directory(target, error)) {
+      throw UsageError(
+          fmt::format("--dump {}: exists and is not a directory (give a directory)", dir));
+    }
+    writable = target;
+  } else {
+    const fs::path parent = target.parent_path();
+    if (!parent.empty() && !fs::is_directory(parent, error)) {
+      throw UsageError(fmt::format("--dump {}: directory {} does not exist", dir, parent.string()));
+    }
+    writable = parent;
+  }
+  const std::string why = cannot_create_in(writable);
+  if (!why.empty()) {
+    throw UsageError(fmt::format("--dump {}: cannot create files in directory {}: {}", dir,
+                                 writable.empty() ? "." : writable.string(), why));
+  }
+  const std::string problem = eval::dump_target_problem(dir, policies, input_path);
+  if (!problem.empty()) throw UsageError(problem);
+}
+
+void require_distinct_outputs(const std::vector<std::pair<std::string, std::string>>& files,
+                              const std::string& dump_dir,
+                              const std::vector<std::string>& dump_names) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const auto& [option, path] = files[i];
+    if (path.empty() || is_stream(path)) continue;
+    for (size_t j = i + 1; j < files.size(); ++j) {
+      if (files[j].second.empty() || !same_path(path, files[j].second)) continue;
+      throw UsageError(fmt::format("{} {} and {} {} are the same file (give each output its own)",
+                                   option, path, files[j].first, files[j].second));
+    }
+    if (dump_dir.empty()) continue;
+    if (same_path(path, dump_dir)) {
+      throw UsageError(fmt::format(
+          "{} {}: is the --dump directory (give the output and the dump different names)", option,
+          path));
+    }
+    const fs::path file(path);
+    const std::string parent = file.parent_path().empty() ? "." : file.parent_path().string();
+    const bool in_dump = same_path(parent, dump_dir);
+    if (in_dump && std::find(dump_names.begin(), dump_names.end(), file.filename().string()) !=
+                       dump_names.end()) {
+      throw UsageError(
+          fmt::format("{} {}: --dump {} writes a file of that name (give the output another name)",
+                      option, path, dump_dir));
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
 
@@ -17,6 +18,18 @@ workload::WorkloadSpec preset_spec(const std::string& name,
     // An unknown preset or an out-of-range override came from the command line: a usage error.
     throw UsageError(fmt::format("{}: {}", command, e.what()));
   }
+}
+
+void require_generation_memory(const workload::WorkloadSpec& spec, const std::string& command) {
+  const double tokens =
+      static_cast<double>(spec.num_steps) * static_cast<double>(spec.tokens_per_step);
+  // I32 expert ids [L, T, K] and source ranks [T].
+  const double bytes = 4.0 * tokens * (static_cast<double>(spec.num_layers) * spec.top_k + 1);
+  require_memory(
+      bytes,
+      fmt::format("{}: the generated trace ({} layers x {} steps x {} tokens x top-{})", command,
+                  spec.num_layers, spec.num_steps, spec.tokens_per_step, spec.top_k),
+      "lower --steps, --tokens-per-step or --layers");
 }
 
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
@@ -39,6 +52,7 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
   }
   workload::WorkloadSpec spec = preset_spec(preset, overrides, command);
   if (adjust) adjust(spec);
+  require_generation_memory(spec, command);
   workload::GenerateOptions generate;
   generate.num_threads = num_threads;
   input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec, generate));

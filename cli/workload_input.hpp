@@ -27,6 +27,10 @@ workload::WorkloadSpec preset_spec(const std::string& name,
                                    const workload::PresetOverrides& overrides,
                                    const std::string& command);
 
+// Throws cobalt::Error(kFailedPrecondition) when generating `spec` would need more memory than the
+// budget (core/memory.hpp): its I32 expert ids [L, T, K] and source ranks [T].
+void require_generation_memory(const workload::WorkloadSpec& spec, const std::string& command);
+
 // Exactly one of trace_path / preset must be non-empty (UsageError otherwise). `adjust` may edit
 // the preset's spec before generation (e.g. a smaller instance). `chunks` re-chunks or cycles a
 // trace file's steps (eval/step_source.hpp; presets take their sizes from `overrides` instead);

@@ -19,7 +19,8 @@
 namespace cobalt::assign {
 namespace {
 
-constexpr int kMaxTopK = 16;  // the subset DP indexes uncovered experts with 16-bit sets
+constexpr int kMaxTopK =
+    kMaxNodeCoverTopK;  // the subset DP indexes uncovered experts with 16-bit sets
 
 // All N-bit masks ordered by (popcount, value): the first feasible one is the paper's answer
 // (minimum popcount, and among those the first in enumeration order).

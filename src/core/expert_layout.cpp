@@ -10,21 +10,36 @@
 
 namespace cobalt {
 
+namespace {
+
+// floor((1 + rho) E / G) capped at E: more than E slots cannot be used (a rank never holds two
+// replicas of one expert), computed in double so a huge rho cannot overflow.
+int rho_slots(int num_experts, int num_ranks, double rho) {
+  return static_cast<int>(
+      std::min<double>(num_experts, std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9)));
+}
+
+}  // namespace
+
 int slots_for_rho(int num_experts, int num_ranks, double rho) {
   COBALT_CHECK_ARG(rho >= 0 && std::isfinite(rho), "replica budget rho {} must be >= 0", rho);
   COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
                    num_experts, num_ranks);
-  // More than E slots cannot be used (a rank never holds two replicas of one expert): capped at E,
-  // computed in double so a huge rho cannot overflow.
-  const int slots = static_cast<int>(
-      std::min<double>(num_experts, std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9)));
-  COBALT_CHECK(
-      static_cast<int64_t>(slots) * num_ranks >= num_experts, kFailedPrecondition,
-      "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
-      "need rho >= {:.4f}",
-      rho, slots, num_ranks, static_cast<int64_t>(slots) * num_ranks, num_experts,
-      static_cast<double>((num_experts + num_ranks - 1) / num_ranks) * num_ranks / num_experts -
-          1.0);
+  const int slots = rho_slots(num_experts, num_ranks, rho);
+  if (static_cast<int64_t>(slots) * num_ranks < num_experts) {
+    // The smallest rho with ceil(E / G) slots, rounded up to the 4 decimals printed (2/7 is shown
+    // as 0.2858, not as 0.2857, which is too small), so the value suggested works when passed.
+    const int needed = (num_experts + num_ranks - 1) / num_ranks;
+    const double exact = static_cast<double>(needed) * num_ranks / num_experts - 1.0;
+    double suggested = std::ceil(exact * 1e4) / 1e4;
+    if (suggested >= 1e-4 && rho_slots(num_experts, num_ranks, suggested - 1e-4) >= needed) {
+      suggested -= 1e-4;  // exact * 1e4 was a whole number plus rounding error
+    }
+    fail(ErrorCode::kFailedPrecondition,
+         "replica budget too small: rho {} gives {} slots per rank x {} ranks = {} < {} experts; "
+         "need rho >= {:.4f}",
+         rho, slots, num_ranks, static_cast<int64_t>(slots) * num_ranks, num_experts, suggested);
+  }
   return slots;
 }
 

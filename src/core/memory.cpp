@@ -1,7 +1,10 @@
 #include "cobalt/core/memory.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <string>
@@ -9,6 +12,39 @@
 #include "cobalt/core/error.hpp"
 
 namespace cobalt {
+namespace {
+
+constexpr double kKiB = 1024.0, kMiB = kKiB * 1024.0, kGiB = kMiB * 1024.0, kTiB = kGiB * 1024.0;
+
+// COBALT_MEMORY_LIMIT in bytes; 0 when unset or empty.
+double memory_limit_from_environment() {
+  const char* env = std::getenv("COBALT_MEMORY_LIMIT");
+  if (env == nullptr || *env == '\0') return 0.0;
+  const std::string text = env;
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  double unit = 1;
+  std::string suffix = text.substr(used);
+  if (!suffix.empty() && (suffix.back() == 'B' || suffix.back() == 'b')) suffix.pop_back();
+  if (suffix == "K" || suffix == "k") unit = kKiB;
+  if (suffix == "M" || suffix == "m") unit = kMiB;
+  if (suffix == "G" || suffix == "g") unit = kGiB;
+  if (suffix == "T" || suffix == "t") unit = kTiB;
+  const bool known_suffix = suffix.empty() || unit > 1;
+  COBALT_CHECK_ARG(
+      used > 0 && known_suffix && std::isfinite(value) && value > 0 && value * unit < 1e18,
+      "COBALT_MEMORY_LIMIT '{}' is not a memory size (valid: a byte count > 0, or a "
+      "number with a K, M, G or T suffix, e.g. 512M or 2.5G)",
+      text.size() <= 40 ? text : text.substr(0, 40) + "...");
+  return value * unit;
+}
+
+}  // namespace
 
 double physical_memory_bytes() {
   static const double bytes = [] {
@@ -29,12 +65,28 @@ double physical_memory_bytes() {
   return bytes;
 }
 
-void require_memory(double bytes, std::string_view what) {
-  const double available = physical_memory_bytes();
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-  COBALT_CHECK(available <= 0 || bytes <= available, kFailedPrecondition,
-               "{} needs {:.1f} GiB; this machine has {:.1f} GiB of memory", what, bytes / kGiB,
-               available / kGiB);
+double memory_budget_bytes() {
+  const double limit = memory_limit_from_environment();
+  if (limit > 0) return limit;
+  return kMemoryBudgetShare * physical_memory_bytes();
+}
+
+std::string format_bytes(double bytes) {
+  if (bytes >= kGiB) return fmt::format("{:.1f} GiB", bytes / kGiB);
+  if (bytes >= kMiB) return fmt::format("{:.0f} MiB", bytes / kMiB);
+  return fmt::format("{:.0f} KiB", std::ceil(bytes / kKiB));
+}
+
+void require_memory(double bytes, std::string_view what, std::string_view hint) {
+  const double budget = memory_budget_bytes();
+  if (budget <= 0 || bytes <= budget) return;
+  const std::string source =
+      memory_limit_from_environment() > 0
+          ? std::string("COBALT_MEMORY_LIMIT")
+          : fmt::format("{:.0f}% of this machine's {} of memory; COBALT_MEMORY_LIMIT sets another",
+                        100 * kMemoryBudgetShare, format_bytes(physical_memory_bytes()));
+  fail(ErrorCode::kFailedPrecondition, "{} needs {}, above the memory budget of {} ({}){}{}", what,
+       format_bytes(bytes), format_bytes(budget), source, hint.empty() ? "" : "; ", hint);
 }
 
 }  // namespace cobalt

@@ -23,10 +23,14 @@ Topology::Topology(int num_nodes, int num_ranks, LinkParams links)
 
 Topology Topology::parse(const std::string& spec, LinkParams links) {
   const auto x = spec.find('x');
-  auto parse_int = [&](std::string_view text) {
+  // A number too large for an int is out of range (named as such), not malformed.
+  auto parse_int = [&](std::string_view text, const char* what, int max_value) {
     int value = 0;
     auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    COBALT_CHECK_ARG(ec == std::errc() && ptr == text.data() + text.size() && !text.empty(),
+    const bool digits = !text.empty() && ptr == text.data() + text.size();
+    COBALT_CHECK_ARG(!(digits && ec == std::errc::result_out_of_range),
+                     "cluster '{}': {} {} out of range [1, {}]", spec, what, text, max_value);
+    COBALT_CHECK_ARG(ec == std::errc() && digits,
                      "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
                      spec);
     return value;
@@ -34,8 +38,8 @@ Topology Topology::parse(const std::string& spec, LinkParams links) {
   COBALT_CHECK_ARG(x != std::string::npos,
                    "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
                    spec);
-  const int nodes = parse_int(std::string_view(spec).substr(0, x));
-  const int per_node = parse_int(std::string_view(spec).substr(x + 1));
+  const int nodes = parse_int(std::string_view(spec).substr(0, x), "nodes", kMaxNodes);
+  const int per_node = parse_int(std::string_view(spec).substr(x + 1), "ranks per node", kMaxRanks);
   COBALT_CHECK_ARG(nodes >= 1 && nodes <= kMaxNodes, "cluster '{}': nodes {} out of range [1, {}]",
                    spec, nodes, kMaxNodes);
   COBALT_CHECK_ARG(per_node >= 1 && per_node <= kMaxRanks / nodes,

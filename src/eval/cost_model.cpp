@@ -178,6 +178,9 @@ void CostParams::validate() const {
                    "cost model: gradient bytes {}, optimizer factor {}, planner time scale {} "
                    "must be >= 0",
                    grad_bytes_per_element, optimizer_factor, planner_time_scale);
+  COBALT_CHECK_ARG(planner_time_scale <= kMaxPlannerTimeScale,
+                   "cost model: planner time scale {} out of range [0, {}]", planner_time_scale,
+                   kMaxPlannerTimeScale);
 }
 
 CostParams make_cost_params(const ClusterPreset& cluster, const ModelPreset& model) {

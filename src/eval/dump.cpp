@@ -1,5 +1,14 @@
 #include "cobalt/eval/dump.hpp"
 
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -16,26 +25,74 @@ io::TensorToWrite tensor(std::string name, io::Dtype dtype, std::vector<int64_t>
                            std::as_bytes(std::span<const T>(data))};
 }
 
-// Removes the files an earlier dump left in `dir` (safetensors with format "cobalt-dump"), so the
-// directory holds only this run's files; anything else is left alone.
-void remove_earlier_dump(const std::string& dir) {
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file(ec) || entry.path().extension() != ".safetensors") continue;
-    bool ours = false;
-    try {
-      const io::MappedFile file(entry.path().string(), "dump");
-      const auto header = io::parse_safetensors_header(file.bytes(), "dump");
-      const auto format = header.metadata.find("format");
-      ours = format != header.metadata.end() && format->second == "cobalt-dump";
-    } catch (const Error&) {
-      ours = false;  // not a safetensors file this tool wrote
-    }
-    if (ours) std::filesystem::remove(entry.path(), ec);
+// Creates a fresh directory named like `stem` plus a unique suffix, mode 0777 minus the umask (so
+// a dump renamed into place gets the permissions a new directory would have). Throws
+// kInvalidArgument when it cannot.
+std::string make_temporary_directory(const std::filesystem::path& stem, const std::string& dir) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
+    const std::string candidate = fmt::format("{}.{}-{}-{:x}", stem.string(), ::getpid(), counter++,
+                                              static_cast<uint64_t>(clock) & 0xffffff);
+    if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
+    COBALT_CHECK_IO(errno == EEXIST, "--dump {}: cannot create the temporary directory {}: {}", dir,
+                    candidate, std::strerror(errno));
   }
+  fail_io("--dump {}: cannot create a temporary directory", dir);
 }
 
 }  // namespace
+
+std::vector<std::string> dump_file_names(const std::vector<std::string>& policies) {
+  std::vector<std::string> names = {"routing.safetensors"};
+  for (const auto& p : policies) names.push_back(dump_file_name(p));
+  return names;
+}
+
+bool is_dump_file(const std::string& path) {
+  try {
+    const io::MappedFile file(path, "dump");
+    const auto header = io::parse_safetensors_header(file.bytes(), "dump");
+    const auto format = header.metadata.find("format");
+    return format != header.metadata.end() && format->second == "cobalt-dump";
+  } catch (const Error&) {
+    return false;  // not a safetensors file this tool wrote
+  }
+}
+
+std::string dump_target_problem(const std::string& dir, const std::vector<std::string>& policies,
+                                const std::string& input_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return {};  // a new directory: nothing in it to replace
+  if (!fs::is_directory(dir, ec)) {
+    return fmt::format("--dump {}: exists and is not a directory (give a directory)", dir);
+  }
+  for (const auto& name : dump_file_names(policies)) {
+    const fs::path file = fs::path(dir) / name;
+    const auto status = fs::status(file, ec);
+    if (!fs::exists(status)) continue;
+    if (!input_path.empty() && fs::equivalent(file, input_path, ec)) {
+      return fmt::format(
+          "--dump {}: {} is the input trace (the dump would replace it; give another "
+          "directory)",
+          dir, file.string());
+    }
+    if (!fs::is_regular_file(status)) {
+      return fmt::format(
+          "--dump {}: {} exists and is not a regular file (move it away or give "
+          "another directory)",
+          dir, file.string());
+    }
+    if (!is_dump_file(file.string())) {
+      return fmt::format(
+          "--dump {}: {} exists and is not an earlier cobalt dump (the dump would replace it; "
+          "move it away or give another directory)",
+          dir, file.string());
+    }
+  }
+  return {};
+}
 
 std::string dump_file_name(const std::string& policy) {
   std::string name = policy;
@@ -59,10 +116,27 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
       first_measured_step_(first_measured_step) {
   COBALT_CHECK_ARG(source.has_tokens(),
                    "--dump needs a token-level trace (this one is load-only: no exec ranks)");
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  COBALT_CHECK_ARG(!ec, "--dump: cannot create directory '{}': {}", dir_, ec.message());
-  remove_earlier_dump(dir_);
+  fs::path target = fs::path(dir_);
+  if (!target.has_filename()) target = target.parent_path();  // "out/" -> "out"
+  COBALT_CHECK_ARG(!target.empty(), "--dump: empty directory name");
+  dir_existed_ = fs::exists(target, ec);
+  if (dir_existed_) {
+    COBALT_CHECK_ARG(fs::is_directory(target, ec), "--dump {}: exists and is not a directory",
+                     dir_);
+    target = fs::canonical(target, ec);
+    COBALT_CHECK_ARG(!ec, "--dump {}: cannot resolve the directory: {}", dir_, ec.message());
+    tmp_.path = make_temporary_directory(target / ".cobalt-dump-tmp", dir_);
+  } else {
+    const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    fs::create_directories(parent, ec);
+    COBALT_CHECK_IO(!ec, "--dump {}: cannot create directory '{}': {}", dir_, parent.string(),
+                    ec.message());
+    tmp_.path = make_temporary_directory(
+        parent / ("." + target.filename().string() + ".cobalt-dump-tmp"), dir_);
+  }
+  dir_ = target.string();
   step_offsets_.push_back(0);
   for (int s = 0; s < num_steps_; ++s)
     step_offsets_.push_back(step_offsets_.back() + source.num_tokens(s));
@@ -94,8 +168,67 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
       tensor("topk_ids", io::Dtype::kI32, {num_layers_, num_tokens, top_k_}, ids),
       tensor("source_rank", io::Dtype::kI32, {num_tokens}, src),
       tensor("step_offsets", io::Dtype::kI64, {num_steps_ + 1}, step_offsets_)};
-  const std::string path = (std::filesystem::path(dir_) / "routing.safetensors").string();
-  io::write_safetensors(path, meta, tensors, "dump " + path);
+  write_file("routing.safetensors", meta, tensors);
+}
+
+DumpWriter::TemporaryDirectory::~TemporaryDirectory() {
+  if (path.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+void DumpWriter::write_file(const std::string& name, const std::map<std::string, std::string>& meta,
+                            std::span<const io::TensorToWrite> tensors) {
+  const std::string path = (std::filesystem::path(tmp_.path) / name).string();
+  const std::string shown = (std::filesystem::path(dir_) / name).string();
+  io::write_safetensors(path, meta, tensors, "dump " + shown);
+  if (std::find(written_.begin(), written_.end(), name) == written_.end()) written_.push_back(name);
+}
+
+double DumpWriter::memory_bytes(const StepSource& source, const Topology& topology,
+                                int slots_per_rank) {
+  double num_tokens = 0;
+  for (int s = 0; s < source.num_steps(); ++s)
+    num_tokens += static_cast<double>(source.num_tokens(s));
+  const double ids = 4.0 * source.num_layers() * num_tokens * source.top_k();
+  const double routing = ids + 4.0 * num_tokens;
+  const double policy = ids + 4.0 * source.num_steps() * source.num_layers() *
+                                  topology.num_ranks() * static_cast<double>(slots_per_rank);
+  return std::max(routing, policy);
+}
+
+void DumpWriter::commit() {
+  namespace fs = std::filesystem;
+  COBALT_CHECK(!committed_, kFailedPrecondition, "--dump {}: committed twice", dir_);
+  std::error_code ec;
+  // A new directory: the whole dump appears at once.
+  if (!dir_existed_ && !fs::exists(dir_, ec)) {
+    if (::rename(tmp_.path.c_str(), dir_.c_str()) == 0) {
+      tmp_.path.clear();
+      committed_ = true;
+      return;
+    }
+    COBALT_CHECK_IO(errno == EEXIST || errno == ENOTEMPTY, "--dump {}: cannot rename {} to it: {}",
+                    dir_, tmp_.path, std::strerror(errno));
+    // Created meanwhile: move the files in, as into any existing directory.
+  }
+  COBALT_CHECK_ARG(fs::is_directory(dir_, ec), "--dump {}: is not a directory any more", dir_);
+  for (const auto& name : written_) {
+    const std::string from = (fs::path(tmp_.path) / name).string();
+    const std::string to = (fs::path(dir_) / name).string();
+    COBALT_CHECK_IO(::rename(from.c_str(), to.c_str()) == 0, "--dump {}: cannot move {} to {}: {}",
+                    dir_, from, to, std::strerror(errno));
+  }
+  committed_ = true;  // the new dump is in place; what follows only tidies up
+  // Files of an earlier dump that this run did not write (e.g. a policy not run this time).
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file(ec) || entry.path().extension() != ".safetensors") continue;
+    if (std::find(written_.begin(), written_.end(), name) != written_.end()) continue;
+    if (is_dump_file(entry.path().string())) fs::remove(entry.path(), ec);
+  }
+  fs::remove_all(tmp_.path, ec);
+  tmp_.path.clear();
 }
 
 void DumpWriter::begin_policy(const std::string&) {
@@ -132,8 +265,7 @@ void DumpWriter::end_policy(const std::string& name) {
       tensor("layout", io::Dtype::kI32,
              {num_steps_, num_layers_, topology_.num_ranks(), slots_per_rank_}, layouts_),
       tensor("step_offsets", io::Dtype::kI64, {num_steps_ + 1}, step_offsets_)};
-  const std::string path = (std::filesystem::path(dir_) / dump_file_name(name)).string();
-  io::write_safetensors(path, meta, tensors, "dump " + path);
+  write_file(dump_file_name(name), meta, tensors);
   exec_.clear();
   exec_.shrink_to_fit();
   layouts_.clear();

@@ -43,7 +43,8 @@ std::string pareto(const SimulationResult& r) {
   std::vector<Point> pts;
   for (size_t i = 0; i < r.policies.size(); ++i) {
     const auto& p = r.policies[i];
-    if (p.skipped.empty()) {
+    // Non-finite values (none in a valid replay) are left out rather than drawn off the chart.
+    if (p.skipped.empty() && std::isfinite(p.imbalance_mean)) {
       pts.push_back(
           {static_cast<double>(p.cross_node_tokens), p.imbalance_mean, static_cast<int>(i)});
     }
@@ -120,7 +121,9 @@ std::string per_step(const SimulationResult& r, StepMetric metric) {
   f.y1 = f.y0;
   for (const auto& p : r.policies) {
     if (!p.skipped.empty()) continue;
-    for (int s = 0; s < r.num_steps; ++s) f.y1 = std::max(f.y1, value(p, s));
+    for (int s = 0; s < r.num_steps; ++s) {
+      if (std::isfinite(value(p, s))) f.y1 = std::max(f.y1, value(p, s));
+    }
   }
   if (f.y1 <= f.y0) f.y1 = f.y0 + 1;
   std::string out = svg::open(names[m], 760, 280, titles[m]);
@@ -339,7 +342,9 @@ std::string time_breakdown(const SimulationResult& r) {
   for (size_t i = 0; i < r.policies.size(); ++i) {
     if (!r.policies[i].skipped.empty()) continue;
     ran.push_back(static_cast<int>(i));
-    max_total = std::max(max_total, r.policies[i].time.total());
+    if (std::isfinite(r.policies[i].time.total())) {
+      max_total = std::max(max_total, r.policies[i].time.total());
+    }
   }
   if (ran.empty()) return unavailable("breakdown", "no policy ran");
   if (max_total <= 0) max_total = 1;
@@ -360,8 +365,8 @@ std::string time_breakdown(const SimulationResult& r) {
     double x = left;
     for (const auto& part : parts) {
       const double v = p.time.*part.field;
-      const double w = v / max_total * bar_w;
-      if (w <= 0) continue;
+      const double w = std::min(v / max_total * bar_w, bar_w);
+      if (!(w > 0)) continue;  // also NaN
       out += fmt::format(
           "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\">"
           "<title>{}: {:.3f} ms</title></rect>",

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "cobalt/eval/report.hpp"
@@ -21,6 +22,15 @@ double best_of(const SimulationResult& result, const Getter& get) {
 }
 
 const char* mark(double value, double best) { return value == best ? "*" : " "; }
+
+// `value` right-aligned in `width` with `precision` decimals, or in exponent notation when that
+// would not fit a column (|value| >= 1e9, inf, nan): a column never grows to hundreds of digits.
+std::string fixed(double value, int width, int precision) {
+  if (std::isfinite(value) && std::abs(value) < 1e9) {
+    return fmt::format("{:>{}.{}f}", value, width, precision);
+  }
+  return fmt::format("{:>{}.3g}", value, width);
+}
 
 std::string header(const Scenario& sc, const SimulationResult& r) {
   std::string out = fmt::format(
@@ -57,11 +67,11 @@ std::string metrics_table(const SimulationResult& r) {
                                ? fmt::format("{:>8.1f}%", 100.0 * p.cross_node_reduction_vs_static)
                                : fmt::format("{:>9}", "n/a");
     const std::string gb =
-        tok ? fmt::format("{:>13.2f}", p.cross_node_bytes / 1e9) : fmt::format("{:>13}", "n/a");
-    out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>9.3f}  {:>11.1f}  {:>6}/{}\n",
+        tok ? fixed(p.cross_node_bytes / 1e9, 13, 2) : fmt::format("{:>13}", "n/a");
+    out += fmt::format("{:<14} {}  {}  {}  {:>8.3f}{}  {:>8.3f}{}  {:>9.3f}  {}  {:>6}/{}\n",
                        p.name, v, vs, gb, p.imbalance_mean, mark(p.imbalance_mean, best_im),
                        p.imbalance_max, mark(p.imbalance_max, best_ix), p.imbalance_floor_mean,
-                       p.planner_wall_ms, p.migrated_replicas_cross_node,
+                       fixed(p.planner_wall_ms, 11, 1), p.migrated_replicas_cross_node,
                        p.migrated_replicas_intra_node);
   }
   return out;
@@ -85,8 +95,8 @@ std::string time_table(const SimulationResult& r) {
     if (!p.skipped.empty()) continue;
     std::string line = fmt::format("{:<14} ", p.name);
     if (tok) {
-      line +=
-          fmt::format("{:>9.2f}{}  ", 1e3 * p.sim_step_time_s, mark(p.sim_step_time_s, best_step));
+      line += fmt::format("{}{}  ", fixed(1e3 * p.sim_step_time_s, 9, 2),
+                          mark(p.sim_step_time_s, best_step));
       line += p.speedup_vs_static > 0 ? fmt::format("{:>7.2f}x  ", p.speedup_vs_static)
                                       : fmt::format("{:>8}  ", "n/a");
     } else {
@@ -98,7 +108,7 @@ std::string time_table(const SimulationResult& r) {
         line += fmt::format("{:>9}  ", "n/a");
         continue;
       }
-      line += fmt::format("{:>8.2f}{}  ", 1e3 * v, mark(v, best[i]));
+      line += fmt::format("{}{}  ", fixed(1e3 * v, 8, 2), mark(v, best[i]));
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";

@@ -6,8 +6,10 @@
 #include <limits>
 #include <numeric>
 
+#include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/eval/metrics.hpp"
 
 namespace cobalt::eval {
@@ -227,6 +229,51 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
 
 }  // namespace
 
+namespace {
+
+// cobalt and cobalt+: Algorithm 1's node cover, routing statistics per layer.
+bool is_cobalt_family(const std::string& policy) {
+  return policy == "cobalt" || policy == "cobalt+";
+}
+
+}  // namespace
+
+int policy_max_top_k(const std::string& policy) {
+  return is_cobalt_family(policy) ? assign::kMaxNodeCoverTopK : std::numeric_limits<int>::max();
+}
+
+std::vector<std::string> policies_over_top_k(const std::vector<std::string>& policies, int top_k) {
+  std::vector<std::string> out;
+  for (const auto& name : policies) {
+    if (top_k > policy_max_top_k(name)) out.push_back(name);
+  }
+  return out;
+}
+
+double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
+                               std::string* breakdown) {
+  const double num_experts = source.num_experts(), num_layers = source.num_layers();
+  const double per_layer =
+      (options.policy_config.async_planning ? 24.0 : 16.0) * num_experts * num_experts;
+  std::vector<std::string> holders;
+  double total = 0;
+  for (const auto& name : options.policies) {
+    if (!is_cobalt_family(name)) continue;
+    holders.push_back(name);
+    total += per_layer * num_layers;
+  }
+  if (breakdown != nullptr) {
+    *breakdown =
+        holders.empty()
+            ? std::string("no policy keeps per-layer statistics")
+            : fmt::format("{} {} each: {} layers x {} x {} statistics{}", fmt::join(holders, ", "),
+                          format_bytes(per_layer * num_layers), source.num_layers(),
+                          source.num_experts(), source.num_experts(),
+                          options.policy_config.async_planning ? " with async plan snapshots" : "");
+  }
+  return total;
+}
+
 SimulationResult simulate(const StepSource& source, const SimulationOptions& options) {
   const auto& config = options.policy_config;
   COBALT_CHECK_ARG(source.num_experts() == config.num_experts && source.top_k() == config.top_k &&
@@ -249,6 +296,13 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
   result.load_only = !source.has_tokens();
   for (int s = 0; s < num_steps; ++s) result.num_tokens += source.num_tokens(s);
   result.first_measured_step = options.warmup_steps;
+  if (source.has_tokens()) {
+    const auto over = policies_over_top_k(options.policies, config.top_k);
+    COBALT_CHECK_ARG(over.empty(),
+                     "simulate: policy {} replays top-k <= {} (Algorithm 1's node cover); the "
+                     "workload has top-k {}",
+                     fmt::join(over, ", "), assign::kMaxNodeCoverTopK, config.top_k);
+  }
   // Fail early on unknown names before doing any work.
   std::vector<std::unique_ptr<policy::Policy>> policies;
   for (const auto& name : options.policies) policies.push_back(policy::make_policy(name, config));

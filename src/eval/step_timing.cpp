@@ -86,6 +86,11 @@ void StepTimingOptions::validate(const RoutingBatch& batch) const {
                    "step timing: the cluster has {} ranks, the batch was mapped to {}", num_ranks,
                    batch.num_ranks());
   COBALT_CHECK_ARG(batch.num_tokens() >= 1, "step timing: the batch holds no tokens");
+  // Algorithm 1 (assign, cobalt and cobalt+ steps) takes at most kMaxNodeCoverTopK: refused
+  // before the first row is timed, not part-way.
+  COBALT_CHECK_ARG(batch.top_k() <= assign::kMaxNodeCoverTopK,
+                   "step timing: top-k {} out of range [1, {}] (Algorithm 1's node cover)",
+                   batch.top_k(), assign::kMaxNodeCoverTopK);
   const int least = (num_experts + num_ranks - 1) / num_ranks;
   COBALT_CHECK_ARG(slots_per_rank >= least && slots_per_rank <= num_experts,
                    "step timing: {} slots per rank out of range [{}, {}] (E = {}, G = {})",
@@ -329,6 +334,9 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
       }));
   ops.back().policy_step = true;
   ops.back().note = transfers_note(batch, policy_exec, *policy_layout);
+  COBALT_CHECK_INTERNAL(static_cast<int>(ops.size()) == kNumTimedOperations,
+                        "step timing: {} rows, kNumTimedOperations says {}", ops.size(),
+                        kNumTimedOperations);
   return ops;
 }
 

@@ -43,7 +43,13 @@ std::string si(double value) {
 }
 
 std::vector<double> ticks(double lo, double hi, int target, bool integer) {
-  if (!(hi > lo)) hi = lo + 1;
+  // Non-finite or huge bounds (a chart of overflowed values) still give a short, finite axis: the
+  // span hi - lo must stay finite, and a step must move t (at 1e17, +0.2 is lost to rounding).
+  constexpr double kLimit = 1e300;
+  constexpr size_t kMaxTicks = 1000;
+  lo = std::isfinite(lo) ? std::clamp(lo, -kLimit, kLimit) : 0.0;
+  hi = std::isfinite(hi) ? std::clamp(hi, -kLimit, kLimit) : lo + 1;
+  if (!(hi > lo)) hi = lo + std::max(1.0, std::abs(lo) * 1e-6);
   const double raw = (hi - lo) / std::max(1, target);
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
@@ -54,10 +60,13 @@ std::vector<double> ticks(double lo, double hi, int target, bool integer) {
   }
   if (integer) step = std::max(1.0, std::round(step));
   std::vector<double> out;
-  for (double t = std::floor(lo / step) * step; t <= hi + 1e-9 * step; t += step) {
+  for (double t = std::floor(lo / step) * step; t <= hi + 1e-9 * step && out.size() < kMaxTicks;
+       t += step) {
     out.push_back(std::abs(t) < 1e-12 * step ? 0.0 : t);
+    if (t + step == t) break;  // the step is below t's precision
   }
-  if (out.back() < hi - 1e-9 * step) out.push_back(out.back() + step);
+  if (out.empty()) out.push_back(lo);
+  if (out.back() < hi - 1e-9 * step) out.push_back(std::max(out.back() + step, hi));
   return out;
 }
 

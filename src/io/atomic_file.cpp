@@ -100,12 +100,12 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
     // files) would most likely fail the write too, after truncating the old file: refused.
     const bool permission =
         create_errno == EACCES || create_errno == EPERM || create_errno == EROFS;
-    COBALT_CHECK_ARG(permission && exists && ::access(target_.path.c_str(), W_OK) == 0,
-                     "{}: cannot create a temporary file next to {}: {}", context_, path,
-                     errno_text(create_errno));
+    COBALT_CHECK_IO(permission && exists && ::access(target_.path.c_str(), W_OK) == 0,
+                    "{}: cannot create a temporary file next to {}: {}", context_, path,
+                    errno_text(create_errno));
     target_.direct = true;
     fd_ = ::open(target_.path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-    COBALT_CHECK_ARG(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
+    COBALT_CHECK_IO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
     return;
   }
   if (target_.stream_fd >= 0) {
@@ -116,7 +116,7 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
   } else {
     fd_ = ::open(target_.path.c_str(), O_WRONLY | O_CLOEXEC);
   }
-  COBALT_CHECK_ARG(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
+  COBALT_CHECK_IO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -129,8 +129,8 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
     if (written < 0 && errno == EINTR) continue;
-    COBALT_CHECK_ARG(written > 0, "{}: cannot write {}: {}", context_, target_.path,
-                     errno_text(written < 0 ? errno : EIO));
+    COBALT_CHECK_IO(written > 0, "{}: cannot write {}: {}", context_, target_.path,
+                    errno_text(written < 0 ? errno : EIO));
     bytes = bytes.subspan(static_cast<size_t>(written));
   }
 }
@@ -138,15 +138,15 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
 void AtomicFileWriter::commit() {
   COBALT_CHECK(fd_ >= 0 && !committed_, kFailedPrecondition, "{}: committed twice", context_);
   if (!target_.direct) {
-    COBALT_CHECK_ARG(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_.path,
-                     errno_text(errno));
+    COBALT_CHECK_IO(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_.path,
+                    errno_text(errno));
   }
   const int rc = ::close(fd_);  // close can report deferred write errors
   fd_ = -1;
-  COBALT_CHECK_ARG(rc == 0, "{}: cannot close {}: {}", context_, target_.path, errno_text(errno));
+  COBALT_CHECK_IO(rc == 0, "{}: cannot close {}: {}", context_, target_.path, errno_text(errno));
   if (!target_.direct) {
-    COBALT_CHECK_ARG(::rename(tmp_path_.c_str(), target_.path.c_str()) == 0,
-                     "{}: cannot replace {}: {}", context_, target_.path, errno_text(errno));
+    COBALT_CHECK_IO(::rename(tmp_path_.c_str(), target_.path.c_str()) == 0,
+                    "{}: cannot replace {}: {}", context_, target_.path, errno_text(errno));
   }
   committed_ = true;
 }

@@ -132,9 +132,9 @@ TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& ent
                    "data section; file truncated?)",
                    context, shown, *begin, *end, data_size);
   COBALT_CHECK_ARG(*end - *begin == num_bytes,
-                   "{}: tensor {}: data_offsets span {} bytes but shape [{}] of {} needs {} bytes",
-                   context, shown, *end - *begin, fmt::join(info.shape, ", "),
-                   dtype_name(info.dtype), num_bytes);
+                   "{}: tensor {}: data_offsets span {} bytes but shape {} of {} needs {} bytes",
+                   context, shown, *end - *begin, shape_text(info.shape), dtype_name(info.dtype),
+                   num_bytes);
   info.begin = *begin;
   info.end = *end;
   return info;
@@ -174,6 +174,13 @@ std::optional<Dtype> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::string shape_text(std::span<const int64_t> shape) {
+  constexpr size_t kShown = 8;
+  if (shape.size() <= kShown) return fmt::format("[{}]", fmt::join(shape, ", "));
+  return fmt::format("[{}, ... ({} dimensions)]", fmt::join(shape.first(kShown), ", "),
+                     shape.size());
+}
+
 std::string printable(std::string_view text, size_t max_chars) {
   std::string out;
   for (const char c : text) {
@@ -197,9 +204,9 @@ std::string printable(std::string_view text, size_t max_chars) {
 MappedFile::MappedFile(const std::string& path, std::string_view context) {
   // O_NONBLOCK so that opening a FIFO does not hang; it is then rejected as not a regular file.
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  COBALT_CHECK_ARG(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));
+  COBALT_CHECK_IO(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));
   struct stat st {};
-  COBALT_CHECK_ARG(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", context, errno_text(errno));
+  COBALT_CHECK_IO(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", context, errno_text(errno));
   COBALT_CHECK_ARG(S_ISREG(st.st_mode), "{}: cannot open: not a regular file", context);
   COBALT_CHECK_ARG(
       st.st_size >= 0 && static_cast<uint64_t>(st.st_size) <= std::numeric_limits<size_t>::max(),
@@ -207,8 +214,8 @@ MappedFile::MappedFile(const std::string& path, std::string_view context) {
   const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) return;
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  COBALT_CHECK_ARG(mapping != MAP_FAILED, "{}: cannot map {} bytes: {}", context, size,
-                   errno_text(errno));
+  COBALT_CHECK_IO(mapping != MAP_FAILED, "{}: cannot map {} bytes: {}", context, size,
+                  errno_text(errno));
   data_ = static_cast<const std::byte*>(mapping);
   size_ = size;
 }
@@ -251,6 +258,10 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
                    context, file.size());
   uint64_t header_len = 0;
   std::memcpy(&header_len, file.data(), sizeof(header_len));
+  COBALT_CHECK_ARG(file.size() >= 10,
+                   "{}: header: file is {} bytes, too short for a header (header length {}; a "
+                   "safetensors file holds the 8-byte length and a JSON header of >= 2 bytes)",
+                   context, file.size(), header_len);
   const uint64_t max_len = std::min<uint64_t>(file.size() - 8, kMaxSafetensorsHeaderBytes);
   COBALT_CHECK_ARG(header_len >= 2 && header_len <= max_len,
                    "{}: header: header length {} out of range (valid range [2, {}] for a {}-byte "

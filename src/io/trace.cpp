@@ -29,10 +29,6 @@ constexpr int64_t kChunkRows = int64_t{1} << 15;
 
 std::string context_of(const std::string& path) { return "trace " + printable(path, 200); }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
-
 // A metadata value that must be an int in [1, max_value] (decimal digits). nullopt when absent and
 // optional.
 std::optional<int> metadata_int(const std::map<std::string, std::string>& metadata,

@@ -1,6 +1,8 @@
 // Port of DeepSeek-EPLB's eplb.py (see the header for the arithmetic and tie rules).
 #include "cobalt/plan/eplb.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -8,6 +10,7 @@
 #include <queue>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -261,6 +264,14 @@ EplbResult rebalance_experts(std::span<const double> weight, int num_layers, int
   out.phy2log = h.phy2log;
   out.phy_rank = h.phy_rank;
   out.logcnt = h.logcnt;
+  // log2phy is [L, E, max_replicas]: with many replicas of one expert it outgrows everything else
+  // (the number is known only now). Refused with a one-line error rather than left to the OOM
+  // killer; the assignment above is unchanged.
+  require_memory(4.0 * num_layers * num_experts * out.max_replicas,
+                 fmt::format("eplb: log2phy of {} layers x {} experts x {} replicas of the most "
+                             "replicated expert",
+                             num_layers, num_experts, out.max_replicas),
+                 "lower --replicas");
   out.log2phy.assign(static_cast<size_t>(num_layers) * num_experts * out.max_replicas, -1);
   for (int l = 0; l < num_layers; ++l) {
     for (int p = 0; p < num_replicas; ++p) {

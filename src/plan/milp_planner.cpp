@@ -514,8 +514,13 @@ MilpResult solve_global_milp(const GlobalPlanInput& input, const MilpOptions& op
     const std::string why = check_node_plan(input, *options.warm_start);
     COBALT_CHECK_ARG(why.empty(), "milp: warm start is not a valid plan: {}", why);
   }
-  const double hard_timeout =
-      options.hard_timeout_s > 0 ? options.hard_timeout_s : options.time_limit_s * 1.5 + 5.0;
+  // Saturated: a deadline past the clock's range (time limits of ~1e10 s and more) would overflow
+  // the conversion to Clock::duration (signed 64-bit nanoseconds, ~292 years); 10^8 s (~3 years)
+  // is "no deadline" for any solve.
+  constexpr double kMaxWaitSeconds = 1e8;
+  const double hard_timeout = std::min(
+      options.hard_timeout_s > 0 ? options.hard_timeout_s : options.time_limit_s * 1.5 + 5.0,
+      kMaxWaitSeconds);
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(hard_timeout));
 

@@ -15,6 +15,11 @@
 
 namespace cobalt::assign {
 
+// The largest top-k the node cover (and so assign_node_cover, assign_balanced_cover and the
+// cobalt / cobalt+ policies) takes: the subset DP indexes a token's uncovered experts with 16-bit
+// sets. A larger top-k is refused with kInvalidArgument.
+inline constexpr int kMaxNodeCoverTopK = 16;
+
 enum class CoverSearch {
   kMaskEnumeration,  // the paper's enumeration of (N-1)-bit node masks, O(2^(N-1)) per token
   kSubsetDp,         // exact DP over subsets of the <= K uncovered experts, O(2^|U_t| * covers)

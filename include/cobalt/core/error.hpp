@@ -28,6 +28,19 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
+// A failed operating-system file operation (open, stat, map, read, write, sync, rename): an Error
+// with code kInvalidArgument (as such failures always were, so callers and the Python mapping are
+// unchanged) that callers can tell apart by its type, e.g. to report it as an I/O error.
+class IoError : public Error {
+ public:
+  explicit IoError(std::string message) : Error(ErrorCode::kInvalidArgument, std::move(message)) {}
+};
+
+template <typename... Args>
+[[noreturn]] void fail_io(fmt::format_string<Args...> format, Args&&... args) {
+  throw IoError(fmt::format(format, std::forward<Args>(args)...));
+}
+
 template <typename... Args>
 [[noreturn]] void fail(ErrorCode code, fmt::format_string<Args...> format, Args&&... args) {
   throw Error(code, fmt::format(format, std::forward<Args>(args)...));
@@ -41,6 +54,14 @@ template <typename... Args>
     if (!(cond)) [[unlikely]] {                               \
       ::cobalt::fail(::cobalt::ErrorCode::code, __VA_ARGS__); \
     }                                                         \
+  } while (0)
+
+// COBALT_CHECK_IO(cond, "fmt", args...): throws cobalt::IoError(message) when cond is false.
+#define COBALT_CHECK_IO(cond, ...)    \
+  do {                                \
+    if (!(cond)) [[unlikely]] {       \
+      ::cobalt::fail_io(__VA_ARGS__); \
+    }                                 \
   } while (0)
 
 // Shorthands for the two common cases.

@@ -98,6 +98,10 @@ const ModelPreset& model_preset(std::string_view name);
 std::optional<std::string> guess_model_preset(std::string_view model_metadata, int num_experts,
                                               int top_k);
 
+// The largest CostParams::planner_time_scale (a host 1000x slower than this one): larger factors
+// only overflow modelled times to infinity.
+inline constexpr double kMaxPlannerTimeScale = 1000.0;
+
 struct CostParams {
   // Hardware.
   double nvlink_bytes_per_s = 900e9;
@@ -119,8 +123,9 @@ struct CostParams {
   // weights, m and v = 12 bytes per parameter = 6 x the 2 BF16 bytes.
   double optimizer_factor = 6.0;
   // Planning.
-  double planner_time_scale = 1.0;  // multiplies measured planner wall time (0 ignores it)
-  double planner_overlap = 0.0;     // in [0, 1]: part of the measured planner time hidden
+  // Multiplies measured planner wall time (0 ignores it), in [0, kMaxPlannerTimeScale].
+  double planner_time_scale = 1.0;
+  double planner_overlap = 0.0;  // in [0, 1]: part of the measured planner time hidden
 
   // Throws kInvalidArgument naming the field when a value is out of range.
   void validate() const;

@@ -94,6 +94,27 @@ struct SimulationResult {
   std::vector<PolicyResult> policies;
 };
 
+// Throws kInvalidArgument when options.policies holds a policy that cannot replay a token source
+// of the configured top-k (see policy_max_top_k), before any policy runs.
 SimulationResult simulate(const StepSource& source, const SimulationOptions& options);
+
+// The largest top-k `policy` replays from per-token routing: assign::kMaxNodeCoverTopK (16) for
+// cobalt and cobalt+ (Algorithm 1's node cover), no limit (INT_MAX) for the others. Load-only
+// replays have no such limit (the token-level policies are skipped there).
+int policy_max_top_k(const std::string& policy);
+
+// The policies of `policies` whose top-k limit is below `top_k` (empty when all can replay it).
+std::vector<std::string> policies_over_top_k(const std::vector<std::string>& policies, int top_k);
+
+// An estimate of the memory simulate(source, options) holds at its peak, in bytes, for an up-front
+// check (core/memory.hpp): every policy is built before the replay and kept to its end, and cobalt
+// and cobalt+ keep routing statistics per layer: the E x E EMA co-activation matrix (double) and
+// its int64 count scratch, 16 E^2 bytes a layer, plus with async planning a plan snapshot per layer
+// in flight (8 E^2). Left out: per-step work (one batch, its exec ranks), the other policies'
+// O(G S + E) state per layer, the workload itself and a --dump (DumpWriter::memory_bytes).
+// `breakdown`, when given, receives a one-line account ("cobalt 3.1 GiB, cobalt+ 3.1 GiB: 200
+// layers x E^2 = 1024^2 statistics").
+double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
+                               std::string* breakdown = nullptr);
 
 }  // namespace cobalt::eval

@@ -57,10 +57,12 @@ struct TimedOperation {
 // kernel over the same bytes), stats_update, plan_heuristic, pack_ranks, assign (the AVX-512
 // kernel where the CPU has it), assign_portable (the same call on the portable loop; the run throws
 // kInternal if its ranks differ), rebalance (from the replica task counts of that assignment),
-// assign_balanced, dispatch_layout, demand_matrix, topoep_solve; then cobalt_plan_step,
-// cobalt_step, cobalt+_plan_step, cobalt+_step, topoep_step. Throws cobalt::Error for invalid
+// assign_balanced, dispatch_layout, dispatch_fresh, demand_matrix, topoep_solve; then
+// cobalt_plan_step, cobalt_step, cobalt+_plan_step, cobalt+_step, topoep_step
+// (kNumTimedOperations rows; on_operation is called once per row). Throws cobalt::Error for invalid
 // options (validate) and whatever the calls throw (e.g. kFailedPrecondition when the replica budget
 // cannot hold the experts).
+inline constexpr int kNumTimedOperations = 17;
 std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
                                                  const StepTimingOptions& options);
 

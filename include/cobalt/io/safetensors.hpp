@@ -32,6 +32,9 @@ std::optional<Dtype> parse_dtype(std::string_view name);
 
 // Printable, single-line, length-capped rendering of an untrusted string for error messages.
 std::string printable(std::string_view text, size_t max_chars = 80);
+// A tensor shape for error messages: "[2, 8, 4]"; a shape of more than 8 dimensions (a header may
+// declare millions) is cut: "[1, 1, 1, 1, 1, 1, 1, 1, ... (20000000 dimensions)]".
+std::string shape_text(std::span<const int64_t> shape);
 
 // Read-only, private memory mapping of a whole regular file. Movable, not copyable.
 class MappedFile {

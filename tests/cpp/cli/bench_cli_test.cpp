@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cobalt/eval/step_timing.hpp"
 #include "cobalt/io/trace.hpp"
 #include "testing/cli.hpp"
 #include "testing/random_inputs.hpp"
@@ -33,7 +34,7 @@ TEST_F(BenchCli, PrintsAndWritesEveryOperation) {
   EXPECT_EQ(doc["rho"].get<double>(), 0.5);
   EXPECT_EQ(doc["steps"].get<int>(), 3);
   EXPECT_EQ(doc["tokens_per_step"].get<int64_t>(), 2048);
-  ASSERT_EQ(doc["operations"].size(), 17u);
+  ASSERT_EQ(doc["operations"].size(), static_cast<size_t>(eval::kNumTimedOperations));
   for (const auto& op : doc["operations"]) {
     const std::string name = op["name"].get<std::string>();
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
@@ -93,6 +94,66 @@ TEST_F(BenchCli, AStepWithoutTokensIsAUsageError) {
   EXPECT_NE(r.err.find("step 1 of layer 0 holds no tokens; choose a --step in [0, 3)"),
             std::string::npos)
       << r.err;
+}
+
+// The progress bar (on when stderr is a terminal, or with COBALT_PROGRESS=1) counted 15 rows of
+// 17: past 100% it built a string of negative length and the run failed with
+// "basic_string::_M_create".
+TEST_F(BenchCli, ProgressBarRunsToOneHundredPercent) {
+  const auto r = testing::run_shell(std::string("COBALT_PROGRESS=1 '") + COBALT_CLI_PATH +
+                                        "' bench --preset uniform --steps 2 --tokens-per-step 256 "
+                                        "--cluster 2x2 --reps 1",
+                                    dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("bench [####################] 100%"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("101%"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("error"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("topoep_step"), std::string::npos) << r.out;
+}
+
+// Algorithm 1 takes top-k <= 16: refused before the first row, not after timing half of them.
+TEST_F(BenchCli, TopKAboveSixteenIsRefusedUpFront) {
+  io::TraceData d;
+  d.num_experts = 64;
+  d.top_k = 20;
+  d.num_layers = 1;
+  d.num_tokens = 8;
+  for (int t = 0; t < 8; ++t) {
+    for (int k = 0; k < 20; ++k) d.topk_ids.push_back((t + 3 * k) % 64);
+  }
+  io::write_trace(path("k20.safetensors"), d);
+  const auto r = run("bench --trace " + path("k20.safetensors") + " --cluster 2x2 --reps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("top-k 20 out of range [1, 16]"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// The cobalt rows hold statistics for layers 0..--layer (16 E^2 bytes a layer, and a fresh policy
+// built before the last is freed): a deep layer of a wide trace took gigabytes unchecked.
+TEST_F(BenchCli, DeepLayersOfAWideTraceAreCheckedAgainstTheMemoryBudget) {
+  io::TraceData d;
+  d.num_experts = 1024;
+  d.top_k = 1;
+  d.num_layers = 4;
+  d.num_tokens = 4;
+  for (int i = 0; i < 16; ++i) d.topk_ids.push_back(i * 37 % 1024);
+  io::write_trace(path("wide.safetensors"), d);
+  auto bench = [&](int layer) {
+    return testing::run_shell("COBALT_MEMORY_LIMIT=50M '" + std::string(COBALT_CLI_PATH) +
+                                  "' bench --trace " + path("wide.safetensors") +
+                                  " --cluster 2x2 --reps 1 --layer " + std::to_string(layer),
+                              dir_);
+  };
+  const auto deep = bench(3);
+  EXPECT_EQ(deep.exit_code, 1) << deep.err;
+  EXPECT_NE(deep.err.find("4 layers x 1024 x 1024 experts needs 96 MiB, above the memory budget "
+                          "of 50 MiB"),
+            std::string::npos)
+      << deep.err;
+  EXPECT_NE(deep.err.find("choose a lower --layer"), std::string::npos) << deep.err;
+  EXPECT_TRUE(deep.out.empty()) << deep.out;
+  EXPECT_EQ(bench(0).exit_code, 0);
 }
 
 TEST_F(BenchCli, LoadOnlyTraceIsAUsageError) {

@@ -84,6 +84,45 @@ TEST_F(EplbCli, BadInputExitCodes) {
           "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot open weights file"), std::string::npos) << r.err;
+  // A directory was read as a file: "basic_filebuf::underflow error reading the file".
+  r = run("eplb --weights '" + dir_.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("weights file '" + dir_.string() + "' is a directory (give a JSON file)"),
+            std::string::npos)
+      << r.err;
+}
+
+// The output grows with --replicas (phy2log [L, R], log2phy [L, E, most replicas of one expert]):
+// checked against the memory budget instead of building it and being killed; the JSON is
+// streamed, byte for byte what the JSON library wrote.
+TEST_F(EplbCli, ReplicaCountsBeyondTheMemoryBudgetAreRefused) {
+  const auto weights = write("w.json", kReadmeWeights);
+  const std::string w = "--weights '" + weights.string() + "'";
+  const auto ok = run("eplb " + w + " --replicas 16 --groups 4 --nodes 2 --gpus 8");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out, nlohmann::json::parse(ok.out).dump() + "\n");
+  const auto r =
+      testing::run_shell("COBALT_MEMORY_LIMIT=64M '" + std::string(COBALT_CLI_PATH) + "' eplb " +
+                             w + " --replicas 8388608 --groups 4 --nodes 2 --gpus 8192",
+                         dir_);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("eplb: 2 layers x 8388608 replicas needs 768 MiB"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("lower --replicas"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty());
+  // One expert with all the load: log2phy holds E x (R - E + 1) ids, checked once known.
+  std::string loads = "[[1";
+  for (int e = 1; e < 64; ++e) loads += ",0";
+  const auto hot = write("hot.json", loads + "]]");
+  const auto h = testing::run_shell("COBALT_MEMORY_LIMIT=128M '" + std::string(COBALT_CLI_PATH) +
+                                        "' eplb --weights '" + hot.string() +
+                                        "' --replicas 1048576 --groups 1 --nodes 1 --gpus 8192",
+                                    dir_);
+  EXPECT_EQ(h.exit_code, 1) << h.err;
+  EXPECT_NE(h.err.find("eplb: log2phy of 1 layers x 64 experts x 1048513 replicas of the most "
+                       "replicated expert needs 256 MiB"),
+            std::string::npos)
+      << h.err;
 }
 
 }  // namespace

@@ -100,6 +100,8 @@ TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
                                plan + "--seed 3 --out '" + path("p.json") + "'",
                            dir_);
   EXPECT_EQ(r.exit_code, 1) << r.err;
+  // An I/O failure, not an "invalid argument".
+  EXPECT_NE(r.err.find("cobalt: I/O error: --out: cannot write"), std::string::npos) << r.err;
   EXPECT_EQ(read_file(path("p.json")), before);
   for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
     EXPECT_NE(entry.path().filename().string().rfind(".cobalt-", 0), 0u)

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,18 @@ namespace fs = std::filesystem;
 using testing::read_file;
 using testing::RunResult;
 using CliTest = testing::CliTest;
+
+// A small load-only trace (counts [S, L, R, E] = [2, 1, 4, 8]).
+io::TraceData testing_load_only() {
+  io::TraceData d;
+  d.num_experts = 8;
+  d.top_k = 2;
+  d.num_layers = 1;
+  d.num_sources = 4;
+  d.num_count_steps = 2;
+  for (int i = 0; i < 2 * 4 * 8; ++i) d.counts.push_back(i % 5);
+  return d;
+}
 
 // One line: text followed by exactly one newline.
 bool is_one_line(const std::string& text) {
@@ -189,6 +202,77 @@ TEST_F(CliTest, DeclaredSizesBeyondMemoryAreRefusedUpFront) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(is_one_line(r.err)) << r.err;
   EXPECT_NE(r.err.find("needs 64.0 GiB"), std::string::npos) << r.err;
+}
+
+// Messages the fuzzer found unclear: a 20-million-dimension shape printed in full (60 MB on one
+// line), "valid range [2, 0]" for an 8-byte file, "not of the form NxM" for a number too large,
+// "give exactly one of --trace or --preset" for --trace "".
+TEST_F(CliTest, ClearMessagesForOddInputs) {
+  // A topk_ids entry whose shape has 100000 dimensions.
+  std::string shape = "[1";
+  for (int i = 1; i < 100000; ++i) shape += ",1";
+  shape += "]";
+  const std::string header =
+      "{\"__metadata__\":{\"format\":\"cobalt-trace\",\"version\":\"1\",\"num_experts\":\"8\","
+      "\"top_k\":\"1\"},\"topk_ids\":{\"dtype\":\"I32\",\"shape\":" +
+      shape + ",\"data_offsets\":[0,4]}}";
+  std::string file(8, '\0');
+  const uint64_t len = header.size();
+  std::memcpy(file.data(), &len, 8);
+  file += header + std::string(4, '\0');
+  std::ofstream(path("wide.safetensors"), std::ios::binary) << file;
+  auto r = run("trace info '" + path("wide.safetensors") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(is_one_line(r.err));
+  EXPECT_LT(r.err.size(), 500u) << r.err.substr(0, 500);
+  EXPECT_NE(r.err.find("[1, 1, 1, 1, 1, 1, 1, 1, ... (100000 dimensions)]"), std::string::npos)
+      << r.err.substr(0, 500);
+
+  std::ofstream(path("eight.safetensors"), std::ios::binary) << std::string(8, '\0');
+  r = run("trace info '" + path("eight.safetensors") + "'");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.err.find("[2, 0]"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("file is 8 bytes, too short for a header"), std::string::npos) << r.err;
+
+  r = run("simulate --preset uniform --cluster 4294967298x1");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("nodes 4294967298 out of range [1, 64]"), std::string::npos) << r.err;
+  r = run("simulate --preset uniform --cluster 2x99999999999");
+  EXPECT_NE(r.err.find("ranks per node 99999999999 out of range [1, 8192]"), std::string::npos)
+      << r.err;
+
+  for (const char* args : {"simulate --trace ''", "bench --trace ''", "plan --trace ''"}) {
+    r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("--trace: empty path"), std::string::npos) << args << "\n" << r.err;
+  }
+  r = run("simulate --preset ''");
+  EXPECT_NE(r.err.find("--preset: empty name"), std::string::npos) << r.err;
+
+  // A load-only trace is a usage error in plan, as in bench (it was a failed precondition).
+  io::write_trace(path("counts.safetensors"), testing_load_only());
+  r = run("plan --trace '" + path("counts.safetensors") + "' --cluster 2x2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("plan: the trace is load-only"), std::string::npos) << r.err;
+
+  // CBC's time limit: (0, 1e6] seconds (1e10 overflowed the watchdog's deadline).
+  r =
+      run("plan --preset uniform --steps 2 --tokens-per-step 256 --cluster 2x2 --backend milp "
+          "--experts 4 --time-limit 1e10");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--time-limit: value 1e10 out of range (0, 1000000]"), std::string::npos)
+      << r.err;
+}
+
+// A failed write to standard output exits 1 (README), --help and --version included.
+TEST_F(CliTest, HelpToAFullDeviceFails) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  for (const char* args : {"--help", "simulate --help", "--version"}) {
+    const auto r = testing::run_shell(
+        "('" + std::string(COBALT_CLI_PATH) + "' " + args + " > /dev/full)", dir_);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("cannot write to standard output"), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(CliTest, HelpExitsZero) {

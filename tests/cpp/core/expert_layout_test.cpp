@@ -89,6 +89,39 @@ TEST(ExpertLayout, SlotBudgets) {
   }
 }
 
+// The rho a too-small budget suggests works when passed back: 2/7 = 0.28571... was printed as
+// 0.2857, which is too small (7 experts on 3 ranks need 3 slots); it is rounded up now.
+TEST(ExpertLayout, SuggestedRhoIsEnough) {
+  try {
+    slots_for_rho(7, 3, 0.0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("need rho >= 0.2858"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slots_for_rho(7, 3, 0.2858), 3);
+  int checked = 0;
+  for (int experts = 1; experts <= 120; ++experts) {
+    for (int ranks = 1; ranks <= 40; ++ranks) {
+      try {
+        slots_for_rho(experts, ranks, 0.0);
+      } catch (const Error& e) {
+        const std::string message = e.what();
+        const size_t at = message.find("need rho >= ");
+        ASSERT_NE(at, std::string::npos) << message;
+        const double suggested = std::stod(message.substr(at + 12));
+        EXPECT_GE(static_cast<int64_t>(slots_for_rho(experts, ranks, suggested)) * ranks, experts)
+            << message;
+        // And it is the smallest such 4-decimal value.
+        if (suggested >= 1e-4) {
+          EXPECT_THROW(slots_for_rho(experts, ranks, suggested - 1e-4), Error) << message;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(ExpertLayout, DiffCountsIntraAndCrossNodeMoves) {
   auto from = small_layout();
   // New layout: rank 1 gains expert 1 (held on rank 0, same node: intra), rank 3 gains expert 2

@@ -5,11 +5,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cobalt/io/safetensors.hpp"
 #include "cobalt/io/trace.hpp"
@@ -264,6 +268,302 @@ TEST_F(SimulateCli, LoadOnlyTraceSkipsTokenLevelPolicies) {
   EXPECT_TRUE(j["policies"][0]["cross_node_tokens"].is_null());
   EXPECT_TRUE(j["policies"][0]["imbalance_mean"].is_number());
   EXPECT_TRUE(j["policies"][1].contains("skipped"));
+}
+
+// Every (name, content) of the regular files in `dir`, and the names of hidden entries there.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.is_regular_file()) out[entry.path().filename().string()] = read_file(entry.path());
+  }
+  return out;
+}
+
+std::vector<std::string> leftovers(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("cobalt") != std::string::npos && name[0] == '.') out.push_back(name);
+  }
+  return out;
+}
+
+bool can_create_in(const std::string& dir) {
+  const std::string probe = dir + "/cobalt-probe-file";
+  const bool ok = static_cast<bool>(std::ofstream(probe));
+  std::error_code ec;
+  fs::remove(probe, ec);
+  return ok;
+}
+
+// A planner time scale of 1e308 made modelled times infinite: the table printed 300-digit
+// numbers and the report's axis ticks dereferenced an empty vector (segfault). The scale is
+// bounded now, and at its top the table and the report stay finite.
+TEST_F(SimulateCli, PlannerTimeScaleIsBoundedAndReportsStayFinite) {
+  const std::string base =
+      "simulate --preset uniform --steps 3 --tokens-per-step 256 --cluster 2x2 ";
+  const auto huge = run(base + "--planner-time-scale 1e308 --report " + path("x.html"));
+  EXPECT_EQ(huge.exit_code, 2) << huge.err;
+  EXPECT_NE(huge.err.find("--planner-time-scale: value 1e308 out of range [0, 1000]"),
+            std::string::npos)
+      << huge.err;
+  EXPECT_TRUE(huge.out.empty()) << huge.out;
+  EXPECT_FALSE(fs::exists(dir_ / "x.html"));
+  const auto top = run(base + "--planner-time-scale 1000 --report " + path("x.html"));
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  std::istringstream lines(top.out);
+  for (std::string line; std::getline(lines, line);) {
+    EXPECT_LT(line.size(), 200u) << line;
+    EXPECT_EQ(line.find("inf"), std::string::npos) << line;
+    EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  }
+  const std::string html = read_file(dir_ / "x.html");
+  for (const char* bad : {"\"nan", "\"inf", "\"-nan", "\"-inf", ",nan", ",inf"}) {
+    EXPECT_EQ(html.find(bad), std::string::npos) << bad;
+  }
+}
+
+// --dump DIR replaced DIR/routing.safetensors even when it was the input trace, and any user
+// file named like a dump file; --json / --report could name the same file as each other or as a
+// dump file. All are refused before the run now, and nothing is touched.
+TEST_F(SimulateCli, DumpNeverReplacesTheInputTraceOrAnotherFile) {
+  const std::string gen = "trace gen --preset uniform --steps 2 --tokens-per-step 64 --out ";
+  fs::create_directories(dir_ / "d");
+  ASSERT_EQ(run(gen + path("d/routing.safetensors")).exit_code, 0);
+  const std::string trace_bytes = read_file(dir_ / "d" / "routing.safetensors");
+  const std::string sim = "simulate --cluster 2x2 --policies static ";
+  auto expect_refused = [&](const std::string& args, const std::string& words) {
+    const auto r = run(sim + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;  // refused before the run
+  };
+  // The trace itself, through a hard link and through a symlink.
+  expect_refused("--trace " + path("d/routing.safetensors") + " --dump " + path("d"),
+                 "is the input trace");
+  fs::create_directories(dir_ / "h");
+  fs::create_hard_link(dir_ / "d" / "routing.safetensors", dir_ / "h" / "routing.safetensors");
+  expect_refused("--trace " + path("d/routing.safetensors") + " --dump " + path("h"),
+                 "is the input trace");
+  fs::create_directories(dir_ / "s");
+  fs::create_symlink(dir_ / "d" / "routing.safetensors", dir_ / "s" / "routing.safetensors");
+  expect_refused("--trace " + path("d/routing.safetensors") + " --dump " + path("s"),
+                 "is the input trace");
+  EXPECT_EQ(read_file(dir_ / "d" / "routing.safetensors"), trace_bytes);
+  // A user's file named like a policy's dump file.
+  fs::create_directories(dir_ / "u");
+  std::ofstream(dir_ / "u" / "static.safetensors") << "mine";
+  const std::string preset = "--preset uniform --steps 2 --tokens-per-step 64 ";
+  expect_refused(preset + "--dump " + path("u"), "is not an earlier cobalt dump");
+  EXPECT_EQ(read_file(dir_ / "u" / "static.safetensors"), "mine");
+  // A regular file as the dump directory: a usage error like --json DIR.
+  expect_refused(preset + "--dump " + path("u/static.safetensors"), "is not a directory");
+  // Outputs that are the same file, or a dump file.
+  expect_refused(preset + "--json " + path("o.json") + " --report " + path("o.json"),
+                 "are the same file");
+  expect_refused(preset + "--report " + path("x") + " --dump " + path("x"),
+                 "is the --dump directory");
+  expect_refused(preset + "--json " + path("e/static.safetensors") + " --dump " + path("e"),
+                 "does not exist");
+  fs::create_directories(dir_ / "e");
+  expect_refused(preset + "--json " + path("e/static.safetensors") + " --dump " + path("e"),
+                 "writes a file of that name");
+  EXPECT_FALSE(fs::exists(dir_ / "o.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "x"));
+  // /dev/stdout twice is fine (written in place, in order).
+  const auto both = run(sim + preset + "--json /dev/stdout --report /dev/stdout");
+  EXPECT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.out.find("\"best_policy\""), std::string::npos);
+  EXPECT_NE(both.out.find("<svg"), std::string::npos);
+}
+
+// A run that fails part-way (here: a file size limit hit by the first policy's file) leaves an
+// earlier dump exactly as it was, creates no new directory, and leaves no temporary directory.
+TEST_F(SimulateCli, AFailedRunKeepsTheEarlierDumpWhole) {
+  // 200 one-token steps on 2x4 with 12 slots per rank: the routing file is ~13 KB, a policy file
+  // ~170 KB (its layouts), so a 30-60 KB limit (60 blocks: 512 bytes in dash, 1 KiB in bash)
+  // fails the run after the routing file was written.
+  const std::string base =
+      "simulate --preset uniform --steps 200 --tokens-per-step 1 --cluster 2x4 "
+      "--policies static,cobalt ";
+  ASSERT_EQ(run(base + "--dump " + path("d")).exit_code, 0);
+  const auto before = files_of(dir_ / "d");
+  ASSERT_EQ(before.size(), 3u);
+  EXPECT_EQ(fs::status(dir_ / "d").permissions() & fs::perms::others_read,
+            fs::perms::others_read);  // a new dump directory has the usual permissions
+  auto failing = [&](const std::string& dump) {
+    return run_shell("ulimit -f 60; trap '' XFSZ; '" + std::string(COBALT_CLI_PATH) + "' " + base +
+                         "--seed 7 --dump " + dump,
+                     dir_);
+  };
+  const auto r = failing(path("d"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("I/O error"), std::string::npos) << r.err;
+  EXPECT_EQ(files_of(dir_ / "d"), before);
+  EXPECT_TRUE(leftovers(dir_ / "d").empty());
+  const auto fresh = failing(path("new"));
+  EXPECT_EQ(fresh.exit_code, 1) << fresh.err;
+  EXPECT_FALSE(fs::exists(dir_ / "new"));
+  EXPECT_TRUE(leftovers(dir_).empty());
+  // And a complete run replaces the dump (its routing differs with the seed).
+  ASSERT_EQ(run(base + "--seed 7 --dump " + path("d")).exit_code, 0);
+  const auto after = files_of(dir_ / "d");
+  EXPECT_EQ(after.size(), 3u);
+  EXPECT_NE(after.at("routing.safetensors"), before.at("routing.safetensors"));
+  EXPECT_TRUE(leftovers(dir_ / "d").empty());
+}
+
+// The per-layer statistics of cobalt and cobalt+ (16 E^2 bytes a layer each) were checked one
+// matrix at a time: a 3.5 KB trace with L = 200, E = 1024 took 6.7 GB. The whole run's estimate
+// is checked against the budget (COBALT_MEMORY_LIMIT here) before anything is allocated.
+TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
+  io::TraceData d;
+  d.num_experts = 1024;
+  d.top_k = 1;
+  d.num_layers = 4;
+  d.num_tokens = 4;
+  for (int i = 0; i < 16; ++i) d.topk_ids.push_back(i * 37 % 1024);
+  d.step_offsets = {0, 1, 2, 3, 4};
+  io::write_trace(path("wide.safetensors"), d);
+  const std::string sim = "simulate --trace " + path("wide.safetensors") + " --cluster 2x2 ";
+  auto limited = [&](const std::string& limit, const std::string& args) {
+    return run_shell(
+        "COBALT_MEMORY_LIMIT=" + limit + " '" + std::string(COBALT_CLI_PATH) + "' " + args, dir_);
+  };
+  const auto r = limited("100M", sim + "--json " + path("o.json"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cobalt, cobalt+ 64 MiB each: 4 layers x 1024 x 1024 statistics"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("needs 128 MiB, above the memory budget of 100 MiB (COBALT_MEMORY_LIMIT)"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("--policies"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_FALSE(fs::exists(dir_ / "o.json"));
+  // One of the two fits.
+  EXPECT_EQ(limited("100M", sim + "--policies static,cobalt").exit_code, 0);
+  // A generated workload is checked before it is generated.
+  const auto gen = limited("1M", "simulate --preset uniform --steps 100 --tokens-per-step 10000");
+  EXPECT_EQ(gen.exit_code, 1) << gen.err;
+  EXPECT_NE(gen.err.find("the generated trace (2 layers x 100 steps x 10000 tokens x top-8)"),
+            std::string::npos)
+      << gen.err;
+  const auto trace_gen = limited("1M",
+                                 "trace gen --preset uniform --steps 100 --tokens-per-step "
+                                 "10000 --out " +
+                                     path("t.st"));
+  EXPECT_EQ(trace_gen.exit_code, 1) << trace_gen.err;
+  EXPECT_FALSE(fs::exists(dir_ / "t.st"));
+  const auto bad = limited("lots", sim);
+  EXPECT_EQ(bad.exit_code, 1) << bad.err;
+  EXPECT_NE(bad.err.find("COBALT_MEMORY_LIMIT 'lots' is not a memory size"), std::string::npos)
+      << bad.err;
+}
+
+// CLI11 reads integers with strtoll(..., 0): "--steps 010" was octal 8, "--seed 010" seed 8 and
+// "--steps 08" an error. Integer options are decimal now.
+TEST_F(SimulateCli, IntegerOptionsAreDecimal) {
+  const std::string base =
+      "simulate --preset uniform --tokens-per-step 64 --cluster 2x2 "
+      "--policies static --json " +
+      path("o.json") + " ";
+  ASSERT_EQ(run(base + "--steps 010 --seed 010").exit_code, 0);
+  EXPECT_EQ(json("o.json")["scenario"]["num_steps"], 10);
+  EXPECT_EQ(json("o.json")["scenario"]["seed"], 10);
+  ASSERT_EQ(run(base + "--steps 08 --seed +09").exit_code, 0);
+  EXPECT_EQ(json("o.json")["scenario"]["num_steps"], 8);
+  EXPECT_EQ(json("o.json")["scenario"]["seed"], 9);
+  for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--steps 0x10", "--steps: value '0x10' is not a decimal integer (valid range [1, "},
+           {"--steps 1e3", "not a decimal integer"},
+           {"--steps ' 5'", "not a decimal integer"},
+           {"--seed -1", "--seed: value -1 out of range [0, 2^64 - 1]"},
+           {"--threads 1e9",
+            "--threads: value '1e9' is not a decimal integer (valid range [1, "
+            "1024])"},
+           {"--threads 9999999999", "--threads: value 9999999999 out of range [1, 1024]"},
+           {"--layers 5000", "--layers: value 5000 out of range [1, 4096]"}}) {
+    const auto r = run(base + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
+// An all-zero load-only trace was replayed (exit 0, every policy at imbalance 1.000): refused
+// like a token trace without measured tokens. `trace info` said "pass --ranks G" with G known.
+TEST_F(SimulateCli, ALoadOnlyTraceOfZerosIsRefused) {
+  io::TraceData d = testing::load_only_trace(3, 4, 8, 2);
+  std::fill(d.counts.begin(), d.counts.end(), 0);
+  io::write_trace(path("zeros.safetensors"), d);
+  const auto r = run("simulate --trace " + path("zeros.safetensors") + " --cluster 2x2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("holds no tokens"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  // Zeros in the measured steps only: the usual hint.
+  io::TraceData late = testing::load_only_trace(3, 4, 8, 2);
+  std::fill(late.counts.begin() + 4 * 8, late.counts.end(), 0);  // steps 1 and 2
+  io::write_trace(path("late.safetensors"), late);
+  const auto w = run("simulate --trace " + path("late.safetensors") + " --cluster 2x2");
+  EXPECT_EQ(w.exit_code, 2) << w.err;
+  EXPECT_NE(w.err.find("the measured steps [1, 3) hold no tokens (every count is zero)"),
+            std::string::npos)
+      << w.err;
+  const auto info = run("trace info " + path("zeros.safetensors"));
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("static-EP imbalance (G=4)  n/a (no step with tokens)"),
+            std::string::npos)
+      << info.out;
+  EXPECT_EQ(info.out.find("pass --ranks"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("source locality (TV)       n/a (no tokens)"), std::string::npos)
+      << info.out;
+}
+
+// A trace with top-k > 16: static (and the rest) ran, then cobalt failed with "assignment: top-k
+// 40 out of range [1, 16]". Every requested policy is checked before any runs.
+TEST_F(SimulateCli, TopKAboveSixteenIsRefusedBeforeAnyPolicyRuns) {
+  io::TraceData d;
+  d.num_experts = 64;
+  d.top_k = 40;
+  d.num_layers = 1;
+  d.num_tokens = 16;
+  for (int t = 0; t < 16; ++t) {
+    for (int k = 0; k < 40; ++k) d.topk_ids.push_back((t + k) % 64);
+  }
+  d.step_offsets = {0, 4, 8, 12, 16};
+  io::write_trace(path("k40.safetensors"), d);
+  const auto r = run("simulate --trace " + path("k40.safetensors") + " --cluster 2x2");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("the workload has top-k 40; policy cobalt, cobalt+ replays top-k <= 16"),
+            std::string::npos)
+      << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  const auto others = run("simulate --trace " + path("k40.safetensors") +
+                          " --cluster 2x2 --policies static,topoep,eplb");
+  EXPECT_EQ(others.exit_code, 0) << others.err;
+}
+
+// Output directories that do not let us create files failed after the whole run (the table was
+// printed, then the write failed). Checked before the run now, for every command's outputs.
+TEST_F(SimulateCli, UnwritableOutputsAreRefusedBeforeTheRun) {
+  if (!fs::is_directory("/sys") || can_create_in("/sys")) GTEST_SKIP() << "/sys is writable";
+  const std::string preset = " --preset uniform --steps 2 --tokens-per-step 64 ";
+  for (const std::string& args :
+       {"simulate" + preset + "--cluster 2x2 --policies static --json /sys/x.json",
+        "simulate" + preset + "--cluster 2x2 --policies static --report /sys/x.html",
+        "simulate" + preset + "--cluster 2x2 --policies static --dump /sys/cobalt-dump",
+        "bench" + preset + "--cluster 2x2 --reps 1 --json /sys/x.json",
+        "plan" + preset + "--cluster 2x2 --out /sys/x.json",
+        "trace gen" + preset + "--out /sys/x.st"}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("cannot create files in directory /sys"), std::string::npos)
+        << args << "\n"
+        << r.err;
+    EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
+  }
 }
 
 // Headless Chromium (Debian `chromium`), skipped when absent.

@@ -390,6 +390,24 @@ TEST(MilpPlanner, ReportsInfeasible) {
   EXPECT_EQ(result.bound, -std::numeric_limits<double>::infinity());
 }
 
+// A time limit far beyond the clock's range (1e10 s: the watchdog's deadline in nanoseconds
+// overflowed int64, signed-overflow UB that on x86 put the deadline in the past, so the solve was
+// killed at once as "watchdog") is saturated: the solve runs and proves optimality.
+TEST(MilpPlanner, HugeTimeLimitsDoNotOverflowTheDeadline) {
+  const Instance inst = random_instance(11, 4, 2, 1, 2, 0.2, 3.0);
+  const GlobalPlanInput in = inst.input();
+  for (const double limit : {1e10, 1e300}) {
+    MilpOptions options;
+    options.time_limit_s = limit;
+    const MilpResult result = solve_global_milp(in, options);
+    EXPECT_EQ(result.status, "optimal") << limit;
+    EXPECT_TRUE(result.has_solution) << limit;
+  }
+  MilpOptions options;
+  options.hard_timeout_s = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(solve_global_milp(in, options).status, "optimal");
+}
+
 TEST(MilpPlanner, RejectsBadArguments) {
   const Instance inst = random_instance(51, 6, 2, 1, 3, 0.5, 1.0);
   const GlobalPlanInput in = inst.input();
