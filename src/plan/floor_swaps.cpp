@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "cobalt/core/error.hpp"
@@ -17,7 +18,7 @@ struct Candidate {
   RankId rank;
   int slot;
   ExpertId expert;
-  auto key() const { return std::tie(price, cross_node_copy, neg_count, rank, slot); }
+  auto key() const { return std::tie(price, cross_node_copy, neg_count, rank, slot, expert); }
 };
 
 void remove_rank(std::vector<RankId>& ranks, RankId r) {
@@ -66,9 +67,11 @@ class SwapSearch {
     for (ExpertId e = 0; e < num_experts; ++e) {
       holders_[e].assign(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
     }
-    // ceil((1 + tolerance) * total / G), as the spill's cap (balanced_cover.hpp).
-    target_ = static_cast<int64_t>(
-        std::ceil((1.0 + options.tolerance) * static_cast<double>(total_) / layout.num_ranks()));
+    // ceil((1 + tolerance) * total / G), as the spill's cap (balanced_cover.hpp); a tolerance so
+    // large that the cap passes every load saturates (no swap).
+    const double target =
+        std::ceil((1.0 + options.tolerance) * static_cast<double>(total_) / layout.num_ranks());
+    target_ = target < 0x1p62 ? static_cast<int64_t>(target) : std::numeric_limits<int64_t>::max();
   }
 
   int64_t total() const { return total_; }
@@ -106,10 +109,15 @@ class SwapSearch {
                                [&](RankId h) { return h / per_node == n; });
         };
         const bool cross_node_copy = on_node(e) == 0;
+        bool free_slot_listed = false;
         for (int s = 0; s < slots; ++s) {
           const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
           double price = 0;
-          if (f != kEmptySlot) {
+          if (f == kEmptySlot) {
+            // The rank's free slots are one change of the flow: only the first is a candidate.
+            if (free_slot_listed) continue;
+            free_slot_listed = true;
+          } else {
             if (holders_[f].size() < 2) continue;  // its only replica
             if (on_node(f) < 2) price = removal_cost_[static_cast<size_t>(n) * num_experts + f];
           }

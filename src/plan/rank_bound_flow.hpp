@@ -180,8 +180,9 @@ class RankBoundNetwork {
   }
 
  private:
-  // Above any count: the expert -> holder edges never limit the flow.
-  static constexpr double kUncapped = 4.5e15;
+  // 2^53, above any count (< 2^52): the expert -> holder edges never limit the flow, and their
+  // residuals stay exact integers in double.
+  static constexpr double kUncapped = 9007199254740992.0;
 
   int source() const { return num_experts_ + num_ranks_; }
   int sink() const { return num_experts_ + num_ranks_ + 1; }

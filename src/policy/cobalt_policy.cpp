@@ -227,7 +227,8 @@ class CobaltPolicy final : public Policy {
   // tokens are dispatched (TopoEP's per-microbatch solver uses it the same way); the copies are
   // charged to the step as migration. The slot loads of the experts involved are split evenly
   // over their new replicas until the next steps' counts replace them. With a cost model (priced
-  // variant) the swaps are kept only when the compute they save over P steps exceeds their copies.
+  // variant) the swaps are kept only when the compute they save in this step exceeds their copies
+  // and the gradient synchronisation they add.
   void swap_toward_floor(LayerState& st) {
     auto swapped = plan::swap_toward_floor(*st.layout, step_counts_, st.source_demand,
                                            {kSpillTolerance, kFloorSwapsPerStep, kFloorSwapChecks});

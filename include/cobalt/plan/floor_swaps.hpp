@@ -9,11 +9,11 @@
 //   1. X and its holders N(X): the source side of a minimum cut of the floor's flow at bound
 //      floor - 1 (rank_bound_flow.hpp). A swap lowers the floor only if it gives some e in X a
 //      rank r outside N(X).
-//   2. candidates (e in X, r outside N(X), slot s of r): s empty, or holding an expert f with at
-//      least two replicas. Ordered by price (0 for an empty slot or when f keeps a replica on r's
-//      node, else removal_cost[node(r), f]: the tokens of that node that now cross nodes for f),
-//      then a copy within the node (e already has a replica on r's node) before one across
-//      nodes, then the larger count of e, then r, then s.
+//   2. candidates (e in X, r outside N(X), slot s of r): s the first free slot of r, or holding
+//      an expert f with at least two replicas. Ordered by price (0 for an empty slot or when f
+//      keeps a replica on r's node, else removal_cost[node(r), f]: the tokens of that node that now
+//      cross nodes for f), then a copy within the node (e already has a replica on r's node) before
+//      one across nodes, then the larger count of e, then r, then s, then e.
 //   3. the first candidate (at most max_checks are tried) under which every task fits below the
 //      current floor (a max flow, warm-started from the flow at floor - 1) is applied, and the new
 //      floor computed (a binary search of warm-started flows). A round whose shortfall at
@@ -52,7 +52,7 @@ struct FloorSwapResult {
   int64_t floor_after = 0;         // ... on the result
 };
 
-// expert_counts: [E] tasks per expert (>= 0; cobalt+ passes its EMA expert loads, rounded).
+// expert_counts: [E] tasks per expert (>= 0; cobalt+ passes the step's own counts).
 // removal_cost: [N, E] >= 0, the price of taking e's last replica off node n (cobalt+: the EMA
 // tokens from node n's ranks choosing e). Throws kInvalidArgument when sizes disagree with the
 // layout, a count or cost is negative or not finite, or an option is out of range.

@@ -267,6 +267,25 @@ TEST(FloorSwaps, StopsAtTheTarget) {
                   .swaps.empty());
 }
 
+TEST(FloorSwaps, ExtremeCountsAndTolerances) {
+  // Counts up to the documented 2^52 in all: the warm-started flow routes them like the reference.
+  const Topology topo(1, 2);
+  const ExpertLayout layout(topo, 2, 2, {0, 1, kEmptySlot, kEmptySlot});
+  const std::vector<double> costs(2, 0.0);
+  const std::vector<int64_t> huge = {(int64_t{1} << 52) - 5, 5};
+  const auto fast = swap_toward_floor(layout, huge, costs, {0.0, 1, 64});
+  const auto reference = swap_toward_floor_reference(layout, huge, costs, {0.0, 1, 64});
+  EXPECT_EQ(fast.floor_before, int64_t{1} << 52);  // both experts on rank 0
+  EXPECT_EQ(fast.floor_after, int64_t{1} << 51);
+  EXPECT_EQ(fast.floor_after, reference.floor_after);
+  ASSERT_EQ(fast.swaps.size(), 1u);
+  EXPECT_EQ(fast.layout, reference.layout);
+  // A tolerance whose cap passes every load: nothing to do (the cap saturates, no overflow).
+  const std::vector<int64_t> skewed = {30, 1};
+  EXPECT_TRUE(swap_toward_floor(layout, skewed, costs, {1e300, 4, 64}).swaps.empty());
+  EXPECT_TRUE(swap_toward_floor_reference(layout, skewed, costs, {1e300, 4, 64}).swaps.empty());
+}
+
 TEST(FloorSwaps, RejectsBadInput) {
   const Topology topo(2, 4);
   const auto layout = ExpertLayout::static_ep(topo, 4, 2);
