@@ -75,16 +75,8 @@ TEST_F(BenchCli, BadOptionsExitWithOneLine) {
 }
 
 TEST_F(BenchCli, AStepWithoutTokensIsAUsageError) {
-  io::TraceData d;
-  d.num_experts = 16;
-  d.top_k = 2;
-  d.num_layers = 1;
-  d.num_tokens = 8;
+  auto d = testing::id_trace(16, 2, 1, 8, [](int64_t t, int k) { return (t + 5 * k) % 16; });
   d.step_offsets = {0, 4, 4, 8};  // step 1 is empty
-  for (int t = 0; t < 8; ++t) {
-    d.topk_ids.push_back(t % 16);
-    d.topk_ids.push_back((t + 5) % 16);
-  }
   io::write_trace(path("gap.safetensors"), d);
   const auto ok = run("bench --trace " + path("gap.safetensors") + " --cluster 2x4 --reps 1");
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
@@ -113,14 +105,7 @@ TEST_F(BenchCli, ProgressBarRunsToOneHundredPercent) {
 
 // Algorithm 1 takes top-k <= 16: refused before the first row, not after timing half of them.
 TEST_F(BenchCli, TopKAboveSixteenIsRefusedUpFront) {
-  io::TraceData d;
-  d.num_experts = 64;
-  d.top_k = 20;
-  d.num_layers = 1;
-  d.num_tokens = 8;
-  for (int t = 0; t < 8; ++t) {
-    for (int k = 0; k < 20; ++k) d.topk_ids.push_back((t + 3 * k) % 64);
-  }
+  const auto d = testing::id_trace(64, 20, 1, 8, [](int64_t t, int k) { return (t + 3 * k) % 64; });
   io::write_trace(path("k20.safetensors"), d);
   const auto r = run("bench --trace " + path("k20.safetensors") + " --cluster 2x2 --reps 1");
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -132,12 +117,7 @@ TEST_F(BenchCli, TopKAboveSixteenIsRefusedUpFront) {
 // The cobalt rows hold statistics for layers 0..--layer (16 E^2 bytes a layer, and a fresh policy
 // built before the last is freed): a deep layer of a wide trace took gigabytes unchecked.
 TEST_F(BenchCli, DeepLayersOfAWideTraceAreCheckedAgainstTheMemoryBudget) {
-  io::TraceData d;
-  d.num_experts = 1024;
-  d.top_k = 1;
-  d.num_layers = 4;
-  d.num_tokens = 4;
-  for (int i = 0; i < 16; ++i) d.topk_ids.push_back(i * 37 % 1024);
+  const auto d = testing::id_trace(1024, 1, 4, 4, [](int64_t i, int) { return i * 37 % 1024; });
   io::write_trace(path("wide.safetensors"), d);
   auto bench = [&](int layer) {
     return testing::run_shell("COBALT_MEMORY_LIMIT=50M '" + std::string(COBALT_CLI_PATH) +

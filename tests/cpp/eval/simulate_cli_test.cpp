@@ -197,15 +197,7 @@ TEST_F(SimulateCli, HoldoutOnACycledTraceSaysItIsNotHeldOut) {
 // Empty steps are legal in a trace, but a measured window without tokens has nothing to compare:
 // a usage error instead of every policy tying at imbalance 1.
 TEST_F(SimulateCli, MeasuredStepsWithoutTokensAreRefused) {
-  io::TraceData d;
-  d.num_experts = 4;
-  d.top_k = 2;
-  d.num_layers = 1;
-  d.num_tokens = 16;
-  for (int t = 0; t < 16; ++t) {
-    d.topk_ids.push_back(t % 4);
-    d.topk_ids.push_back((t + 1) % 4);
-  }
+  auto d = testing::id_trace(4, 2, 1, 16, [](int64_t t, int k) { return (t + k) % 4; });
   d.step_offsets = {0, 0, 0, 16, 16};  // steps 0, 1 and 3 are empty
   io::write_trace(path("empty_steps.st"), d);
   const std::string base = "simulate --trace '" + path("empty_steps.st") + "' --cluster 2x2 ";
@@ -418,12 +410,7 @@ TEST_F(SimulateCli, AFailedRunKeepsTheEarlierDumpWhole) {
 // matrix at a time: a 3.5 KB trace with L = 200, E = 1024 took 6.7 GB. The whole run's estimate
 // is checked against the budget (COBALT_MEMORY_LIMIT here) before anything is allocated.
 TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
-  io::TraceData d;
-  d.num_experts = 1024;
-  d.top_k = 1;
-  d.num_layers = 4;
-  d.num_tokens = 4;
-  for (int i = 0; i < 16; ++i) d.topk_ids.push_back(i * 37 % 1024);
+  auto d = testing::id_trace(1024, 1, 4, 4, [](int64_t i, int) { return i * 37 % 1024; });
   d.step_offsets = {0, 1, 2, 3, 4};
   io::write_trace(path("wide.safetensors"), d);
   const std::string sim = "simulate --trace " + path("wide.safetensors") + " --cluster 2x2 ";
@@ -524,14 +511,7 @@ TEST_F(SimulateCli, ALoadOnlyTraceOfZerosIsRefused) {
 // A trace with top-k > 16: static (and the rest) ran, then cobalt failed with "assignment: top-k
 // 40 out of range [1, 16]". Every requested policy is checked before any runs.
 TEST_F(SimulateCli, TopKAboveSixteenIsRefusedBeforeAnyPolicyRuns) {
-  io::TraceData d;
-  d.num_experts = 64;
-  d.top_k = 40;
-  d.num_layers = 1;
-  d.num_tokens = 16;
-  for (int t = 0; t < 16; ++t) {
-    for (int k = 0; k < 40; ++k) d.topk_ids.push_back((t + k) % 64);
-  }
+  auto d = testing::id_trace(64, 40, 1, 16, [](int64_t t, int k) { return (t + k) % 64; });
   d.step_offsets = {0, 4, 8, 12, 16};
   io::write_trace(path("k40.safetensors"), d);
   const auto r = run("simulate --trace " + path("k40.safetensors") + " --cluster 2x2");

@@ -102,6 +102,21 @@ inline io::TraceData random_trace(uint64_t seed, int steps, int64_t tokens, int 
   return data;
 }
 
+// A token trace of `layers` x `tokens` rows of top_k ids, id_of(i, k) for row i (layer-major, as
+// TraceData stores them), no source ranks and no step boundaries (set step_offsets after).
+template <class IdOf>
+io::TraceData id_trace(int experts, int top_k, int layers, int64_t tokens, IdOf&& id_of) {
+  io::TraceData d;
+  d.num_experts = experts;
+  d.top_k = top_k;
+  d.num_layers = layers;
+  d.num_tokens = tokens;
+  for (int64_t i = 0; i < layers * tokens; ++i) {
+    for (int k = 0; k < top_k; ++k) d.topk_ids.push_back(static_cast<ExpertId>(id_of(i, k)));
+  }
+  return d;
+}
+
 // A load-only trace (counts [S, 1, R, E], no token ids): deterministic counts in [0, 11).
 inline io::TraceData load_only_trace(int steps, int sources, int experts, int top_k) {
   io::TraceData d;
