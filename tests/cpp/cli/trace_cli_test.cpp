@@ -18,6 +18,7 @@
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
 #include "testing/cli.hpp"
+#include "testing/random_inputs.hpp"
 
 namespace cobalt {
 namespace {
@@ -27,18 +28,6 @@ namespace fs = std::filesystem;
 using testing::read_file;
 using testing::RunResult;
 using CliTest = testing::CliTest;
-
-// A small load-only trace (counts [S, L, R, E] = [2, 1, 4, 8]).
-io::TraceData testing_load_only() {
-  io::TraceData d;
-  d.num_experts = 8;
-  d.top_k = 2;
-  d.num_layers = 1;
-  d.num_sources = 4;
-  d.num_count_steps = 2;
-  for (int i = 0; i < 2 * 4 * 8; ++i) d.counts.push_back(i % 5);
-  return d;
-}
 
 // One line: text followed by exactly one newline.
 bool is_one_line(const std::string& text) {
@@ -250,7 +239,7 @@ TEST_F(CliTest, ClearMessagesForOddInputs) {
   EXPECT_NE(r.err.find("--preset: empty name"), std::string::npos) << r.err;
 
   // A load-only trace is a usage error in plan, as in bench (it was a failed precondition).
-  io::write_trace(path("counts.safetensors"), testing_load_only());
+  io::write_trace(path("counts.safetensors"), testing::load_only_trace(2, 4, 8, 2));
   r = run("plan --trace '" + path("counts.safetensors") + "' --cluster 2x2");
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("plan: the trace is load-only"), std::string::npos) << r.err;
