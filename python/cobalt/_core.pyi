@@ -251,8 +251,8 @@ class FloorSwapResult:
     @property
     def layout(self) -> ExpertLayout: ...
     @property
-    def swaps(self) -> list[tuple[int, int, int, int]]:
-        """(rank, slot, removed expert or -1, added expert), in the order applied."""
+    def swaps(self) -> list[tuple[int, int, int, int, int]]:
+        """(rank, slot, removed expert or -1, added expert, floor once applied), in order."""
     @property
     def floor_before(self) -> int: ...
     @property

@@ -172,14 +172,15 @@ void bind_plan(py::module_& m) {
       .def_property_readonly(
           "layout",
           [](const plan::FloorSwapResult& r) { return std::make_shared<ExpertLayout>(r.layout); })
-      .def_property_readonly("swaps",
-                             [](const plan::FloorSwapResult& r) {
-                               py::list out;
-                               for (const auto& s : r.swaps) {
-                                 out.append(py::make_tuple(s.rank, s.slot, s.removed, s.added));
-                               }
-                               return out;
-                             })
+      .def_property_readonly(
+          "swaps",
+          [](const plan::FloorSwapResult& r) {
+            py::list out;
+            for (const auto& s : r.swaps) {
+              out.append(py::make_tuple(s.rank, s.slot, s.removed, s.added, s.floor_after));
+            }
+            return out;
+          })
       .def_readonly("floor_before", &plan::FloorSwapResult::floor_before)
       .def_readonly("floor_after", &plan::FloorSwapResult::floor_after);
   m.def(

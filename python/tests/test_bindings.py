@@ -200,9 +200,13 @@ def test_balanced_assignment_and_floor_swaps() -> None:
                                        max_swaps=8)
     assert swapped.floor_before == floor
     assert swapped.floor_after < floor and len(swapped.swaps) >= 1
-    for rank, slot, removed, added in swapped.swaps:
+    previous_floor = floor
+    for rank, slot, removed, added, floor_after in swapped.swaps:
         assert added == 0 and swapped.layout.slots[rank, slot] == 0
         assert removed == layout.slots[rank, slot]
+        assert floor_after < previous_floor
+        previous_floor = floor_after
+    assert previous_floor == swapped.floor_after
     assert swapped.floor_after == cobalt.min_max_rank_load(counts, swapped.layout)
     spilled = cobalt.assign_balanced_cover(batch, swapped.layout, spill_tolerance=0.05)
     cobalt.validate_assignment(batch, swapped.layout, spilled)

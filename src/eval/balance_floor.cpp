@@ -37,4 +37,12 @@ double imbalance_floor(std::span<const int64_t> expert_counts, const ExpertLayou
   return static_cast<double>(floor_load) * layout.num_ranks() / static_cast<double>(total);
 }
 
+double whole_task_imbalance_bound(int64_t num_tasks, int num_ranks) {
+  COBALT_CHECK_ARG(num_tasks >= 0, "whole-task bound: num_tasks {} must be >= 0", num_tasks);
+  COBALT_CHECK_ARG(num_ranks >= 1, "whole-task bound: num_ranks {} must be >= 1", num_ranks);
+  if (num_tasks == 0) return 1.0;
+  const int64_t busiest = (num_tasks + num_ranks - 1) / num_ranks;
+  return static_cast<double>(busiest) * num_ranks / static_cast<double>(num_tasks);
+}
+
 }  // namespace cobalt::eval

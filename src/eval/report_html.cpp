@@ -83,7 +83,16 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
     out += cell(fmt::format("{:.2f}", p.migration_bytes / 1e9));
     out += cell(fmt::format("{:.1f}", p.planner_wall_ms)) + "</tr>";
   }
-  return out + "</table>";
+  out += "</table>";
+  for (const auto& p : r.policies) {
+    if (!p.skipped.empty()) continue;
+    out += fmt::format(
+        "<p>Whole-task bound: no layout and assignment has a mean imbalance below {:.3f} (the "
+        "busiest rank carries at least ceil(tasks / G) whole tasks).</p>",
+        p.imbalance_bound_mean);
+    break;
+  }
+  return out;
 }
 
 std::string cost_table(const Scenario& sc) {

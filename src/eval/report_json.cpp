@@ -84,6 +84,7 @@ nlohmann::json policy_json(const PolicyResult& p) {
   o["imbalance_mean"] = maybe(ran, p.imbalance_mean);
   o["imbalance_max"] = maybe(ran, p.imbalance_max);
   o["imbalance_floor_mean"] = maybe(ran, p.imbalance_floor_mean);
+  o["imbalance_bound_mean"] = maybe(ran, p.imbalance_bound_mean);
   o["maxvio_mean"] = maybe(ran, p.maxvio_mean);
   o["sim_step_time_s"] = maybe(tok, p.sim_step_time_s);
   o["speedup_vs_static"] = maybe(tok && p.speedup_vs_static > 0, p.speedup_vs_static);

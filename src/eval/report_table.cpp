@@ -126,6 +126,10 @@ std::string simulation_table(const Scenario& scenario, const SimulationResult& r
       "it, the assignment's)\n";
   for (const auto& p : result.policies) {
     if (!p.skipped.empty()) continue;
+    out += fmt::format(
+        "whole-task bound: no layout and assignment has a mean imbalance below {:.3f} (the "
+        "busiest rank carries at least ceil(tasks / G) whole tasks)\n",
+        p.imbalance_bound_mean);
     out += fmt::format("MaxVio (a property of the routing, the same for every policy): {:.3f}\n",
                        p.maxvio_mean);
     break;

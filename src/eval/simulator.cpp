@@ -21,6 +21,7 @@ struct LayerOutcome {
   bool has_tasks = true;  // imbalance and MaxVio are undefined for a layer without tasks
   double imbalance = 1, max_violation = 0;
   double imbalance_floor = 1;  // the lowest imbalance any assignment reaches on the layout
+  double imbalance_bound = 1;  // ... any layout and assignment reaches (whole tasks)
   TimeBreakdown time;          // this layer's share of the step (planning is per step)
   double migration_bytes = 0, migration_cross_node_bytes = 0, grad_sync_bytes = 0;
   int64_t moves_cross_node = 0, moves_intra_node = 0;
@@ -88,6 +89,7 @@ LayerOutcome run_token_layer(policy::Policy& pol, const StepSource& source, int 
   out.imbalance = m.imbalance;
   out.max_violation = m.max_violation;
   out.imbalance_floor = imbalance_floor(m.expert_counts, *layout);
+  out.imbalance_bound = whole_task_imbalance_bound(batch.num_tasks(), config.topology.num_ranks());
   add_layer_time(m.rank_loads, &replay.volume, options.cost, out);
   add_layout_costs(layout, options.cost, state, out);
   if (options.observer) options.observer->on_step(step, layer, batch, exec, *layout);
@@ -113,6 +115,7 @@ LayerOutcome run_load_layer(policy::Policy& pol, const StepSource& source, int s
   out.imbalance = imbalance(loads);
   out.max_violation = max_violation(expert_counts);
   out.imbalance_floor = imbalance_floor(expert_counts, *layout);
+  out.imbalance_bound = whole_task_imbalance_bound(total, num_ranks);
   add_layer_time(loads, nullptr, options.cost, out);
   add_layout_costs(layout, options.cost, state, out);
   return out;
@@ -146,8 +149,8 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   StepScratch scratch;
   std::vector<RankId> exec;
   std::vector<int64_t> counts;
-  double imbalance_sum = 0, imbalance_floor_sum = 0, maxvio_sum = 0, replicas_sum = 0,
-         grad_sync_bytes = 0;
+  double imbalance_sum = 0, imbalance_floor_sum = 0, imbalance_bound_sum = 0, maxvio_sum = 0,
+         replicas_sum = 0, grad_sync_bytes = 0;
   int64_t measured_layers = 0, measured_steps = 0;
   int64_t balance_layers = 0;  // measured layers with tasks (imbalance and MaxVio are defined)
   double previous_busy_s = 0;  // modelled time of the previous step without planning
@@ -176,6 +179,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
         imbalance_sum += o.imbalance;
         pr.imbalance_max = std::max(pr.imbalance_max, o.imbalance);
         imbalance_floor_sum += o.imbalance_floor;
+        imbalance_bound_sum += o.imbalance_bound;
         maxvio_sum += o.max_violation;
         ++balance_layers;
       }
@@ -209,6 +213,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   if (balance_layers > 0) {
     pr.imbalance_mean = imbalance_sum / balance_layers;
     pr.imbalance_floor_mean = imbalance_floor_sum / balance_layers;
+    pr.imbalance_bound_mean = imbalance_bound_sum / balance_layers;
     pr.maxvio_mean = maxvio_sum / balance_layers;
   }
   if (measured_layers > 0) pr.replicas_per_expert_mean = replicas_sum / measured_layers;

@@ -239,6 +239,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       search.commit(c, result);
       feasible = std::move(trial);
       floor = lowest_bound(feasible, search.lower_bound());
+      result.swaps.back().floor_after = floor;
       applied = true;
       break;
     }
@@ -272,6 +273,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
       if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
         search.commit(c, result);
         floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
+        result.swaps.back().floor_after = floor;
         applied = true;
         break;
       }

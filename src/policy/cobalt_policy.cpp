@@ -10,7 +10,7 @@
 // ranks choosing e (the node acts as a pseudo-expert co-activated with what its tokens pick), so
 // replicas land where their demand comes from — TopoEP's observation that demand differs per node,
 // which Eq. (3) ignores. cobalt+ also assigns with the balanced cover and its spill
-// (assign/balanced_cover.hpp), and after stage 2 swaps up to four replicas per step toward a
+// (assign/balanced_cover.hpp), and after stage 2 swaps up to 16 replicas per step toward a
 // layout the step's own loads can balance (stage 2b, plan/floor_swaps.hpp). With a cost model in
 // the configuration, cobalt+ also plans with smaller replica budgets and picks the candidate with
 // the lowest modelled step time (layout_pricing.hpp), and applies stage 2 and 2b only where they
@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <future>
+#include <numeric>
 #include <optional>
 
 #include "cobalt/assign/balanced_cover.hpp"
@@ -42,12 +43,16 @@ constexpr double kSourceWeight = 1.0;
 // move along chains of replica holders, preferring moves that add no cross-node copy
 // (assign/balanced_cover.hpp; docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
-// Stage 2b (cobalt+): at most four replica swaps per step and layer toward a layout whose balance
+// Stage 2b (cobalt+): at most 16 replica swaps per step and layer toward a layout whose balance
 // floor under the step's tasks is within the spill's cap (plan/floor_swaps.hpp), trying at most
-// 64 candidates per swap (by price) with one warm-started max flow each. Four was measured
-// against one and two, and the step's counts against the EMA loads and against the larger of the
-// two (docs/cobalt-improvements.md).
-constexpr int kFloorSwapsPerStep = 4;
+// 64 candidates per swap (by price) with one warm-started max flow each; the swaps stop as soon
+// as the floor is within the cap, so the limit binds only on steps whose hot set moved far. 16
+// was measured against 1, 2, 4, 8 and 64, and the step's counts against the EMA loads and
+// against the larger of the two (docs/cobalt-improvements.md). Priced (a cost model in the
+// configuration), at most 4: there most searches end in swaps that do not pay and are searched
+// again next step, and 16 cost more planner time than their slightly better choices saved.
+constexpr int kFloorSwapsPerStep = 16;
+constexpr int kPricedFloorSwapsPerStep = 4;
 constexpr int kFloorSwapChecks = 64;
 
 struct CobaltVariant {
@@ -230,18 +235,28 @@ class CobaltPolicy final : public Policy {
   // variant) the swaps are kept only when the compute they save in this step exceeds their copies
   // and the gradient synchronisation they add.
   void swap_toward_floor(LayerState& st) {
-    auto swapped = plan::swap_toward_floor(*st.layout, step_counts_, st.source_demand,
-                                           {kSpillTolerance, kFloorSwapsPerStep, kFloorSwapChecks});
+    // Priced: skip the search when no swap could pay in this step, whichever it made (it saves at
+    // most the floor down to the whole-task bound ceil(tasks / G)); exact (some_change_may_pay),
+    // and on small steps, where no copy pays, most of the priced variant's planner time.
+    if (variant_.priced_budgets && config_.cost_model) {
+      const int64_t total = std::accumulate(step_counts_.begin(), step_counts_.end(), int64_t{0});
+      const int num_ranks = config_.topology.num_ranks();
+      const int64_t lowest = (total + num_ranks - 1) / num_ranks;
+      const int64_t floor = eval::min_max_rank_load(step_counts_, *st.layout);
+      if (!some_change_may_pay(*st.layout, st.mains, static_cast<double>(floor - lowest), 1,
+                               *config_.cost_model)) {
+        return;
+      }
+    }
+    const bool priced = variant_.priced_budgets && config_.cost_model;
+    auto swapped = plan::swap_toward_floor(
+        *st.layout, step_counts_, st.source_demand,
+        {kSpillTolerance, priced ? kPricedFloorSwapsPerStep : kFloorSwapsPerStep,
+         kFloorSwapChecks});
     if (swapped.swaps.empty()) return;
+    if (priced && !keep_paying_prefix(st, swapped)) return;
     const ExpertLayout& before = *st.layout;
     const ExpertLayout& after = swapped.layout;
-    // Chosen for this step's counts, the swaps are priced on this step alone (the next step's
-    // hot set may differ; amortising them over P steps, as stage 2's EMA-based moves are, kept
-    // swaps that followed noise: measured in docs/cobalt-improvements.md).
-    if (!change_pays(st, after, static_cast<double>(swapped.floor_before - swapped.floor_after),
-                     1)) {
-      return;
-    }
     std::vector<double> expert_total(config_.num_experts, 0.0);
     std::vector<uint8_t> touched(config_.num_experts, 0);
     for (const auto& swap : swapped.swaps) {
@@ -268,6 +283,39 @@ class CobaltPolicy final : public Policy {
     st.slot_loads = std::move(slot_loads);
   }
 
+  // Priced stage 2b: of the swaps in the order made, keeps the prefix with the largest gain in
+  // this step (policy::change_gain_s; each swap's floor is recorded), or returns false when no
+  // prefix gains. Chosen for this step's counts, the swaps are priced on this step alone (the next
+  // step's hot set may differ; amortising them over P steps, as stage 2's EMA-based moves are,
+  // kept swaps that followed noise), and by prefix rather than all or nothing (all or nothing
+  // refused whole sets whose first swaps paid: measured in docs/cobalt-improvements.md).
+  bool keep_paying_prefix(const LayerState& st, plan::FloorSwapResult& swapped) const {
+    const ExpertLayout& before = *st.layout;
+    const int slots = before.slots_per_rank();
+    std::vector<ExpertId> slots_now(before.slots().begin(), before.slots().end());
+    double best_gain_s = 0;
+    size_t best_count = 0;
+    std::optional<ExpertLayout> best;
+    for (size_t k = 0; k < swapped.swaps.size(); ++k) {
+      const plan::ReplicaSwap& swap = swapped.swaps[k];
+      slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot] = swap.added;
+      ExpertLayout prefix(before.topology(), before.num_experts(), slots, slots_now);
+      const double gain_s = change_gain_s(
+          before, st.mains, prefix, static_cast<double>(swapped.floor_before - swap.floor_after), 1,
+          *config_.cost_model);
+      if (gain_s > best_gain_s) {
+        best_gain_s = gain_s;
+        best_count = k + 1;
+        best = std::move(prefix);
+      }
+    }
+    if (best_count == 0) return false;
+    swapped.swaps.resize(best_count);
+    swapped.floor_after = swapped.swaps.back().floor_after;
+    swapped.layout = std::move(*best);
+    return true;
+  }
+
   // cobalt+ with a cost model: a stage-2 rebalancing is applied only when the compute it saves
   // (busiest rank's expected load, from the slot EMA loads) over P steps outweighs its copies
   // (replica parameters and moved optimizer state over NVLink).
@@ -291,27 +339,13 @@ class CobaltPolicy final : public Policy {
                        config_.steps_per_global_plan);
   }
 
-  // Whether installing `layout` pays under the cost model (always without one, or in a variant
-  // that does not price): the busiest rank's tasks it saves per step, times the compute time of a
-  // task, less any gradient synchronisation it adds per step (a swap into a free slot adds a
-  // replica), over `amortisation_steps`, against the time of its copies (replica parameters and
-  // moved optimizer state).
+  // Whether installing `layout` pays under the cost model (policy::change_pays; always without a
+  // cost model, or in a variant that does not price).
   bool change_pays(const LayerState& st, const ExpertLayout& layout, double saved_tasks_per_step,
                    int64_t amortisation_steps) const {
     if (!variant_.priced_budgets || !config_.cost_model) return true;
-    const eval::CostParams& params = *config_.cost_model;
-    const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
-    const auto new_mains = eval::next_main_ranks(layout, st.mains);
-    const double added_sync_s =
-        eval::link_time(eval::grad_sync_bytes(layout, new_mains, params), params).time_s() -
-        eval::link_time(eval::grad_sync_bytes(*st.layout, st.mains, params), params).time_s();
-    const double saved_s = saved_tasks_per_step * seconds_per_task - added_sync_s;
-    const double copy_s =
-        eval::link_time(eval::migration_bytes(diff(*st.layout, layout), st.mains, new_mains,
-                                              config_.topology, params),
-                        params)
-            .time_s();
-    return saved_s * static_cast<double>(amortisation_steps) > copy_s;
+    return policy::change_pays(*st.layout, st.mains, layout, saved_tasks_per_step,
+                               amortisation_steps, *config_.cost_model);
   }
 
   void update_source_demand(LayerState& st, const RoutingBatch& batch) const {

@@ -75,4 +75,45 @@ ExpertLayout widen_slots(const ExpertLayout& layout, int slots_per_rank) {
   return ExpertLayout(layout.topology(), layout.num_experts(), slots_per_rank, std::move(slots));
 }
 
+double change_gain_s(const ExpertLayout& current, std::span<const RankId> current_mains,
+                     const ExpertLayout& candidate, double saved_tasks_per_step,
+                     int64_t amortisation_steps, const eval::CostParams& params) {
+  COBALT_CHECK_ARG(amortisation_steps >= 1, "change_gain_s: amortisation_steps {} must be >= 1",
+                   amortisation_steps);
+  const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
+  const auto new_mains = eval::next_main_ranks(candidate, current_mains);
+  const double added_sync_s =
+      eval::link_time(eval::grad_sync_bytes(candidate, new_mains, params), params).time_s() -
+      eval::link_time(eval::grad_sync_bytes(current, current_mains, params), params).time_s();
+  const double saved_s = saved_tasks_per_step * seconds_per_task - added_sync_s;
+  const double copy_s =
+      eval::link_time(eval::migration_bytes(diff(current, candidate), current_mains, new_mains,
+                                            current.topology(), params),
+                      params)
+          .time_s();
+  return saved_s * static_cast<double>(amortisation_steps) - copy_s;
+}
+
+bool change_pays(const ExpertLayout& current, std::span<const RankId> current_mains,
+                 const ExpertLayout& candidate, double saved_tasks_per_step,
+                 int64_t amortisation_steps, const eval::CostParams& params) {
+  return change_gain_s(current, current_mains, candidate, saved_tasks_per_step, amortisation_steps,
+                       params) > 0;
+}
+
+bool some_change_may_pay(const ExpertLayout& current, std::span<const RankId> current_mains,
+                         double max_saved_tasks_per_step, int64_t amortisation_steps,
+                         const eval::CostParams& params) {
+  COBALT_CHECK_ARG(amortisation_steps >= 1,
+                   "some_change_may_pay: amortisation_steps {} must be >= 1", amortisation_steps);
+  const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
+  const double sync_s =
+      eval::link_time(eval::grad_sync_bytes(current, current_mains, params), params).time_s();
+  // One parameter copy: within a node over NVLink, across nodes over the node's fabric.
+  const double min_copy_s = params.expert_param_bytes() /
+                            std::max(params.nvlink_bytes_per_s, params.ib_bytes_per_s_per_node);
+  const double max_saved_s = std::max(0.0, max_saved_tasks_per_step) * seconds_per_task + sync_s;
+  return max_saved_s * static_cast<double>(amortisation_steps) > min_copy_s;
+}
+
 }  // namespace cobalt::policy

@@ -52,6 +52,14 @@ int64_t min_max_rank_load(std::span<const int64_t> expert_counts, const ExpertLa
 // it, from its layout.
 double imbalance_floor(std::span<const int64_t> expert_counts, const ExpertLayout& layout);
 
+// The whole-task bound of a (step, layer) with num_tasks tasks on num_ranks ranks: loads are whole
+// tasks, so under every layout and every assignment the busiest rank carries at least
+// ceil(num_tasks / G) of them, and no imbalance is below ceil(num_tasks / G) / (num_tasks / G)
+// (1.0 without tasks). It matters on small steps: a decode step of 25 tokens with K = 4 puts 100
+// tasks on 32 ranks, which nothing balances below 4 / 3.125 = 1.28. imbalance_floor is never
+// below it. Throws kInvalidArgument when num_tasks < 0 or num_ranks < 1.
+double whole_task_imbalance_bound(int64_t num_tasks, int num_ranks);
+
 // Everything about one (step, layer) of one policy.
 struct StepMetrics {
   CrossNodeTransfers transfers;

@@ -67,6 +67,10 @@ struct PolicyResult {
   // assignment reaches on the policy's layout in force; imbalance_mean above it is the
   // assignment's.
   double imbalance_floor_mean = 1;
+  // Mean over the same (step, layer) of whole_task_imbalance_bound (metrics.hpp): the lowest
+  // imbalance of any layout and assignment, loads being whole tasks. A property of the routing
+  // and the rank count, the same for every policy.
+  double imbalance_bound_mean = 1;
   double maxvio_mean = 0;
   double planner_wall_ms = 0;
   // Modelled (cost model), means over measured steps.

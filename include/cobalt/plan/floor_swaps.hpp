@@ -43,6 +43,7 @@ struct ReplicaSwap {
   int slot = 0;                   // index within the rank's slots
   ExpertId removed = kEmptySlot;  // the replica replaced (kEmptySlot: the slot was free)
   ExpertId added = kEmptySlot;
+  int64_t floor_after = 0;  // min_max_rank_load once this swap and the earlier ones are applied
 };
 
 struct FloorSwapResult {

@@ -34,6 +34,30 @@ LayoutPrice price_layout(const RoutingBatch& sample, std::span<const RankId> exe
                          std::span<const RankId> current_mains, const ExpertLayout& candidate,
                          const eval::CostParams& params, int amortisation_steps);
 
+// What replacing `current` (main instances current_mains [E]) by `candidate` gains, in modelled
+// seconds, over amortisation_steps (>= 1) steps: the busiest rank's tasks it saves per step
+// (saved_tasks_per_step) times the compute time of a task, less the gradient synchronisation it
+// adds per step, times amortisation_steps, less the time of its copies (replica parameters, and
+// optimizer state of moved main instances).
+double change_gain_s(const ExpertLayout& current, std::span<const RankId> current_mains,
+                     const ExpertLayout& candidate, double saved_tasks_per_step,
+                     int64_t amortisation_steps, const eval::CostParams& params);
+
+// change_gain_s > 0: cobalt+'s test for its stage-2 moves (amortised over the re-layout period)
+// and stage-2b swaps (over their own step).
+bool change_pays(const ExpertLayout& current, std::span<const RankId> current_mains,
+                 const ExpertLayout& candidate, double saved_tasks_per_step,
+                 int64_t amortisation_steps, const eval::CostParams& params);
+
+// An upper bound of change_pays over every candidate that copies at least one replica and saves
+// at most max_saved_tasks_per_step: it assumes the candidate removes all of current's gradient
+// synchronisation and copies one expert's parameters over the faster link. false: no such
+// candidate pays, so a search for one can be skipped (cobalt+ skips stage 2b's swap search with
+// max_saved = the step's floor - ceil(tasks / G), the whole-task bound). Cost O(G S).
+bool some_change_may_pay(const ExpertLayout& current, std::span<const RankId> current_mains,
+                         double max_saved_tasks_per_step, int64_t amortisation_steps,
+                         const eval::CostParams& params);
+
 // The same layout with `slots_per_rank` >= layout.slots_per_rank() slots per rank: every slot
 // keeps its position, the extra slots are empty.
 ExpertLayout widen_slots(const ExpertLayout& layout, int slots_per_rank);

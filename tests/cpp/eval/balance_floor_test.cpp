@@ -87,6 +87,35 @@ TEST(BalanceFloor, OneReplicaPerExpertFixesEveryLoad) {
   EXPECT_EQ(imbalance_floor(std::vector<int64_t>(8, 0), layout), 1.0);
 }
 
+// The whole-task bound: its values, never above a layout's floor, and reached by the floor of a
+// layout where every rank holds every expert (any task can run anywhere).
+TEST(BalanceFloor, WholeTaskBoundIsBelowEveryFloorAndReachedByFullReplication) {
+  EXPECT_DOUBLE_EQ(whole_task_imbalance_bound(100, 32), 4.0 / 3.125);
+  EXPECT_DOUBLE_EQ(whole_task_imbalance_bound(64, 32), 1.0);
+  EXPECT_DOUBLE_EQ(whole_task_imbalance_bound(3, 8), 8.0 / 3.0);
+  EXPECT_DOUBLE_EQ(whole_task_imbalance_bound(0, 8), 1.0);
+  EXPECT_DOUBLE_EQ(whole_task_imbalance_bound(7, 1), 1.0);
+  const Topology topo(2, 4);
+  const int num_experts = 6;
+  std::vector<std::vector<ExpertId>> every_expert(topo.num_ranks());
+  for (auto& row : every_expert) {
+    for (ExpertId e = 0; e < num_experts; ++e) row.push_back(e);
+  }
+  const auto full = ExpertLayout::from_rank_lists(topo, num_experts, num_experts, every_expert);
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SplitMix64 rng(seed);
+    std::vector<int64_t> counts(num_experts);
+    for (auto& c : counts) c = static_cast<int64_t>(rng.below(seed % 3 == 0 ? 3 : 40));
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const double bound = whole_task_imbalance_bound(total, topo.num_ranks());
+    EXPECT_DOUBLE_EQ(imbalance_floor(counts, full), bound) << "seed " << seed;
+    const auto layout = testing::random_layout(seed, topo, num_experts, 2, 0.5);
+    EXPECT_GE(imbalance_floor(counts, layout), bound - 1e-12) << "seed " << seed;
+  }
+  EXPECT_THROW(whole_task_imbalance_bound(-1, 4), Error);
+  EXPECT_THROW(whole_task_imbalance_bound(4, 0), Error);
+}
+
 TEST(BalanceFloor, RejectsBadCounts) {
   const Topology topo(2, 4);
   const auto layout = ExpertLayout::from_rank_lists(topo, 6, 2, {{0, 1}, {2}, {3}, {4, 5}});

@@ -70,7 +70,7 @@ def check_policy(errors, name, reported, routing, dump, scenario):
     expect("layout shape", tuple(layout.shape[:3]), (num_steps, num_layers, num_ranks))
     src_node = src // per_node
     v_dedup = v_no_dedup = 0
-    imb_sum, imb_max, maxvio_sum, measured = 0.0, 1.0, 0.0, 0
+    imb_sum, imb_max, maxvio_sum, bound_sum, measured = 0.0, 1.0, 0.0, 0.0, 0
     step_v = [0] * num_steps
     step_imb_sum = [0.0] * num_steps
     step_imb_layers = [0] * num_steps
@@ -107,12 +107,17 @@ def check_policy(errors, name, reported, routing, dump, scenario):
                     imb_sum += imb
                     imb_max = max(imb_max, imb)
                     maxvio_sum += maxvio
+                    # whole-task bound: the busiest rank carries at least ceil(tasks / G)
+                    tasks = top_k * (b - a)
+                    bound_sum += -(-tasks // num_ranks) * num_ranks / tasks
                     measured += 1
     expect("cross_node_tokens", v_dedup, reported["cross_node_tokens"])
     expect("cross_node_tokens_no_dedup", v_no_dedup, reported["cross_node_tokens_no_dedup"])
     expect("imbalance_mean", imb_sum / measured if measured else 1.0, reported["imbalance_mean"])
     expect("imbalance_max", imb_max, reported["imbalance_max"])
     expect("maxvio_mean", maxvio_sum / measured if measured else 0.0, reported["maxvio_mean"])
+    expect("imbalance_bound_mean", bound_sum / measured if measured else 1.0,
+           reported["imbalance_bound_mean"])
     expect("step_cross_node_tokens", step_v, reported["step_cross_node_tokens"])
     step_imb = [step_imb_sum[s] / step_imb_layers[s] if step_imb_layers[s] else None
                 for s in range(num_steps)]

@@ -68,6 +68,11 @@ TEST_F(SimulateCli, JsonFollowsTheSchema) {
           path("sim.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("modelled"), std::string::npos);
+  // 2048 tokens x K = 8 on 16 ranks: 1024 tasks each, so whole tasks do not bound the balance.
+  EXPECT_NE(r.out.find("whole-task bound: no layout and assignment has a mean imbalance below "
+                       "1.000"),
+            std::string::npos)
+      << r.out;
   const auto j = json("sim.json");
   const auto& s = j["scenario"];
   EXPECT_EQ(s["cluster"], "2x8");
@@ -79,9 +84,10 @@ TEST_F(SimulateCli, JsonFollowsTheSchema) {
   for (const auto& p : j["policies"]) {
     for (const char* key :
          {"name", "cross_node_tokens", "cross_node_bytes", "cross_node_reduction_vs_static",
-          "imbalance_mean", "imbalance_max", "imbalance_floor_mean", "maxvio_mean",
-          "sim_step_time_s", "speedup_vs_static", "planner_wall_ms", "migration_bytes",
-          "time_breakdown_s", "step_cross_node_tokens", "step_imbalance", "step_sim_time_s"}) {
+          "imbalance_mean", "imbalance_max", "imbalance_floor_mean", "imbalance_bound_mean",
+          "maxvio_mean", "sim_step_time_s", "speedup_vs_static", "planner_wall_ms",
+          "migration_bytes", "time_breakdown_s", "step_cross_node_tokens", "step_imbalance",
+          "step_sim_time_s"}) {
       EXPECT_TRUE(p.contains(key)) << key;
     }
     const auto& t = p["time_breakdown_s"];
@@ -566,6 +572,7 @@ TEST_F(SimulateCli, HtmlReportRendersInHeadlessChromium) {
     EXPECT_NE(html.find(std::string("data-chart=\"") + chart + "\""), std::string::npos) << chart;
   }
   EXPECT_NE(html.find("modelled"), std::string::npos);
+  EXPECT_NE(html.find("Whole-task bound: no layout and assignment"), std::string::npos);
   for (const char* external : {"http:", "https:", "src=", "href=", "@import"}) {
     EXPECT_EQ(html.find(external), std::string::npos) << "self-contained: found " << external;
   }

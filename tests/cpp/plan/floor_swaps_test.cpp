@@ -107,6 +107,7 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
       const ExpertLayout step(topo, experts, slots, slots_now);
       const int64_t next = eval::min_max_rank_load(counts, step);
       ASSERT_LT(next, floor) << "seed " << seed;
+      ASSERT_EQ(swap.floor_after, next) << "seed " << seed;
       floor = next;
       ++num_swaps;
     }
@@ -152,6 +153,7 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
       ASSERT_EQ(fast.swaps[i].slot, reference.swaps[i].slot) << "seed " << seed;
       ASSERT_EQ(fast.swaps[i].added, reference.swaps[i].added) << "seed " << seed;
       ASSERT_EQ(fast.swaps[i].removed, reference.swaps[i].removed) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].floor_after, reference.swaps[i].floor_after) << "seed " << seed;
     }
     ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
     num_swaps += static_cast<int>(fast.swaps.size());

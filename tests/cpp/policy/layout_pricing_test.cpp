@@ -1,11 +1,16 @@
-// price_layout and widen_slots: a hand-computed fixture, linearity in the step scale, and the
-// slot-position contract of widen_slots.
+// price_layout, change_pays, some_change_may_pay and widen_slots: hand-computed fixtures,
+// linearity in the step scale, the bound of some_change_may_pay over stage 2b's swaps on random
+// instances, and the slot-position contract of widen_slots.
 #include "cobalt/policy/layout_pricing.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numeric>
+
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/cost_model.hpp"
+#include "cobalt/plan/floor_swaps.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::policy {
@@ -73,6 +78,77 @@ TEST(LayoutPricing, LayerTimeIsLinearInTheStepScale) {
   std::vector<RankId> other_exec(other.view().num_tasks(), 0);
   EXPECT_THROW(price_layout(other.view(), other_exec, 1.0, layout, mains, layout, tiny_params(), 1),
                Error);
+}
+
+// Without replicas there is no gradient synchronisation to remove, so a change may pay only when
+// the tasks it saves take longer than one parameter copy (6 bytes at 1 GB/s: 6 ns, 1 ns a task).
+TEST(LayoutPricing, SomeChangeMayPayOnlyWhenTheSavedComputeOutlastsOneCopy) {
+  const Topology topo(1, 2);
+  const ExpertLayout layout(topo, 2, 2, {0, kEmptySlot, 1, kEmptySlot});
+  const auto mains = eval::initial_main_ranks(layout);
+  const auto params = tiny_params();
+  EXPECT_FALSE(some_change_may_pay(layout, mains, 5, 1, params));
+  EXPECT_TRUE(some_change_may_pay(layout, mains, 7, 1, params));
+  EXPECT_TRUE(some_change_may_pay(layout, mains, 2, 4, params));  // 8 ns over 4 steps
+  EXPECT_FALSE(some_change_may_pay(layout, mains, -3, 100, params));
+  EXPECT_THROW(some_change_may_pay(layout, mains, 5, 0, params), Error);
+  // A replica of expert 0 on rank 1 (same node as its main, rank 0) saving 7 tasks: 7 ns against
+  // a 6 ns copy and the replica's gradient synchronisation.
+  const ExpertLayout replicated(topo, 2, 2, {0, kEmptySlot, 1, 0});
+  const double sync_s =
+      eval::link_time(
+          eval::grad_sync_bytes(replicated, eval::next_main_ranks(replicated, mains), params),
+          params)
+          .time_s();
+  ASSERT_GT(sync_s, 0);
+  const double per_task_s = 1e-9, copy_s = 6e-9;
+  for (double saved : {1.0, 6.0, 7.0, 12.0, 40.0}) {
+    EXPECT_EQ(change_pays(layout, mains, replicated, saved, 1, params),
+              saved * per_task_s - sync_s > copy_s)
+        << saved;
+  }
+  EXPECT_THROW(change_pays(layout, mains, replicated, 1, 0, params), Error);
+}
+
+// Stage 2b's use: whenever some_change_may_pay says no for the floor's distance to the whole-task
+// bound, the swaps that swap_toward_floor then makes do not pay either (so skipping the search
+// changes no decision). Random layouts (with replicas, so synchronisation can be removed), skewed
+// counts, task costs from 1 ns down to 1 ps against parameter copies of 6 to 240 bytes.
+TEST(LayoutPricing, SomeChangeMayPayBoundsTheSwapsOfStage2b) {
+  int skipped = 0, paid = 0, checked = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed);
+    const int num_nodes = 2 + static_cast<int>(rng.below(3));
+    const Topology topo(num_nodes, num_nodes * (1 + static_cast<int>(rng.below(3))));
+    const int num_experts = 2 * topo.num_ranks();
+    const auto layout = testing::random_layout(seed, topo, num_experts, 3, 0.8);
+    std::vector<int64_t> counts(num_experts);
+    for (auto& c : counts) c = static_cast<int64_t>(rng.below(8));
+    counts[rng.below(num_experts)] += 40 + static_cast<int64_t>(rng.below(200));
+    auto params = tiny_params();
+    params.expert_ffn_size = 1 + static_cast<int>(rng.below(40));
+    params.achievable_flops = params.flops_per_task() * std::pow(10.0, 9 + rng.below(4));
+    const auto mains = eval::initial_main_ranks(layout);
+    const auto swapped = plan::swap_toward_floor(
+        layout, counts, std::vector<double>(static_cast<size_t>(topo.num_nodes() * num_experts)),
+        {0.05, 16, 64});
+    if (swapped.swaps.empty()) continue;
+    ++checked;
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    const int64_t lowest = (total + topo.num_ranks() - 1) / topo.num_ranks();
+    const int64_t amortisation = 1 + static_cast<int64_t>(rng.below(3));
+    const bool may = some_change_may_pay(
+        layout, mains, static_cast<double>(swapped.floor_before - lowest), amortisation, params);
+    const bool pays = change_pays(layout, mains, swapped.layout,
+                                  static_cast<double>(swapped.floor_before - swapped.floor_after),
+                                  amortisation, params);
+    EXPECT_TRUE(may || !pays) << "seed " << seed;
+    skipped += !may;
+    paid += pays;
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(skipped, 5);  // the bound does skip searches (16 of 288 checked)
+  EXPECT_GT(paid, 5);     // and the instances are not all hopeless (15 pay)
 }
 
 TEST(LayoutPricing, WidenSlotsKeepsPositions) {
