@@ -236,8 +236,9 @@ class CobaltPolicy final : public Policy {
   // and the gradient synchronisation they add.
   void swap_toward_floor(LayerState& st) {
     // Priced: skip the search when no swap could pay in this step, whichever it made (it saves at
-    // most the floor down to the whole-task bound ceil(tasks / G)); exact (some_change_may_pay),
-    // and on small steps, where no copy pays, most of the priced variant's planner time.
+    // most the floor down to the whole-task bound ceil(tasks / G)); exact (some_change_may_pay).
+    // The bound credits removing all of the layout's gradient synchronisation, so it skips mainly
+    // on layouts with few replicas (static EP's, which small steps keep when priced).
     if (variant_.priced_budgets && config_.cost_model) {
       const int64_t total = std::accumulate(step_counts_.begin(), step_counts_.end(), int64_t{0});
       const int num_ranks = config_.topology.num_ranks();
@@ -292,6 +293,11 @@ class CobaltPolicy final : public Policy {
   bool keep_paying_prefix(const LayerState& st, plan::FloorSwapResult& swapped) const {
     const ExpertLayout& before = *st.layout;
     const int slots = before.slots_per_rank();
+    // The spill ends at max(cap, floor) (assign/balanced_cover.hpp): a floor below the cap saves
+    // no more than the cap does. The cap as the spill and plan::swap_toward_floor compute it.
+    const int64_t total = std::accumulate(step_counts_.begin(), step_counts_.end(), int64_t{0});
+    const auto cap = static_cast<int64_t>(
+        std::ceil((1.0 + kSpillTolerance) * static_cast<double>(total) / before.num_ranks()));
     std::vector<ExpertId> slots_now(before.slots().begin(), before.slots().end());
     double best_gain_s = 0;
     size_t best_count = 0;
@@ -300,9 +306,9 @@ class CobaltPolicy final : public Policy {
       const plan::ReplicaSwap& swap = swapped.swaps[k];
       slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot] = swap.added;
       ExpertLayout prefix(before.topology(), before.num_experts(), slots, slots_now);
-      const double gain_s = change_gain_s(
-          before, st.mains, prefix, static_cast<double>(swapped.floor_before - swap.floor_after), 1,
-          *config_.cost_model);
+      const int64_t saved = swapped.floor_before - std::max(swap.floor_after, cap);
+      const double gain_s = change_gain_s(before, st.mains, prefix, static_cast<double>(saved), 1,
+                                          *config_.cost_model);
       if (gain_s > best_gain_s) {
         best_gain_s = gain_s;
         best_count = k + 1;
