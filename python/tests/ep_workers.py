@@ -14,7 +14,6 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import cobalt
@@ -27,6 +26,7 @@ from cobalt.torch import (
     RoutingRecorder,
     ScheduledLayoutSource,
 )
+from cobalt.torch.reduce import all_reduce_sum_
 
 CHANNELS = ["dispatch.fwd", "dispatch_gates.fwd", "combine.fwd", "dispatch.bwd",
             "dispatch_gates.bwd", "combine.bwd", "replica_params.fwd", "replica_grads.bwd"]
@@ -127,7 +127,7 @@ def gather_bank_grads(moe: ExpertParallelMoE) -> list[torch.Tensor]:
             if p.grad is not None:
                 o[int(e)] = p.grad[int(store.main_slot[e])]
     for o in out:
-        dist.all_reduce(o)
+        all_reduce_sum_(o)  # bf16 too (gloo cannot all_reduce it directly)
     return out
 
 
@@ -300,3 +300,82 @@ def suite_worker(rank: int, world: int, ranks_per_node: int, out_dir: str, sz: S
         result["training"][mode] = attempt(f"training-{mode}",
                                            lambda: run_training(ep, mode, sz, fault))
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+# ---------------------------------------------------------------------------------- bfloat16
+def run_bf16_equivalence(ep: EPGroup, case: str, sz: Sizes) -> list[dict[str, Any]]:
+    """run_equivalence's forward + backward with the layer, its inputs and its targets in
+    bfloat16 (the scheduled case changes the layout every step, so main instances migrate)."""
+    source = make_source(case, ep, sz, period=1) if case == "scheduled" else make_source(
+        case, ep, sz)
+    rt = ExpertParallelRuntime(ep, source)
+    moe = ExpertParallelMoE(rt, 0, sz.hidden, sz.ffn, sz.num_experts, sz.top_k,
+                            seed=sz.seed).to(torch.bfloat16)
+    steps = []
+    for step in range(sz.equivalence_steps):
+        x, target = (t.to(torch.bfloat16) for t in batch_of(ep.rank, step, sz.hidden))
+        x.requires_grad_(True)
+        y = moe(x)
+        (y * target).sum().backward()
+        steps.append({
+            "y": y.detach().clone(),
+            "x_grad": x.grad.clone() if x.grad is not None else torch.zeros_like(x),
+            "router_grad": moe.router.weight.grad.clone(),  # type: ignore[union-attr]
+            "expert_grads": gather_bank_grads(moe),
+            "main_weights": list(moe.gather_expert_weights()),
+            "num_replicas": rt.records[-1].num_replicas,
+            "version": moe.experts.version,
+        })
+        moe.zero_grad(set_to_none=True)
+        rt.end_step()
+    return steps
+
+
+def run_bf16_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int) -> dict[str, Any]:
+    """run_training in bfloat16 (Adam, layout changes every sz.relayout_period steps, a corrupted
+    migrated row injected at fault_at_version)."""
+    source = make_source(mode, ep, sz, num_layers=2, period=sz.relayout_period)
+    rt = ExpertParallelRuntime(ep, source)
+    model = TwoLayerModel(rt, sz).to(torch.bfloat16)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=1e-2)
+    rt.attach_optimizer(opt)
+    faults = {"done": False}
+
+    def corrupt(stage: str, rows: torch.Tensor) -> None:
+        store = model.moes[0].experts
+        if not faults["done"] and store.version + 1 == fault_at_version:
+            faults["done"] = True
+            if rows.shape[0] > 0:
+                rows[0, 0] ^= 1
+
+    if fault_at_version > 0:
+        model.moes[0].experts.fault_hook = corrupt
+    for step in range(sz.training_steps):
+        x, target = (t.to(torch.bfloat16) for t in batch_of(ep.rank, step, sz.hidden, salt=1))
+        loss = ((model(x) - target) ** 2).float().sum()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        rt.end_step()
+    return {
+        "weights": [list(moe.gather_expert_weights()) for moe in model.moes],
+        "counters": [vars(moe.experts.counters).copy() for moe in model.moes],
+        "versions": [moe.experts.version for moe in model.moes],
+    }
+
+
+def bf16_worker(rank: int, world: int, ranks_per_node: int, out_dir: str, sz: Sizes,
+                cases: list[str]) -> None:
+    """Every bfloat16 scenario; saves {out_dir}/rank{rank}.pt (errors as text, as suite_worker)."""
+    ep = EPGroup.create(ranks_per_node)
+    result: dict[str, Any] = {"equivalence": {}, "training": {}, "failures": {}}
+    try:
+        for case in cases:
+            result["equivalence"][case] = run_bf16_equivalence(ep, case, sz)
+        for mode, fault in (("static", 0), ("scheduled", 2)):
+            result["training"][mode] = run_bf16_training(ep, mode, sz, fault)
+    except Exception:  # noqa: BLE001 - reported to the test process
+        result["failures"]["bf16"] = traceback.format_exc()
+    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
+

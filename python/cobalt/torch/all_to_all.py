@@ -1,6 +1,11 @@
 """Differentiable row exchange over ``all_to_all_single`` with uneven splits (gloo supports the
 single-tensor form with split sizes; the list form ``all_to_all`` is not implemented for gloo in
-torch 1.13, so this is the one primitive the runtime needs)."""
+torch 1.13, so this is the one primitive the runtime needs).
+
+An exchange only moves bytes, so a dtype the backend cannot carry (gloo in torch 1.13 rejects
+bfloat16 with ``Invalid scalar type``) travels as its bytes (a uint8 view: gloo carries no 16-bit
+integers either) and arrives bit for
+bit."""
 
 from __future__ import annotations
 
@@ -12,6 +17,10 @@ import torch.distributed as dist
 from cobalt.torch.traffic import TrafficStats
 
 __all__ = ["all_to_all_rows", "exchange_rows"]
+
+# Dtypes exchanged as a uint8 view of their bytes (the backend cannot carry them; the bytes are
+# unchanged, so nothing is rounded).
+_CARRIERS = {torch.bfloat16: torch.uint8}
 
 # (channel name, number of columns) pieces of a row, for byte accounting.
 RowParts = Sequence[tuple[str, int]]
@@ -27,7 +36,12 @@ def exchange_rows(
     rows [sum(recv_splits), W], ordered by sender. Not differentiable."""
     x = x.contiguous()
     out = x.new_empty((int(sum(recv_splits)),) + tuple(x.shape[1:]))
-    dist.all_to_all_single(out, x, list(recv_splits), list(send_splits), group=group)
+    carrier = _CARRIERS.get(x.dtype)
+    if carrier is None:
+        dist.all_to_all_single(out, x, list(recv_splits), list(send_splits), group=group)
+    else:
+        dist.all_to_all_single(out.view(carrier), x.view(carrier), list(recv_splits),
+                               list(send_splits), group=group)
     return out
 
 

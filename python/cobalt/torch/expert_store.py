@@ -45,6 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cobalt.torch.all_to_all import exchange_rows
+from cobalt.torch.reduce import all_reduce_sum_
 from cobalt.torch.checksum import digest
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.experts import expert_init
@@ -517,7 +518,7 @@ class ExpertStore(nn.Module):
                 for o, p in zip(out, self.bank):
                     o[int(e)] = p[int(self.main_slot[e])]
         for o in out:
-            dist.all_reduce(o, op=dist.ReduceOp.SUM, group=self.ep.group)
+            all_reduce_sum_(o, self.ep.group)
         return out[0], out[1], out[2]
 
 

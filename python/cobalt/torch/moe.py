@@ -71,6 +71,7 @@ from torch.autograd import Variable
 import cobalt
 from cobalt.torch._autograd import in_backward_pass
 from cobalt.torch.all_to_all import all_to_all_rows
+from cobalt.torch.reduce import all_reduce_sum_
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
 from cobalt.torch.experts import TopKRouter, swiglu
@@ -152,7 +153,7 @@ class _DenseGradSync:
         local = [g if g is not None else torch.zeros_like(p)
                  for p, g in zip(self.params, self.pass_grads)]
         flat = torch.cat([g.reshape(-1) for g in local])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+        all_reduce_sum_(flat, self.group)
         offset = 0
         with torch.no_grad():
             for i, p in enumerate(self.params):
@@ -180,7 +181,7 @@ def allreduce_gradients(params: list[nn.Parameter], group: Optional[dist.Process
         return
     flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                       for p in params])
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    all_reduce_sum_(flat, group)
     offset = 0
     for p in params:
         n = p.numel()
