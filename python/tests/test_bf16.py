@@ -8,7 +8,7 @@ bytes and sums it in float32 (cobalt.torch.all_to_all, cobalt.torch.reduce). Che
   that changes every step (main instances migrating);
 * migrations move bfloat16 weights bit for bit (the gathered main weights equal the reference's
   after every layout change);
-* 30 Adam steps in bfloat16 with layout changes and one injected corruption (rolled back) end
+* 20 Adam steps in bfloat16 with layout changes and one injected corruption (rolled back) end
   close to the same training on the static layout.
 """
 
