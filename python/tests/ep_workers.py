@@ -7,6 +7,7 @@ nothing here decides whether a test passes.
 
 from __future__ import annotations
 
+import io
 import os
 import traceback
 from dataclasses import dataclass
@@ -358,8 +359,15 @@ def run_bf16_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int) 
         opt.step()
         opt.zero_grad(set_to_none=True)
         rt.end_step()
+    # The trained state_dict loaded into a fresh bfloat16 model on the static layout.
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    fresh = TwoLayerModel(ExpertParallelRuntime(ep, make_source("static", ep, sz, num_layers=2)),
+                          sz).to(torch.bfloat16)
+    fresh.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
     return {
         "weights": [list(moe.gather_expert_weights()) for moe in model.moes],
+        "loaded": [list(moe.gather_expert_weights()) for moe in fresh.moes],
         "counters": [vars(moe.experts.counters).copy() for moe in model.moes],
         "versions": [moe.experts.version for moe in model.moes],
     }
