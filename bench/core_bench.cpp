@@ -9,6 +9,7 @@
 
 #include "bench_inputs.hpp"
 #include "cobalt/assign/dispatch_layout.hpp"
+#include "cobalt/assign/exchange_plan.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/global_planner.hpp"
@@ -122,6 +123,29 @@ void BM_DispatchLayout(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kDispatchTokens);
 }
 BENCHMARK(BM_DispatchLayout)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// One rank's node-deduplicated exchange plan (the PyTorch runtime's, every layer and step) for a
+// whole step of 4 x 8 ranks with 4096 tokens each, K = 8, E = 128, under Algorithm 1. Items:
+// the step's tokens. The numpy reference took ~540 ms for the same plan (docs/performance.md).
+void BM_ExchangePlan(benchmark::State& state) {
+  const Topology topo(4, 32);
+  const int num_experts = 128, top_k = 8;
+  const int64_t per_rank = 4096, num_tokens = per_rank * topo.num_ranks();
+  auto w = make_workload(num_tokens, top_k, num_experts, topo.num_ranks());
+  for (int64_t t = 0; t < num_tokens; ++t) w.src[t] = static_cast<RankId>(t / per_rank);
+  auto layout = make_layout(topo, num_experts, num_experts * 3 / 2 / topo.num_ranks());
+  auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
+  std::vector<RankId> exec(batch.num_tasks());
+  assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {}, exec);
+  const RankId rank = 5;
+  for (auto _ : state) {
+    const auto plan =
+        assign::exchange_plan(w.ids, exec, w.src, top_k, topo, layout.slots_of(rank), rank);
+    benchmark::DoNotOptimize(plan.table_idx.data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+}
+BENCHMARK(BM_ExchangePlan)->Unit(benchmark::kMillisecond);
 
 void BM_Memcpy_DispatchBytes(benchmark::State& state) {
   const int num_ranks = 32;

@@ -302,6 +302,12 @@ def dispatch_layout(exec_rank: ArrayLike, source_rank: ArrayLike, topology: Topo
     """rank_counts [G], node_counts [N], rank_offsets [G + 1], pair_counts [G, G] (int64),
     token_in_rank [T, G] (uint8), slot [T, K] (int32). Fresh writable arrays, or with a workspace
     read-only views of its buffers that the next call with it overwrites."""
+def exchange_plan(topk_ids: ArrayLike, exec_rank: ArrayLike, source_rank: ArrayLike,
+                  topology: Topology, rank_slots: ArrayLike, rank: int) -> dict[str, Any]:
+    """One rank's node-deduplicated dispatch/combine plan: int64 index arrays and per-peer
+    splits as cobalt.torch.exchange_plan.ExchangePlan holds them (slot tasks as CSR:
+    slot_offsets [S + 1], slot_rows, slot_k), num_local_tokens and whole-step counts
+    (num_deliveries, num_cross_rows, num_intra_rows, num_stage1_rows)."""
 def solve_topoep(demand: ArrayLike, topology: Topology, slots_per_rank: int, token_bytes: float,
                  expert_param_bytes: float) -> dict[str, np.ndarray]:
     """slots [G, S], source_offsets [G + 1], quota_expert / quota_dst / quota_count [Q],

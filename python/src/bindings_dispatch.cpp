@@ -1,9 +1,11 @@
 // assign/dispatch_layout: what a DeepEP-style exchange needs from an assignment (the CPU reference
-// of the CUDA dispatch-layout kernel), into fresh arrays or into a kept DispatchLayoutWorkspace.
+// of the CUDA dispatch-layout kernel), into fresh arrays or into a kept DispatchLayoutWorkspace;
+// assign/exchange_plan: one rank's node-deduplicated two-stage exchange (cobalt.torch's runtime).
 #include <mutex>
 
 #include "bindings_common.hpp"
 #include "cobalt/assign/dispatch_layout.hpp"
+#include "cobalt/assign/exchange_plan.hpp"
 
 namespace cobalt::py_bindings {
 namespace {
@@ -114,6 +116,71 @@ void bind_dispatch(py::module_& m) {
       "token_in_rank [T, G] (uint8) and slot [T, K] (int32). Fresh writable arrays by default; "
       "with a DispatchLayoutWorkspace, read-only views of its buffers that the next call with it "
       "overwrites (nothing of the batch's size is allocated).");
+
+  m.def(
+      "exchange_plan",
+      [](InArray<int32_t> topk_ids, InArray<int32_t> exec_rank, InArray<int32_t> source_rank,
+         const Topology& topology, InArray<int32_t> rank_slots, int rank) {
+        require_ndim(topk_ids, 2, "exchange_plan topk_ids [T, K]");
+        require_ndim(exec_rank, 2, "exchange_plan exec_rank [T, K]");
+        require_ndim(source_rank, 1, "exchange_plan source_rank [T]");
+        require_ndim(rank_slots, 1, "exchange_plan rank_slots [S]");
+        COBALT_CHECK_ARG(topk_ids.shape(0) == exec_rank.shape(0) &&
+                             topk_ids.shape(1) == exec_rank.shape(1) &&
+                             source_rank.shape(0) == exec_rank.shape(0),
+                         "exchange_plan: topk_ids {}x{}, exec_rank {}x{} and source_rank [{}] "
+                         "disagree",
+                         topk_ids.shape(0), topk_ids.shape(1), exec_rank.shape(0),
+                         exec_rank.shape(1), source_rank.shape(0));
+        const int top_k = static_cast<int>(exec_rank.shape(1));
+        assign::RankExchangePlan plan;
+        {
+          py::gil_scoped_release release;
+          plan = assign::exchange_plan(span_of(topk_ids), span_of(exec_rank), span_of(source_rank),
+                                       top_k, topology, span_of(rank_slots), rank);
+        }
+        py::dict out;
+        const auto put = [&](const char* name, std::vector<int64_t>& v) {
+          const auto n = static_cast<py::ssize_t>(v.size());
+          out[name] = owned_array(std::move(v), {n});
+        };
+        out["num_local_tokens"] = plan.num_local_tokens;
+        put("s1_send_idx", plan.s1_send_idx);
+        put("s1_send_splits", plan.s1_send_splits);
+        put("s1_recv_splits", plan.s1_recv_splits);
+        put("s2_send_idx", plan.s2_send_idx);
+        put("s2_send_splits", plan.s2_send_splits);
+        put("s2_recv_splits", plan.s2_recv_splits);
+        put("table_idx", plan.table_idx);
+        put("slot_offsets", plan.slot_offsets);
+        put("slot_rows", plan.slot_rows);
+        put("slot_k", plan.slot_k);
+        put("ca_send_idx", plan.ca_send_idx);
+        put("ca_send_splits", plan.ca_send_splits);
+        put("ca_recv_splits", plan.ca_recv_splits);
+        put("q_own_dst", plan.q_own_dst);
+        put("q_own_src", plan.q_own_src);
+        put("q_recv_dst", plan.q_recv_dst);
+        put("q_recv_src", plan.q_recv_src);
+        put("cb_send_splits", plan.cb_send_splits);
+        put("cb_recv_splits", plan.cb_recv_splits);
+        put("y_own_dst", plan.y_own_dst);
+        put("y_own_src", plan.y_own_src);
+        put("y_recv_a_dst", plan.y_recv_a_dst);
+        put("y_recv_a_src", plan.y_recv_a_src);
+        put("y_recv_b_dst", plan.y_recv_b_dst);
+        out["num_deliveries"] = plan.num_deliveries;
+        out["num_cross_rows"] = plan.num_cross_rows;
+        out["num_intra_rows"] = plan.num_intra_rows;
+        out["num_stage1_rows"] = plan.num_stage1_rows;
+        return out;
+      },
+      py::arg("topk_ids"), py::arg("exec_rank"), py::arg("source_rank"), py::arg("topology"),
+      py::arg("rank_slots"), py::arg("rank"),
+      "One rank's node-deduplicated dispatch/combine plan (include/cobalt/assign/"
+      "exchange_plan.hpp): a dict of int64 index arrays and per-peer splits, as "
+      "cobalt.torch.exchange_plan.build_exchange_plan returns them (slot tasks as CSR: "
+      "slot_offsets [S + 1], slot_rows, slot_k), and whole-step counts.");
 }
 
 }  // namespace cobalt::py_bindings

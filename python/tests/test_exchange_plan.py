@@ -1,14 +1,24 @@
 """The exchange plan in one process: simulate every rank's all-to-alls with numpy and check that
 dispatch delivers the right tokens, combine returns the right sums, and the rows crossing node
-boundaries equal the C++ metric V (cross_node_transfers.dedup)."""
+boundaries equal the C++ metric V (cross_node_transfers.dedup), for the C++ plan and its numpy
+reference; and the two are equal field for field on random routings."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 
 import cobalt
-from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
+from cobalt.torch.exchange_plan import (
+    ExchangePlan,
+    RoutingGlobal,
+    build_exchange_plan,
+    build_exchange_plan_reference,
+)
+
+BUILDERS = {"cpp": build_exchange_plan, "reference": build_exchange_plan_reference}
 
 
 def _all_to_all(send: list[np.ndarray], send_splits: list[list[int]]) -> list[np.ndarray]:
@@ -50,8 +60,9 @@ def _random_case(rng: np.random.Generator, nodes: int, m: int, experts: int, k: 
     return topo, layout, batch, ids, src, exe, offsets
 
 
+@pytest.mark.parametrize("builder", list(BUILDERS))
 @pytest.mark.parametrize("nodes,m", [(2, 2), (2, 4), (4, 2), (3, 1)])
-def test_plan_routes_tokens_and_sums(nodes: int, m: int) -> None:
+def test_plan_routes_tokens_and_sums(nodes: int, m: int, builder: str) -> None:
     rng = np.random.default_rng(nodes * 10 + m)
     experts, k, h = 12, 3, 5
     g = nodes * m
@@ -59,7 +70,7 @@ def test_plan_routes_tokens_and_sums(nodes: int, m: int) -> None:
     for _ in range(5):
         topo, layout, batch, ids, src, exe, offsets = _random_case(rng, nodes, m, experts, k, slots)
         routing = RoutingGlobal(ids, exe, src, offsets, np.asarray(layout.slots), m)
-        plans: list[ExchangePlan] = [build_exchange_plan(routing, r) for r in range(g)]
+        plans: list[ExchangePlan] = [BUILDERS[builder](routing, r) for r in range(g)]
         x_all = rng.standard_normal((batch.num_tokens, h))
         xs = [x_all[offsets[r] : offsets[r + 1]] for r in range(g)]
         # Dispatch.
@@ -109,3 +120,55 @@ def test_plan_routes_tokens_and_sums(nodes: int, m: int) -> None:
         assert s2_cross == 0 and a_cross == 0 and b_intra == 0
         assert plans[0].totals["dispatch_cross_rows"] == v.dedup
         assert d_intra + s2_intra == a_intra == plans[0].totals["dispatch_intra_rows"]
+
+
+def _assert_plans_equal(a: ExchangePlan, b: ExchangePlan, where: str) -> None:
+    for f in dataclasses.fields(ExchangePlan):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == np.int64 and np.asarray(y).dtype == np.int64, f"{where}: {f.name}"
+            np.testing.assert_array_equal(x, y, err_msg=f"{where}: {f.name}")
+        elif f.name in ("slot_rows", "slot_k"):
+            assert len(x) == len(y), f"{where}: {f.name}"
+            for j, (u, v) in enumerate(zip(x, y)):
+                np.testing.assert_array_equal(u, v, err_msg=f"{where}: {f.name}[{j}]")
+        else:
+            assert x == y, f"{where}: {f.name}: {x!r} != {y!r}"
+
+
+@pytest.mark.parametrize("nodes,m", [(1, 4), (2, 2), (2, 4), (4, 2), (3, 1), (3, 3), (8, 1)])
+def test_cpp_plan_equals_numpy_reference(nodes: int, m: int) -> None:
+    """Field for field on random routings: skewed token counts (ranks without tokens), K from 1 to
+    6, several tasks of a token on one rank, layouts with many replicas."""
+    rng = np.random.default_rng(1000 + nodes * 10 + m)
+    g = nodes * m
+    for case in range(12):
+        experts = int(rng.integers(max(2, g // 2), 3 * g + 2))
+        k = int(rng.integers(1, min(6, experts) + 1))
+        slots = -(-experts // g) + int(rng.integers(0, 4))
+        _, layout, batch, ids, src, exe, offsets = _random_case(rng, nodes, m, experts, k, slots)
+        routing = RoutingGlobal(ids, exe, src, offsets, np.asarray(layout.slots), m)
+        for r in range(g):
+            _assert_plans_equal(build_exchange_plan(routing, r),
+                                build_exchange_plan_reference(routing, r),
+                                f"{nodes}x{m} case {case} rank {r}")
+
+
+def test_cpp_plan_rejects_bad_routing() -> None:
+    topo = cobalt.Topology(2, 4)
+    ids = np.array([[0, 1], [2, 3], [1, 2]], dtype=np.int32)
+    exe = np.array([[0, 1], [2, 3], [1, 2]], dtype=np.int32)
+    slots = np.array([0, -1], dtype=np.int32)
+    with pytest.raises(ValueError, match="source ranks must be non-decreasing"):
+        cobalt.exchange_plan(ids, exe, np.array([1, 0, 2], dtype=np.int32), topo, slots, 0)
+    with pytest.raises(ValueError, match=r"execution rank 7 of token 1 \(position 0\) out of range"):
+        cobalt.exchange_plan(ids, np.array([[0, 1], [7, 3], [1, 2]], dtype=np.int32),
+                             np.array([0, 0, 1], dtype=np.int32), topo, slots, 0)
+    with pytest.raises(ValueError, match=r"rank 4 out of range \[0, 4\)"):
+        cobalt.exchange_plan(ids, exe, np.array([0, 0, 1], dtype=np.int32), topo, slots, 4)
+    with pytest.raises(ValueError, match="rank 1 executes expert 1 .token 0. but does not hold it"):
+        cobalt.exchange_plan(ids, exe, np.array([0, 0, 1], dtype=np.int32), topo,
+                             np.array([0, -1], dtype=np.int32), 1)
+    with pytest.raises(ValueError, match="disagree"):
+        cobalt.exchange_plan(ids, exe[:2], np.array([0, 0, 1], dtype=np.int32), topo, slots, 0)
+

@@ -1,8 +1,11 @@
-"""Node-deduplicated dispatch/combine plans (pure numpy, identical on every rank).
+"""Node-deduplicated dispatch/combine plans (identical on every rank).
 
 Every rank knows the whole step's routing (expert ids, execution ranks and source ranks of all T
 tokens, gathered once per layer), so every rank can derive every message of the exchange without
-exchanging metadata. :func:`build_exchange_plan` returns the index arrays one rank needs.
+exchanging metadata. :func:`build_exchange_plan` returns the index arrays one rank needs (the C++
+``cobalt.exchange_plan``, include/cobalt/assign/exchange_plan.hpp, one O(T K) pass);
+:func:`build_exchange_plan_reference` computes the same arrays with numpy sorts, as the
+definitions below read (the tests compare them).
 
 Ranks: G = N * M, rank r on node r // M with local index r % M. The *rail peer* of rank s on node n
 is n * M + s % M (the rank with the same local index).
@@ -31,7 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["ExchangePlan", "RoutingGlobal", "build_exchange_plan"]
+import cobalt
+
+__all__ = ["ExchangePlan", "RoutingGlobal", "build_exchange_plan", "build_exchange_plan_reference"]
 
 _I64 = np.int64
 
@@ -164,7 +169,60 @@ class _PairLookup:
 
 
 def build_exchange_plan(routing: RoutingGlobal, rank: int) -> ExchangePlan:
-    """Builds rank `rank`'s plan for one layer's step (see the module docstring for the routes).
+    """Builds rank `rank`'s plan for one layer's step (see the module docstring for the routes):
+    the C++ ``cobalt.exchange_plan`` (O(T K log K), the same work on every rank), equal field for
+    field to :func:`build_exchange_plan_reference`."""
+    g, m = routing.num_ranks, routing.ranks_per_node
+    d = cobalt.exchange_plan(
+        np.ascontiguousarray(routing.topk_ids, dtype=np.int32),
+        np.ascontiguousarray(routing.exec_rank, dtype=np.int32),
+        np.ascontiguousarray(routing.source_rank, dtype=np.int32),
+        cobalt.Topology(g // m, g),
+        np.ascontiguousarray(routing.slots[rank], dtype=np.int32), rank)
+    offsets = d["slot_offsets"]
+    slot_rows = [d["slot_rows"][offsets[j]:offsets[j + 1]] for j in range(offsets.shape[0] - 1)]
+    slot_k = [d["slot_k"][offsets[j]:offsets[j + 1]] for j in range(offsets.shape[0] - 1)]
+    return ExchangePlan(
+        rank=rank,
+        num_local_tokens=int(d["num_local_tokens"]),
+        s1_send_idx=d["s1_send_idx"],
+        s1_send_splits=d["s1_send_splits"].tolist(),
+        s1_recv_splits=d["s1_recv_splits"].tolist(),
+        s2_send_idx=d["s2_send_idx"],
+        s2_send_splits=d["s2_send_splits"].tolist(),
+        s2_recv_splits=d["s2_recv_splits"].tolist(),
+        table_idx=d["table_idx"],
+        slot_rows=slot_rows,
+        slot_k=slot_k,
+        ca_send_idx=d["ca_send_idx"],
+        ca_send_splits=d["ca_send_splits"].tolist(),
+        ca_recv_splits=d["ca_recv_splits"].tolist(),
+        q_own_dst=d["q_own_dst"],
+        q_own_src=d["q_own_src"],
+        q_recv_dst=d["q_recv_dst"],
+        q_recv_src=d["q_recv_src"],
+        cb_send_splits=d["cb_send_splits"].tolist(),
+        cb_recv_splits=d["cb_recv_splits"].tolist(),
+        y_own_dst=d["y_own_dst"],
+        y_own_src=d["y_own_src"],
+        y_recv_a_dst=d["y_recv_a_dst"],
+        y_recv_a_src=d["y_recv_a_src"],
+        y_recv_b_dst=d["y_recv_b_dst"],
+        totals={
+            "deliveries": int(d["num_deliveries"]),
+            "dispatch_cross_rows": int(d["num_cross_rows"]),
+            "dispatch_intra_rows": int(d["num_intra_rows"]),
+            "combine_cross_rows": int(d["num_cross_rows"]),
+            "combine_intra_rows": int(d["num_intra_rows"]),
+            "stage1_rows": int(d["num_stage1_rows"]),
+            "stage1_cross_rows": int(d["num_cross_rows"]),
+        },
+    )
+
+
+def build_exchange_plan_reference(routing: RoutingGlobal, rank: int) -> ExchangePlan:
+    """:func:`build_exchange_plan` with numpy sorts over the whole step, as the module docstring
+    defines the routes: the reference the C++ plan is tested against.
 
     Cost O(T K log(T K)) numpy work, the same on every rank.
     """
