@@ -131,6 +131,7 @@ def _assert_plans_equal(a: ExchangePlan, b: ExchangePlan, where: str) -> None:
         elif f.name in ("slot_rows", "slot_k"):
             assert len(x) == len(y), f"{where}: {f.name}"
             for j, (u, v) in enumerate(zip(x, y)):
+                assert u.dtype == np.int64 and v.dtype == np.int64, f"{where}: {f.name}[{j}]"
                 np.testing.assert_array_equal(u, v, err_msg=f"{where}: {f.name}[{j}]")
         else:
             assert x == y, f"{where}: {f.name}: {x!r} != {y!r}"
@@ -144,7 +145,7 @@ def test_cpp_plan_equals_numpy_reference(nodes: int, m: int) -> None:
     g = nodes * m
     for case in range(12):
         experts = int(rng.integers(max(2, g // 2), 3 * g + 2))
-        k = int(rng.integers(1, min(6, experts) + 1))
+        k = 1 if case == 0 else int(rng.integers(1, min(6, experts) + 1))  # case 0: K = 1
         slots = -(-experts // g) + int(rng.integers(0, 4))
         _, layout, batch, ids, src, exe, offsets = _random_case(rng, nodes, m, experts, k, slots)
         routing = RoutingGlobal(ids, exe, src, offsets, np.asarray(layout.slots), m)
@@ -171,4 +172,16 @@ def test_cpp_plan_rejects_bad_routing() -> None:
                              np.array([0, -1], dtype=np.int32), 1)
     with pytest.raises(ValueError, match="disagree"):
         cobalt.exchange_plan(ids, exe[:2], np.array([0, 0, 1], dtype=np.int32), topo, slots, 0)
+
+
+def test_cpp_plan_of_an_empty_step_equals_reference() -> None:
+    topo = cobalt.Topology(2, 4)
+    layout = cobalt.ExpertLayout.static_ep(topo, 8, 2)
+    empty = np.zeros((0, 2), dtype=np.int32)
+    routing = RoutingGlobal(empty, empty, np.zeros(0, dtype=np.int32), np.zeros(5, dtype=np.int64),
+                            np.asarray(layout.slots), 2)
+    for r in range(4):
+        plan = build_exchange_plan(routing, r)
+        _assert_plans_equal(plan, build_exchange_plan_reference(routing, r), f"rank {r}")
+        assert plan.num_table_rows == 0 and sum(plan.s1_send_splits) == 0
 

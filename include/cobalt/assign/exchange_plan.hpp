@@ -13,7 +13,8 @@
 //                      (token, remote node), the partials of the node summed at p).
 // Every message list is ordered by token within one (sender, receiver) pair; a receive buffer
 // holds the senders' rows by sender rank (all_to_all_single), so a row's position is fixed by
-// (sender, token). Cost O(T K log K) time and O(T K) memory, the same work on every rank.
+// (sender, token). Cost O(T K^2) time (an insertion sort of each token's K ranks) and O(T K)
+// memory, the same work on every rank.
 #pragma once
 
 #include <cstdint>

@@ -40,6 +40,8 @@ def exchange_rows(
     if carrier is None:
         dist.all_to_all_single(out, x, list(recv_splits), list(send_splits), group=group)
     else:
+        if x.dim() == 0 or x.stride(-1) != 1:  # a byte view needs unit-stride rows
+            x = x.clone(memory_format=torch.contiguous_format)
         dist.all_to_all_single(out.view(carrier), x.view(carrier), list(recv_splits),
                                list(send_splits), group=group)
     return out

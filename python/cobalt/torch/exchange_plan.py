@@ -3,7 +3,7 @@
 Every rank knows the whole step's routing (expert ids, execution ranks and source ranks of all T
 tokens, gathered once per layer), so every rank can derive every message of the exchange without
 exchanging metadata. :func:`build_exchange_plan` returns the index arrays one rank needs (the C++
-``cobalt.exchange_plan``, include/cobalt/assign/exchange_plan.hpp, one O(T K) pass);
+``cobalt.exchange_plan``, include/cobalt/assign/exchange_plan.hpp, two passes over the tokens);
 :func:`build_exchange_plan_reference` computes the same arrays with numpy sorts, as the
 definitions below read (the tests compare them).
 
@@ -170,7 +170,7 @@ class _PairLookup:
 
 def build_exchange_plan(routing: RoutingGlobal, rank: int) -> ExchangePlan:
     """Builds rank `rank`'s plan for one layer's step (see the module docstring for the routes):
-    the C++ ``cobalt.exchange_plan`` (O(T K log K), the same work on every rank), equal field for
+    the C++ ``cobalt.exchange_plan`` (O(T K^2), the same work on every rank), equal field for
     field to :func:`build_exchange_plan_reference`."""
     g, m = routing.num_ranks, routing.ranks_per_node
     d = cobalt.exchange_plan(
