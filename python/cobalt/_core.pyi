@@ -251,8 +251,10 @@ class FloorSwapResult:
     @property
     def layout(self) -> ExpertLayout: ...
     @property
-    def swaps(self) -> list[tuple[int, int, int, int, int]]:
-        """(rank, slot, removed expert or -1, added expert, floor once applied), in order."""
+    def swaps(self) -> list[tuple[int, int, int, int, int, int, int]]:
+        """(rank, slot, removed expert or -1, added expert, floor once applied, exchange rank,
+        exchange slot), in order; an exchange (rank >= 0) moves `removed` into that slot, whose
+        replica of `added` it replaces."""
     @property
     def floor_before(self) -> int: ...
     @property

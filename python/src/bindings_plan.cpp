@@ -177,7 +177,8 @@ void bind_plan(py::module_& m) {
           [](const plan::FloorSwapResult& r) {
             py::list out;
             for (const auto& s : r.swaps) {
-              out.append(py::make_tuple(s.rank, s.slot, s.removed, s.added, s.floor_after));
+              out.append(py::make_tuple(s.rank, s.slot, s.removed, s.added, s.floor_after,
+                                        s.exchange_rank, s.exchange_slot));
             }
             return out;
           })

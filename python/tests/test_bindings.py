@@ -201,7 +201,8 @@ def test_balanced_assignment_and_floor_swaps() -> None:
     assert swapped.floor_before == floor
     assert swapped.floor_after < floor and len(swapped.swaps) >= 1
     previous_floor = floor
-    for rank, slot, removed, added, floor_after in swapped.swaps:
+    for rank, slot, removed, added, floor_after, exchange_rank, _ in swapped.swaps:
+        assert exchange_rank == -1  # free slots and replicas of expert 1 are there
         assert added == 0 and swapped.layout.slots[rank, slot] == 0
         assert removed == layout.slots[rank, slot]
         assert floor_after < previous_floor

@@ -21,6 +21,21 @@ struct Candidate {
   auto key() const { return std::tie(price, cross_node_copy, neg_count, rank, slot, expert); }
 };
 
+// Step 4's exchange: e's replica on rank a (slot sa) and f's only replica on rank r (slot s) trade
+// places.
+struct Exchange {
+  double price;
+  int64_t f_count;      // tasks of f, which move into N(X)
+  int64_t neg_e_count;  // -count of e: busier experts first
+  RankId r;
+  int s;
+  RankId a;
+  int sa;
+  ExpertId e;
+  ExpertId f;
+  auto key() const { return std::tie(price, f_count, neg_e_count, r, s, a, e); }
+};
+
 void remove_rank(std::vector<RankId>& ranks, RankId r) {
   ranks.erase(std::find(ranks.begin(), ranks.end(), r));
 }
@@ -133,6 +148,71 @@ class SwapSearch {
     return candidates_;
   }
 
+  // Step 4's exchanges given the tight set at floor - 1, in the order they are tried (at most
+  // max_checks of them).
+  const std::vector<Exchange>& exchanges(const detail::TightSet& tight) {
+    const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();
+    const int per_node = layout_.topology().ranks_per_node();
+    const int num_experts = layout_.num_experts();
+    const auto alone_on_node = [&](ExpertId x, RankId rank) {
+      const NodeId n = rank / per_node;
+      return std::none_of(holders_[x].begin(), holders_[x].end(),
+                          [&](RankId h) { return h != rank && h / per_node == n; });
+    };
+    exchanges_.clear();
+    for (RankId r = 0; r < num_ranks; ++r) {
+      if (tight.ranks[r]) continue;
+      for (int s = 0; s < slots; ++s) {
+        const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
+        if (f == kEmptySlot || holders_[f].size() != 1) continue;  // step 2 covers the others
+        for (ExpertId e = 0; e < num_experts; ++e) {
+          if (!tight.experts[e] || counts_[e] == 0) continue;
+          for (RankId a : holders_[e]) {
+            const bool same_node = a / per_node == r / per_node;
+            double price = 0;
+            if (!same_node) {
+              price += removal_cost_[static_cast<size_t>(r / per_node) * num_experts + f];
+              if (alone_on_node(e, a)) {
+                price += removal_cost_[static_cast<size_t>(a / per_node) * num_experts + e];
+              }
+            }
+            int sa = 0;
+            while (slots_[static_cast<size_t>(a) * slots + sa] != e) ++sa;
+            exchanges_.push_back({price, counts_[f], -counts_[e], r, s, a, sa, e, f});
+          }
+        }
+      }
+    }
+    const auto by_key = [](const Exchange& x, const Exchange& y) { return x.key() < y.key(); };
+    const auto num_tried = std::min<size_t>(exchanges_.size(), options_.max_checks);
+    std::partial_sort(exchanges_.begin(), exchanges_.begin() + static_cast<ptrdiff_t>(num_tried),
+                      exchanges_.end(), by_key);
+    exchanges_.resize(num_tried);
+    return exchanges_;
+  }
+
+  // Holders as if the exchange were applied (undo restores them).
+  void try_on(const Exchange& x) {
+    remove_rank(holders_[x.e], x.a);
+    insert_rank(holders_[x.e], x.r);
+    remove_rank(holders_[x.f], x.r);
+    insert_rank(holders_[x.f], x.a);
+  }
+  void undo(const Exchange& x) {
+    remove_rank(holders_[x.e], x.r);
+    insert_rank(holders_[x.e], x.a);
+    remove_rank(holders_[x.f], x.a);
+    insert_rank(holders_[x.f], x.r);
+  }
+  // Keeps an exchange tried on: its two slots and the record of the swap.
+  void commit(const Exchange& x, FloorSwapResult& result) {
+    ReplicaSwap swap{x.r, x.s, x.f, x.e};
+    swap.exchange_rank = x.a;
+    swap.exchange_slot = x.sa;
+    result.swaps.push_back(swap);
+    apply_swap(swap, layout_.slots_per_rank(), slots_);
+  }
+
   // The replica a candidate replaces (kEmptySlot for a free slot).
   ExpertId replaced(const Candidate& c) const {
     return slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot];
@@ -167,6 +247,7 @@ class SwapSearch {
   std::vector<ExpertId> slots_;
   std::vector<std::vector<RankId>> holders_;
   std::vector<Candidate> candidates_;
+  std::vector<Exchange> exchanges_;
 };
 
 // The lowest bound every task fits under, from a network that fits at its bound: warm-started
@@ -197,6 +278,14 @@ int64_t lowest_bound(detail::RankBoundNetwork& feasible, int64_t lower) {
 }
 
 }  // namespace
+
+void apply_swap(const ReplicaSwap& swap, int slots_per_rank, std::span<ExpertId> slots) {
+  slots[static_cast<size_t>(swap.rank) * slots_per_rank + swap.slot] = swap.added;
+  if (swap.is_exchange()) {
+    slots[static_cast<size_t>(swap.exchange_rank) * slots_per_rank + swap.exchange_slot] =
+        swap.removed;
+  }
+}
 
 FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
                                   std::span<const int64_t> expert_counts,
@@ -243,6 +332,23 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       applied = true;
       break;
     }
+    if (!applied) {
+      for (const Exchange& x : search.exchanges(below.tight_set())) {
+        detail::RankBoundNetwork trial = below;
+        trial.add_holder(x.e, x.r);
+        trial.remove_holder(x.f, x.r);
+        trial.add_holder(x.f, x.a);
+        trial.remove_holder(x.e, x.a);
+        if (!trial.fits()) continue;
+        search.try_on(x);
+        search.commit(x, result);
+        feasible = std::move(trial);
+        floor = lowest_bound(feasible, search.lower_bound());
+        result.swaps.back().floor_after = floor;
+        applied = true;
+        break;
+      }
+    }
     if (!applied) break;
   }
   result.floor_after = floor;
@@ -278,6 +384,19 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
         break;
       }
       search.undo(c);
+    }
+    if (!applied) {
+      for (const Exchange& x : search.exchanges(tight)) {
+        search.try_on(x);
+        if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
+          search.commit(x, result);
+          floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
+          result.swaps.back().floor_after = floor;
+          applied = true;
+          break;
+        }
+        search.undo(x);
+      }
     }
     if (!applied) break;
   }

@@ -305,7 +305,7 @@ class CobaltPolicy final : public Policy {
     std::optional<ExpertLayout> best;
     for (size_t k = 0; k < swapped.swaps.size(); ++k) {
       const plan::ReplicaSwap& swap = swapped.swaps[k];
-      slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot] = swap.added;
+      plan::apply_swap(swap, slots, slots_now);
       ExpertLayout prefix(before.topology(), before.num_experts(), slots, slots_now);
       const int64_t saved = swapped.floor_before - std::max(swap.floor_after, cap);
       const double gain_s = change_gain_s(before, st.mains, prefix, static_cast<double>(saved), 1,

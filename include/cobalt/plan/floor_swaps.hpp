@@ -18,6 +18,13 @@
 //      current floor (a max flow, warm-started from the flow at floor - 1) is applied, and the new
 //      floor computed (a binary search of warm-started flows). A round whose shortfall at
 //      floor - 1 exceeds floor - 1 tasks is skipped: one more holder cannot cover it.
+//   4. when no candidate of step 2 passes, exchanges: a slot of r outside N(X) whose expert f has
+//      its only replica there takes a replica of e in X from a rank a, and f moves into e's slot
+//      on a (both keep their replica counts; two copies). Ordered by price (removal_cost of f
+//      leaving r's node and of e leaving a's node, when either had no other replica there), then
+//      f's count (the load moved into N(X)), then the larger count of e, then r, slot, a, e; at
+//      most max_checks tried, the first that passes applied. (They matter where every rank
+//      outside N(X) is full of single replicas: then step 2 has no candidate at all.)
 //
 // Repeats up to max_swaps times, while the floor is above ceil((1 + tolerance) * mean). Every
 // swap lowers the floor strictly; every expert keeps at least one replica; no rank gets a second
@@ -44,7 +51,15 @@ struct ReplicaSwap {
   ExpertId removed = kEmptySlot;  // the replica replaced (kEmptySlot: the slot was free)
   ExpertId added = kEmptySlot;
   int64_t floor_after = 0;  // min_max_rank_load once this swap and the earlier ones are applied
+  // An exchange (step 4): `removed` moves into slot exchange_slot of exchange_rank, replacing the
+  // replica of `added` there. -1 for a plain swap.
+  RankId exchange_rank = -1;
+  int exchange_slot = -1;
+  bool is_exchange() const { return exchange_rank >= 0; }
 };
+
+// Applies `swap` to a layout's slots [G, S] (both slots of an exchange).
+void apply_swap(const ReplicaSwap& swap, int slots_per_rank, std::span<ExpertId> slots);
 
 struct FloorSwapResult {
   ExpertLayout layout;

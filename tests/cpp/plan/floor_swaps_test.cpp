@@ -1,6 +1,7 @@
 // Replica swaps toward a balanceable layout (plan/floor_swaps.hpp): every swap lowers the floor,
-// a swap is found exactly when a brute-force search over all single-slot changes finds one, the
-// cheapest candidate wins, the target stops it, and bad input is refused.
+// a swap is found exactly when a brute-force search over all single-slot changes and exchanges of
+// a single replica finds one (an exchange only when no single change does), the cheapest
+// candidate wins, the target stops it, and bad input is refused.
 #include "cobalt/plan/floor_swaps.hpp"
 
 #include <gtest/gtest.h>
@@ -54,8 +55,33 @@ int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t
   return best;
 }
 
+// The lowest floor any exchange reaches: an expert f with its only replica on rank r and a replica
+// of another expert e on rank a (e not on r, f not on a) trade slots, by trying every one.
+int64_t best_exchange(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
+  int64_t best = eval::min_max_rank_load(counts, layout);
+  const int slots = layout.slots_per_rank();
+  for (RankId r = 0; r < layout.num_ranks(); ++r) {
+    for (int s = 0; s < slots; ++s) {
+      const ExpertId f = layout.slots_of(r)[s];
+      if (f == kEmptySlot || layout.num_replicas_of(f) != 1) continue;
+      for (RankId a = 0; a < layout.num_ranks(); ++a) {
+        for (int sa = 0; sa < slots; ++sa) {
+          const ExpertId e = layout.slots_of(a)[sa];
+          if (e == kEmptySlot || e == f || layout.holds(r, e) || layout.holds(a, f)) continue;
+          std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
+          changed[static_cast<size_t>(r) * slots + s] = e;
+          changed[static_cast<size_t>(a) * slots + sa] = f;
+          const ExpertLayout candidate(layout.topology(), layout.num_experts(), slots, changed);
+          best = std::min(best, eval::min_max_rank_load(counts, candidate));
+        }
+      }
+    }
+  }
+  return best;
+}
+
 TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
-  int num_found = 0, num_none = 0;
+  int num_found = 0, num_none = 0, num_exchanges = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     SplitMix64 rng(seed * 7919);
     const int nodes = 1 + static_cast<int>(rng.below(3)),
@@ -70,9 +96,15 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
     const int64_t floor = eval::min_max_rank_load(counts, layout);
     ASSERT_EQ(result.floor_before, floor) << "seed " << seed;
     const int64_t best = best_single_change(layout, counts);
+    const int64_t best_traded = best_exchange(layout, counts);
     if (best < floor) {
       ASSERT_EQ(result.swaps.size(), 1u) << "seed " << seed;
+      ASSERT_FALSE(result.swaps[0].is_exchange()) << "seed " << seed;
       ++num_found;
+    } else if (best_traded < floor) {
+      ASSERT_EQ(result.swaps.size(), 1u) << "seed " << seed;
+      ASSERT_TRUE(result.swaps[0].is_exchange()) << "seed " << seed;
+      ++num_exchanges;
     } else {
       ASSERT_TRUE(result.swaps.empty()) << "seed " << seed;
       ASSERT_EQ(result.layout, layout);
@@ -82,15 +114,20 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
   }
   EXPECT_GT(num_found, 30);
   EXPECT_GT(num_none, 30);
+  EXPECT_GT(num_exchanges, 0);
 }
 
 TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
-  int num_swaps = 0;
+  int num_swaps = 0, num_exchanges = 0;
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     SplitMix64 rng(seed * 31337);
     const Topology topo(4, 16);
-    const int experts = 40, slots = 4;
-    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.9);
+    const int slots = 4;
+    // Odd seeds: room for replicas; even seeds: every slot holds a single replica but a few, so
+    // the floor moves only by exchanges.
+    const int experts = seed % 2 == 1 ? 40 : 60;  // of 64 slots
+    const auto layout =
+        testing::random_layout(seed, topo, experts, slots, seed % 2 == 1 ? 0.9 : 0.0);
     const auto counts = random_counts(rng, experts, 200);
     const auto costs = random_costs(rng, topo.num_nodes(), experts);
     const FloorSwapOptions options{0.05, 6, 64};
@@ -99,10 +136,14 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
     std::vector<ExpertId> slots_now(layout.slots().begin(), layout.slots().end());
     int64_t floor = result.floor_before;
     for (const ReplicaSwap& swap : result.swaps) {
-      auto& slot = slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot];
-      ASSERT_EQ(slot, swap.removed);
+      ASSERT_EQ(slots_now[static_cast<size_t>(swap.rank) * slots + swap.slot], swap.removed);
       ASSERT_NE(swap.added, swap.removed);
-      slot = swap.added;
+      if (swap.is_exchange()) {
+        ASSERT_EQ(slots_now[static_cast<size_t>(swap.exchange_rank) * slots + swap.exchange_slot],
+                  swap.added);
+        ++num_exchanges;
+      }
+      apply_swap(swap, slots, slots_now);
       // The constructor validates: no rank holds an expert twice, every expert keeps a replica.
       const ExpertLayout step(topo, experts, slots, slots_now);
       const int64_t next = eval::min_max_rank_load(counts, step);
@@ -126,17 +167,21 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
     ASSERT_EQ(again.layout, result.layout);
   }
   EXPECT_GT(num_swaps, 60);
+  EXPECT_GT(num_exchanges, 10);
 }
 
 TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
-  int num_swaps = 0;
+  int num_swaps = 0, num_exchanges = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     SplitMix64 rng(seed * 2654435761ULL);
     const int nodes = 1 + static_cast<int>(rng.below(8)),
               per_node = 1 + static_cast<int>(rng.below(8));
     const Topology topo(nodes, nodes * per_node);
     const int slots = 1 + static_cast<int>(rng.below(4));
-    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    // Every third instance nearly full of single replicas, where exchanges are the only moves.
+    const int max_experts = topo.num_ranks() * slots;
+    const int experts = seed % 3 == 0 ? std::max(1, max_experts - static_cast<int>(rng.below(3)))
+                                      : 1 + static_cast<int>(rng.below(max_experts));
     const auto layout = testing::random_layout(seed, topo, experts, slots, 0.85);
     const auto counts = random_counts(rng, experts, 1 + static_cast<int64_t>(rng.below(500)));
     const auto costs = random_costs(rng, nodes, experts);
@@ -154,11 +199,15 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
       ASSERT_EQ(fast.swaps[i].added, reference.swaps[i].added) << "seed " << seed;
       ASSERT_EQ(fast.swaps[i].removed, reference.swaps[i].removed) << "seed " << seed;
       ASSERT_EQ(fast.swaps[i].floor_after, reference.swaps[i].floor_after) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].exchange_rank, reference.swaps[i].exchange_rank) << "seed " << seed;
+      ASSERT_EQ(fast.swaps[i].exchange_slot, reference.swaps[i].exchange_slot) << "seed " << seed;
+      num_exchanges += fast.swaps[i].is_exchange();
     }
     ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
     num_swaps += static_cast<int>(fast.swaps.size());
   }
   EXPECT_GT(num_swaps, 100);
+  EXPECT_GT(num_exchanges, 10);
 }
 
 // The kept network against a flow built from scratch after every change: whether the tasks fit,

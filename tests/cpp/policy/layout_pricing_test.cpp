@@ -144,7 +144,7 @@ TEST(LayoutPricing, SomeChangeMayPayBoundsTheSwapsOfStage2b) {
     bool pays = false;
     std::vector<ExpertId> slots(layout.slots().begin(), layout.slots().end());
     for (const auto& swap : swapped.swaps) {
-      slots[static_cast<size_t>(swap.rank) * layout.slots_per_rank() + swap.slot] = swap.added;
+      plan::apply_swap(swap, layout.slots_per_rank(), slots);
       const ExpertLayout prefix(topo, num_experts, layout.slots_per_rank(), slots);
       pays |= change_pays(layout, mains, prefix,
                           static_cast<double>(swapped.floor_before - swap.floor_after),
