@@ -253,7 +253,7 @@ class FloorSwapResult:
     @property
     def swaps(self) -> list[tuple[int, int, int, int, int, int, int]]:
         """(rank, slot, removed expert or -1, added expert, floor once applied, exchange rank,
-        exchange slot), in order; an exchange (rank >= 0) moves `removed` into that slot, whose
+        exchange slot), in order; an exchange (exchange rank >= 0) moves `removed` into that slot, whose
         replica of `added` it replaces."""
     @property
     def floor_before(self) -> int: ...
@@ -262,7 +262,7 @@ class FloorSwapResult:
 
 def swap_toward_floor(layout: ExpertLayout, expert_counts: ArrayLike, removal_cost: ArrayLike,
                       tolerance: float = 0.05, max_swaps: int = 1,
-                      max_checks: int = 64) -> FloorSwapResult:
+                      max_checks: int = 64, max_exchange_checks: int = 256) -> FloorSwapResult:
     """cobalt+'s stage 2b: replica swaps lowering the balance floor (expert_counts [E] int64,
     removal_cost [N, E] float64: the price of taking e's last replica off node n)."""
 

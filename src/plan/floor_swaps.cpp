@@ -21,8 +21,8 @@ struct Candidate {
   auto key() const { return std::tie(price, cross_node_copy, neg_count, rank, slot, expert); }
 };
 
-// Step 4's exchange: e's replica on rank a (slot sa) and f's only replica on rank r (slot s) trade
-// places.
+// Step 4's exchange: a replica of the tight expert e on rank a (slot sa) and the replica of f on
+// rank r outside the tight set's holders (slot s) trade places.
 struct Exchange {
   double price;
   int64_t f_count;      // tasks of f, which move into N(X)
@@ -64,6 +64,9 @@ class SwapSearch {
                      options.max_swaps);
     COBALT_CHECK_ARG(options.max_checks >= 1, "floor swaps: max_checks {} must be >= 1",
                      options.max_checks);
+    COBALT_CHECK_ARG(options.max_exchange_checks >= 0,
+                     "floor swaps: max_exchange_checks {} must be >= 0",
+                     options.max_exchange_checks);
     for (ExpertId e = 0; e < num_experts; ++e) {
       COBALT_CHECK_ARG(expert_counts[e] >= 0, "floor swaps: expert {} has {} tasks (must be >= 0)",
                        e, expert_counts[e]);
@@ -149,8 +152,10 @@ class SwapSearch {
   }
 
   // Step 4's exchanges given the tight set at floor - 1, in the order they are tried (at most
-  // max_checks of them).
-  const std::vector<Exchange>& exchanges(const detail::TightSet& tight) {
+  // max_checks of them). An expert f with one replica that moves into the tight ranks must fit
+  // there with the shortfall: tasks(X) + count(f) <= (floor - 1) |N(X) + r| (Hall's condition
+  // for X and f), so exchanges of a busier single replica are left out: they cannot pass.
+  const std::vector<Exchange>& exchanges(const detail::TightSet& tight, int64_t floor) {
     const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();
     const int per_node = layout_.topology().ranks_per_node();
     const int num_experts = layout_.num_experts();
@@ -160,18 +165,30 @@ class SwapSearch {
                           [&](RankId h) { return h != rank && h / per_node == n; });
     };
     exchanges_.clear();
+    std::vector<ExpertId> tight_experts;
+    int64_t tight_tasks = 0, tight_ranks = 0;
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      if (tight.experts[e]) tight_tasks += counts_[e];
+      if (tight.experts[e] && counts_[e] > 0) tight_experts.push_back(e);
+    }
+    for (RankId r = 0; r < num_ranks; ++r) tight_ranks += tight.ranks[r];
+    const int64_t shortfall = tight_tasks - (floor - 1) * tight_ranks;
     for (RankId r = 0; r < num_ranks; ++r) {
       if (tight.ranks[r]) continue;
       for (int s = 0; s < slots; ++s) {
         const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
-        if (f == kEmptySlot || holders_[f].size() != 1) continue;  // step 2 covers the others
-        for (ExpertId e = 0; e < num_experts; ++e) {
-          if (!tight.experts[e] || counts_[e] == 0) continue;
+        if (f == kEmptySlot) continue;  // an empty slot is a step-2 candidate
+        if (holders_[f].size() == 1 && shortfall + counts_[f] > floor - 1) continue;
+        for (ExpertId e : tight_experts) {
           for (RankId a : holders_[e]) {
+            // e is tight and r is not, so e is not on r; f must not be on a already.
+            if (std::binary_search(holders_[f].begin(), holders_[f].end(), a)) continue;
             const bool same_node = a / per_node == r / per_node;
             double price = 0;
             if (!same_node) {
-              price += removal_cost_[static_cast<size_t>(r / per_node) * num_experts + f];
+              if (alone_on_node(f, r)) {
+                price += removal_cost_[static_cast<size_t>(r / per_node) * num_experts + f];
+              }
               if (alone_on_node(e, a)) {
                 price += removal_cost_[static_cast<size_t>(a / per_node) * num_experts + e];
               }
@@ -184,7 +201,7 @@ class SwapSearch {
       }
     }
     const auto by_key = [](const Exchange& x, const Exchange& y) { return x.key() < y.key(); };
-    const auto num_tried = std::min<size_t>(exchanges_.size(), options_.max_checks);
+    const auto num_tried = std::min<size_t>(exchanges_.size(), options_.max_exchange_checks);
     std::partial_sort(exchanges_.begin(), exchanges_.begin() + static_cast<ptrdiff_t>(num_tried),
                       exchanges_.end(), by_key);
     exchanges_.resize(num_tried);
@@ -333,7 +350,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       break;
     }
     if (!applied) {
-      for (const Exchange& x : search.exchanges(below.tight_set())) {
+      for (const Exchange& x : search.exchanges(below.tight_set(), floor)) {
         detail::RankBoundNetwork trial = below;
         trial.add_holder(x.e, x.r);
         trial.remove_holder(x.f, x.r);
@@ -386,7 +403,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
       search.undo(c);
     }
     if (!applied) {
-      for (const Exchange& x : search.exchanges(tight)) {
+      for (const Exchange& x : search.exchanges(tight, floor)) {
         search.try_on(x);
         if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
           search.commit(x, result);

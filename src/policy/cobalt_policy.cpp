@@ -55,6 +55,9 @@ constexpr double kSpillTolerance = 0.05;
 constexpr int kFloorSwapsPerStep = 16;
 constexpr int kPricedFloorSwapsPerStep = 4;
 constexpr int kFloorSwapChecks = 1024;
+// Then at most 256 exchanges (plan/floor_swaps.hpp, step 4): 64 left `skewed` 4x8 at 1.052; 1024
+// found nothing more on the docs' workloads and cost Qwen 2x8 1.6x the planner time of 256.
+constexpr int kFloorExchangeChecks = 256;
 
 struct CobaltVariant {
   std::string name;
@@ -253,8 +256,8 @@ class CobaltPolicy final : public Policy {
     const bool priced = variant_.priced_budgets && config_.cost_model;
     auto swapped = plan::swap_toward_floor(
         *st.layout, step_counts_, st.source_demand,
-        {kSpillTolerance, priced ? kPricedFloorSwapsPerStep : kFloorSwapsPerStep,
-         kFloorSwapChecks});
+        {kSpillTolerance, priced ? kPricedFloorSwapsPerStep : kFloorSwapsPerStep, kFloorSwapChecks,
+         kFloorExchangeChecks});
     if (swapped.swaps.empty()) return;
     if (priced && !keep_paying_prefix(st, swapped)) return;
     const ExpertLayout& before = *st.layout;

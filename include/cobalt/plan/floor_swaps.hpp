@@ -18,13 +18,14 @@
 //      current floor (a max flow, warm-started from the flow at floor - 1) is applied, and the new
 //      floor computed (a binary search of warm-started flows). A round whose shortfall at
 //      floor - 1 exceeds floor - 1 tasks is skipped: one more holder cannot cover it.
-//   4. when no candidate of step 2 passes, exchanges: a slot of r outside N(X) whose expert f has
-//      its only replica there takes a replica of e in X from a rank a, and f moves into e's slot
-//      on a (both keep their replica counts; two copies). Ordered by price (removal_cost of f
-//      leaving r's node and of e leaving a's node, when either had no other replica there), then
-//      f's count (the load moved into N(X)), then the larger count of e, then r, slot, a, e; at
-//      most max_checks tried, the first that passes applied. (They matter where every rank
-//      outside N(X) is full of single replicas: then step 2 has no candidate at all.)
+//   4. when no candidate of step 2 passes, exchanges: a replica of e in X on a rank a and the
+//      replica of an expert f in a slot of a rank r outside N(X) trade places (f not on a; both
+//      keep their replica counts; two copies). Every exchange that can lower the floor has this
+//      shape (X must gain a rank). Ordered by price (removal_cost of f leaving r's node and of e
+//      leaving a's node, when either has no other replica there), then f's count (the load moved
+//      into N(X)), then the larger count of e, then r, slot, a, e; at most max_exchange_checks
+//      tried, the first that passes applied. (They matter where every rank outside N(X) is full of
+//      single replicas: then step 2 has no candidate at all.)
 //
 // Repeats up to max_swaps times, while the floor is above ceil((1 + tolerance) * mean). Every
 // swap lowers the floor strictly; every expert keeps at least one replica; no rank gets a second
@@ -40,9 +41,10 @@
 namespace cobalt::plan {
 
 struct FloorSwapOptions {
-  double tolerance = 0.05;  // stop once the floor is at most ceil((1 + tolerance) * mean)
-  int max_swaps = 1;        // swaps per call (>= 0)
-  int max_checks = 64;      // flow checks per swap (>= 1): candidates tried in order
+  double tolerance = 0.05;        // stop once the floor is at most ceil((1 + tolerance) * mean)
+  int max_swaps = 1;              // swaps per call (>= 0)
+  int max_checks = 64;            // flow checks per swap (>= 1): candidates tried in order
+  int max_exchange_checks = 256;  // then exchanges tried in order (>= 0; 0: none)
 };
 
 struct ReplicaSwap {
@@ -52,7 +54,7 @@ struct ReplicaSwap {
   ExpertId added = kEmptySlot;
   int64_t floor_after = 0;  // min_max_rank_load once this swap and the earlier ones are applied
   // An exchange (step 4): `removed` moves into slot exchange_slot of exchange_rank, replacing the
-  // replica of `added` there. -1 for a plain swap.
+  // replica of `added` there (both keep their replica counts). -1 for a plain swap.
   RankId exchange_rank = -1;
   int exchange_slot = -1;
   bool is_exchange() const { return exchange_rank >= 0; }

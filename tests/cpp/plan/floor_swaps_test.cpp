@@ -1,7 +1,7 @@
 // Replica swaps toward a balanceable layout (plan/floor_swaps.hpp): every swap lowers the floor,
-// a swap is found exactly when a brute-force search over all single-slot changes and exchanges of
-// a single replica finds one (an exchange only when no single change does), the cheapest
-// candidate wins, the target stops it, and bad input is refused.
+// a swap is found exactly when a brute-force search over all single-slot changes and all exchanges
+// of two slots finds one (an exchange only when no single change does), the cheapest candidate
+// wins, the target stops it, and bad input is refused.
 #include "cobalt/plan/floor_swaps.hpp"
 
 #include <gtest/gtest.h>
@@ -55,15 +55,15 @@ int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t
   return best;
 }
 
-// The lowest floor any exchange reaches: an expert f with its only replica on rank r and a replica
-// of another expert e on rank a (e not on r, f not on a) trade slots, by trying every one.
+// The lowest floor any exchange reaches: the replicas of two experts e (rank a) and f (rank r)
+// trade slots (e not on r, f not on a), by trying every one.
 int64_t best_exchange(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
   int64_t best = eval::min_max_rank_load(counts, layout);
   const int slots = layout.slots_per_rank();
   for (RankId r = 0; r < layout.num_ranks(); ++r) {
     for (int s = 0; s < slots; ++s) {
       const ExpertId f = layout.slots_of(r)[s];
-      if (f == kEmptySlot || layout.num_replicas_of(f) != 1) continue;
+      if (f == kEmptySlot) continue;
       for (RankId a = 0; a < layout.num_ranks(); ++a) {
         for (int sa = 0; sa < slots; ++sa) {
           const ExpertId e = layout.slots_of(a)[sa];
@@ -92,7 +92,7 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
     const auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
     const auto counts = random_counts(rng, experts, 12);
     const auto costs = random_costs(rng, nodes, experts);
-    const auto result = swap_toward_floor(layout, counts, costs, {0.0, 1, 1 << 20});
+    const auto result = swap_toward_floor(layout, counts, costs, {0.0, 1, 1 << 20, 1 << 20});
     const int64_t floor = eval::min_max_rank_load(counts, layout);
     ASSERT_EQ(result.floor_before, floor) << "seed " << seed;
     const int64_t best = best_single_change(layout, counts);
@@ -115,6 +115,32 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
   EXPECT_GT(num_found, 30);
   EXPECT_GT(num_none, 30);
   EXPECT_GT(num_exchanges, 0);
+}
+
+// One node of three ranks, full: no single change helps (expert 3's 13 tasks would stay on one
+// rank), nor does any exchange with an expert of a single replica; expert 0 (rank 0) trading
+// places with expert 3's replica on rank 1 balances all three ranks at 10.
+TEST(FloorSwaps, ExchangesATightExpertWithAReplicatedOne) {
+  const Topology topo(1, 3);
+  const ExpertLayout layout =
+      ExpertLayout::from_rank_lists(topo, 8, 3, {{0, 1, 2}, {3, 4, 5}, {3, 6, 7}});
+  const std::vector<int64_t> counts{6, 1, 4, 13, 2, 2, 1, 1};
+  const std::vector<double> costs(8, 0.0);
+  ASSERT_EQ(eval::min_max_rank_load(counts, layout), 11);
+  ASSERT_EQ(best_single_change(layout, counts), 11);
+  for (const auto& result :
+       {swap_toward_floor(layout, counts, costs, {0.0, 4, 1 << 20, 1 << 20}),
+        swap_toward_floor_reference(layout, counts, costs, {0.0, 4, 1 << 20, 1 << 20})}) {
+    ASSERT_EQ(result.swaps.size(), 1u);
+    const ReplicaSwap& swap = result.swaps[0];
+    EXPECT_TRUE(swap.is_exchange());
+    EXPECT_EQ(swap.rank, 1);
+    EXPECT_EQ(swap.removed, 3);
+    EXPECT_EQ(swap.added, 0);
+    EXPECT_EQ(swap.exchange_rank, 0);
+    EXPECT_EQ(result.floor_after, 10);
+    EXPECT_EQ(result.layout.num_replicas_of(3), 2);
+  }
 }
 
 TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
@@ -185,9 +211,9 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
     const auto layout = testing::random_layout(seed, topo, experts, slots, 0.85);
     const auto counts = random_counts(rng, experts, 1 + static_cast<int64_t>(rng.below(500)));
     const auto costs = random_costs(rng, nodes, experts);
-    const FloorSwapOptions options{0.01 * static_cast<double>(rng.below(11)),
-                                   static_cast<int>(rng.below(7)),
-                                   1 + static_cast<int>(rng.below(80))};
+    const FloorSwapOptions options{
+        0.01 * static_cast<double>(rng.below(11)), static_cast<int>(rng.below(7)),
+        1 + static_cast<int>(rng.below(80)), static_cast<int>(rng.below(80))};
     const auto fast = swap_toward_floor(layout, counts, costs, options);
     const auto reference = swap_toward_floor_reference(layout, counts, costs, options);
     ASSERT_EQ(fast.floor_before, reference.floor_before) << "seed " << seed;
@@ -377,6 +403,10 @@ TEST(FloorSwaps, RejectsBadInput) {
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] {
               swap_toward_floor(layout, counts, costs, {0.05, 1, 0});
+            }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, counts, costs, {0.05, 1, 64, -1});
             }),
             ErrorCode::kInvalidArgument);
 }
