@@ -112,13 +112,16 @@ class SwapSearch {
 
   // The candidates for one swap given the tight set at floor - 1, in the order they are tried
   // (at most max_checks of them).
-  const std::vector<Candidate>& candidates(const detail::TightSet& tight) {
+  const std::vector<Candidate>& candidates(const detail::TightSet& tight, int64_t floor) {
     const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();
     const int per_node = layout_.topology().ranks_per_node();
     const int num_experts = layout_.num_experts();
+    const int64_t missing = shortfall(tight, floor);
     candidates_.clear();
     for (ExpertId e = 0; e < num_experts; ++e) {
-      if (!tight.experts[e] || counts_[e] == 0) continue;
+      // Only e's tasks can use its new rank: fewer than the shortfall cannot close it (the cut
+      // with e moved to the sink side grows by count(e) only).
+      if (!tight.experts[e] || counts_[e] == 0 || counts_[e] < missing) continue;
       for (RankId r = 0; r < num_ranks; ++r) {
         if (tight.ranks[r]) continue;  // every holder of the tight experts is marked
         const NodeId n = r / per_node;
@@ -151,6 +154,15 @@ class SwapSearch {
     return candidates_;
   }
 
+  // Tasks of the tight experts X beyond what their ranks N(X) take under floor - 1: the max flow's
+  // shortfall at that bound (X, N(X) the source side of its minimum cut).
+  int64_t shortfall(const detail::TightSet& tight, int64_t floor) const {
+    int64_t tasks = 0, ranks = 0;
+    for (ExpertId e = 0; e < layout_.num_experts(); ++e) tasks += tight.experts[e] ? counts_[e] : 0;
+    for (RankId r = 0; r < layout_.num_ranks(); ++r) ranks += tight.ranks[r];
+    return tasks - (floor - 1) * ranks;
+  }
+
   // Step 4's exchanges given the tight set at floor - 1, in the order they are tried (at most
   // max_checks of them). An expert f with one replica that moves into the tight ranks must fit
   // there with the shortfall: tasks(X) + count(f) <= (floor - 1) |N(X) + r| (Hall's condition
@@ -165,20 +177,17 @@ class SwapSearch {
                           [&](RankId h) { return h != rank && h / per_node == n; });
     };
     exchanges_.clear();
-    std::vector<ExpertId> tight_experts;
-    int64_t tight_tasks = 0, tight_ranks = 0;
+    const int64_t missing = shortfall(tight, floor);
+    std::vector<ExpertId> tight_experts;  // that could close the shortfall (see candidates())
     for (ExpertId e = 0; e < num_experts; ++e) {
-      if (tight.experts[e]) tight_tasks += counts_[e];
-      if (tight.experts[e] && counts_[e] > 0) tight_experts.push_back(e);
+      if (tight.experts[e] && counts_[e] > 0 && counts_[e] >= missing) tight_experts.push_back(e);
     }
-    for (RankId r = 0; r < num_ranks; ++r) tight_ranks += tight.ranks[r];
-    const int64_t shortfall = tight_tasks - (floor - 1) * tight_ranks;
     for (RankId r = 0; r < num_ranks; ++r) {
       if (tight.ranks[r]) continue;
       for (int s = 0; s < slots; ++s) {
         const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
         if (f == kEmptySlot) continue;  // an empty slot is a step-2 candidate
-        if (holders_[f].size() == 1 && shortfall + counts_[f] > floor - 1) continue;
+        if (holders_[f].size() == 1 && missing + counts_[f] > floor - 1) continue;
         for (ExpertId e : tight_experts) {
           for (RankId a : holders_[e]) {
             // e is tight and r is not, so e is not on r; f must not be on a already.
@@ -334,7 +343,11 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
     // more than one swap, so none of this round's candidates can pass.
     if (below.total() - below.routed() > floor - 1) break;
-    const auto& candidates = search.candidates(below.tight_set());
+    const detail::TightSet tight = below.tight_set();
+    COBALT_CHECK_INTERNAL(search.shortfall(tight, floor) == below.total() - below.routed(),
+                          "floor swaps: the tight set's shortfall {} differs from the flow's {}",
+                          search.shortfall(tight, floor), below.total() - below.routed());
+    const auto& candidates = search.candidates(tight, floor);
     bool applied = false;
     for (const Candidate& c : candidates) {
       detail::RankBoundNetwork trial = below;
@@ -350,7 +363,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       break;
     }
     if (!applied) {
-      for (const Exchange& x : search.exchanges(below.tight_set(), floor)) {
+      for (const Exchange& x : search.exchanges(tight, floor)) {
         detail::RankBoundNetwork trial = below;
         trial.add_holder(x.e, x.r);
         trial.remove_holder(x.f, x.r);
@@ -391,7 +404,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
         detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total(), &tight);
     COBALT_CHECK_INTERNAL(!fits, "floor swaps: the floor {} is not the lowest bound", floor);
     bool applied = false;
-    for (const Candidate& c : search.candidates(tight)) {
+    for (const Candidate& c : search.candidates(tight, floor)) {
       search.try_on(c);
       if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
         search.commit(c, result);
