@@ -198,13 +198,16 @@ class TwoLayerModel(nn.Module):
         return x + self.moes[0](x) + self.moes[1](x)
 
 
-def run_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int = 0) -> dict[str, Any]:
-    """Adam for sz.training_steps steps; returns final main weights of both layers and what the
-    layout changes did. fault_at_version > 0 corrupts the first migrated row when layer 0
-    applies that version (on every rank that receives rows), to exercise the rollback."""
+def run_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int = 0,
+                 dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Adam for sz.training_steps steps with the model, inputs and targets in `dtype`; returns
+    final main weights of both layers and what the layout changes did. fault_at_version > 0
+    corrupts the first migrated row when layer 0 applies that version (on every rank that
+    receives rows), to exercise the rollback. In bfloat16 the trained state_dict is also loaded
+    into a fresh model on the static layout ("loaded": its main weights)."""
     source = make_source(mode, ep, sz, num_layers=2, period=sz.relayout_period)
     rt = ExpertParallelRuntime(ep, source)
-    model = TwoLayerModel(rt, sz)
+    model = TwoLayerModel(rt, sz).to(dtype)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=1e-2)
     rt.attach_optimizer(opt)
@@ -219,24 +222,29 @@ def run_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int = 0) -
 
     if fault_at_version > 0:
         model.moes[0].experts.fault_hook = corrupt
-    cross_tokens = 0
     for step in range(sz.training_steps):
-        x, target = batch_of(ep.rank, step, sz.hidden, salt=1)
-        loss = ((model(x) - target) ** 2).sum()
+        x, target = (t.to(dtype) for t in batch_of(ep.rank, step, sz.hidden, salt=1))
+        loss = ((model(x) - target) ** 2).float().sum()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         rt.end_step()
-    cross_tokens = sum(r.cross_node_tokens for r in rt.records)
-    weights = [list(moe.gather_expert_weights()) for moe in model.moes]
-    return {
-        "weights": weights,
+    out = {
+        "weights": [list(moe.gather_expert_weights()) for moe in model.moes],
         "counters": [vars(moe.experts.counters).copy() for moe in model.moes],
         "versions": [moe.experts.version for moe in model.moes],
         "max_replicas": max(r.num_replicas for r in rt.records),
-        "cross_node_tokens": cross_tokens,
+        "cross_node_tokens": sum(r.cross_node_tokens for r in rt.records),
         "main_rank": [moe.experts.main_rank.copy() for moe in model.moes],
     }
+    if dtype == torch.bfloat16:
+        buffer = io.BytesIO()
+        torch.save(model.state_dict(), buffer)
+        fresh = TwoLayerModel(
+            ExpertParallelRuntime(ep, make_source("static", ep, sz, num_layers=2)), sz).to(dtype)
+        fresh.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
+        out["loaded"] = [list(moe.gather_expert_weights()) for moe in fresh.moes]
+    return out
 
 
 def run_errors(ep: EPGroup, sz: Sizes) -> dict[str, Any]:
@@ -332,47 +340,6 @@ def run_bf16_equivalence(ep: EPGroup, case: str, sz: Sizes) -> list[dict[str, An
     return steps
 
 
-def run_bf16_training(ep: EPGroup, mode: str, sz: Sizes, fault_at_version: int) -> dict[str, Any]:
-    """run_training in bfloat16 (Adam, layout changes every sz.relayout_period steps, a corrupted
-    migrated row injected at fault_at_version)."""
-    source = make_source(mode, ep, sz, num_layers=2, period=sz.relayout_period)
-    rt = ExpertParallelRuntime(ep, source)
-    model = TwoLayerModel(rt, sz).to(torch.bfloat16)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=1e-2)
-    rt.attach_optimizer(opt)
-    faults = {"done": False}
-
-    def corrupt(stage: str, rows: torch.Tensor) -> None:
-        store = model.moes[0].experts
-        if not faults["done"] and store.version + 1 == fault_at_version:
-            faults["done"] = True
-            if rows.shape[0] > 0:
-                rows[0, 0] ^= 1
-
-    if fault_at_version > 0:
-        model.moes[0].experts.fault_hook = corrupt
-    for step in range(sz.training_steps):
-        x, target = (t.to(torch.bfloat16) for t in batch_of(ep.rank, step, sz.hidden, salt=1))
-        loss = ((model(x) - target) ** 2).float().sum()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        rt.end_step()
-    # The trained state_dict loaded into a fresh bfloat16 model on the static layout.
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    fresh = TwoLayerModel(ExpertParallelRuntime(ep, make_source("static", ep, sz, num_layers=2)),
-                          sz).to(torch.bfloat16)
-    fresh.load_state_dict(torch.load(io.BytesIO(buffer.getvalue())))
-    return {
-        "weights": [list(moe.gather_expert_weights()) for moe in model.moes],
-        "loaded": [list(moe.gather_expert_weights()) for moe in fresh.moes],
-        "counters": [vars(moe.experts.counters).copy() for moe in model.moes],
-        "versions": [moe.experts.version for moe in model.moes],
-    }
-
-
 def bf16_worker(rank: int, world: int, ranks_per_node: int, out_dir: str, sz: Sizes,
                 cases: list[str]) -> None:
     """Every bfloat16 scenario; saves {out_dir}/rank{rank}.pt (errors as text, as suite_worker)."""
@@ -382,7 +349,7 @@ def bf16_worker(rank: int, world: int, ranks_per_node: int, out_dir: str, sz: Si
         for case in cases:
             result["equivalence"][case] = run_bf16_equivalence(ep, case, sz)
         for mode, fault in (("static", 0), ("scheduled", 2)):
-            result["training"][mode] = run_bf16_training(ep, mode, sz, fault)
+            result["training"][mode] = run_training(ep, mode, sz, fault, torch.bfloat16)
     except Exception:  # noqa: BLE001 - reported to the test process
         result["failures"]["bf16"] = traceback.format_exc()
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
