@@ -1,6 +1,8 @@
 // simulate --report FILE.html: one self-contained page (inline CSS and SVG, no network).
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "cobalt/eval/report.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "report_charts.hpp"
@@ -89,7 +91,7 @@ std::string comparison_table(const SimulationResult& r, int best_idx) {
     out += fmt::format(
         "<p>Whole-task bound: no layout and assignment has a mean imbalance below {:.3f} (the "
         "busiest rank carries at least ceil(tasks / G) whole tasks).</p>",
-        p.imbalance_bound_mean);
+        std::floor(p.imbalance_bound_mean * 1000) / 1000);  // rounded down: the claim stays true
     break;
   }
   return out;
