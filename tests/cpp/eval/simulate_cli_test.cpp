@@ -105,10 +105,10 @@ TEST_F(SimulateCli, JsonFollowsTheSchema) {
 // 255 tokens x K = 8 on 16 ranks: the busiest rank carries at least 128 of 127.5 tasks, a bound of
 // 1.0039 printed rounded down (1.003), so the sentence "no ... below" stays true.
 TEST_F(SimulateCli, WholeTaskBoundIsPrintedRoundedDown) {
-  const auto r = run(
-      "simulate --preset coactivated-late --steps 3 --tokens-per-step 255 --cluster 2x8 "
-      "--policies static --json " +
-      path("bound.json"));
+  const auto r =
+      run("simulate --preset coactivated-late --steps 3 --tokens-per-step 255 --cluster 2x8 "
+          "--policies static --json " +
+          path("bound.json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NEAR(json("bound.json")["policies"][0]["imbalance_bound_mean"].get<double>(),
               128.0 / 127.5, 1e-12);
