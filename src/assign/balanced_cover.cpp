@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
@@ -239,13 +240,15 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
       }
     }
   });
-  const double cap = std::ceil((1.0 + spill_tolerance) * static_cast<double>(batch.num_tasks()) /
-                               layout.num_ranks());
-  // (A cap at or above every task, an infinite or NaN tolerance included, leaves nothing to do.)
-  if (spill_tolerance >= 0 && cap < static_cast<double>(batch.num_tasks())) {
+  // (A cap at or above every task, an infinite tolerance included, leaves nothing to do; a NaN
+  // tolerance is not >= 0.)
+  const int64_t cap = spill_tolerance >= 0
+                          ? balance_cap(batch.num_tasks(), layout.num_ranks(), spill_tolerance)
+                          : batch.num_tasks();
+  if (cap < batch.num_tasks()) {
     // The spill's O(T K) bookkeeping reuses the covers' and the classes' buffers.
-    detail::spill_along_paths(batch, layout, static_cast<int64_t>(cap), load, exec_rank,
-                              scratch.per_token_, scratch.per_task_);
+    detail::spill_along_paths(batch, layout, cap, load, exec_rank, scratch.per_token_,
+                              scratch.per_task_);
   }
 }
 

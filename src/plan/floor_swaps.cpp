@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <tuple>
 
+#include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/error.hpp"
 #include "rank_bound_flow.hpp"
 
@@ -85,11 +85,9 @@ class SwapSearch {
     for (ExpertId e = 0; e < num_experts; ++e) {
       holders_[e].assign(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
     }
-    // ceil((1 + tolerance) * total / G), as the spill's cap (balanced_cover.hpp); a tolerance so
-    // large that the cap passes every load saturates (no swap).
-    const double target =
-        std::ceil((1.0 + options.tolerance) * static_cast<double>(total_) / layout.num_ranks());
-    target_ = target < 0x1p62 ? static_cast<int64_t>(target) : std::numeric_limits<int64_t>::max();
+    // The spill's cap (assign/balance_cap.hpp); a tolerance so large that the cap passes every
+    // task leaves no floor above it (no swap).
+    target_ = assign::balance_cap(total_, layout.num_ranks(), options.tolerance);
   }
 
   int64_t total() const { return total_; }

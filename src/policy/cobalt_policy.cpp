@@ -21,6 +21,7 @@
 #include <numeric>
 #include <optional>
 
+#include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/error.hpp"
@@ -39,7 +40,8 @@ namespace {
 // Weight of the source-anchoring term relative to pairwise co-activation (tuned on the synthetic
 // presets and the shared real traces; docs/cobalt-improvements.md).
 constexpr double kSourceWeight = 1.0;
-// cobalt+'s balance/transfer trade: while the busiest rank is above ceil(1.05 * mean) load, tasks
+// cobalt+'s balance/transfer trade: while the busiest rank is above the largest whole load within
+// 1.05 * mean (assign/balance_cap.hpp), tasks
 // move along chains of replica holders, preferring moves that add no cross-node copy
 // (assign/balanced_cover.hpp; docs/cobalt-improvements.md has the measured trade).
 constexpr double kSpillTolerance = 0.05;
@@ -300,8 +302,7 @@ class CobaltPolicy final : public Policy {
     // The spill ends at max(cap, floor) (assign/balanced_cover.hpp): a floor below the cap saves
     // no more than the cap does. The cap as the spill and plan::swap_toward_floor compute it.
     const int64_t total = std::accumulate(step_counts_.begin(), step_counts_.end(), int64_t{0});
-    const auto cap = static_cast<int64_t>(
-        std::ceil((1.0 + kSpillTolerance) * static_cast<double>(total) / before.num_ranks()));
+    const int64_t cap = assign::balance_cap(total, before.num_ranks(), kSpillTolerance);
     std::vector<ExpertId> slots_now(before.slots().begin(), before.slots().end());
     double best_gain_s = 0;
     size_t best_count = 0;

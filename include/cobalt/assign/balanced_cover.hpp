@@ -44,7 +44,8 @@ class BalancedCoverWorkspace {
 };
 
 // spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: while the
-// busiest rank is above cap = ceil((1 + spill_tolerance) * mean), tasks move along chains of
+// busiest rank is above cap = balance_cap(tasks, ranks, spill_tolerance) (balance_cap.hpp: the
+// largest whole load within (1 + spill_tolerance) * mean), tasks move along chains of
 // holders (rank u gives a task of expert e to rank v holding e, v gives one of its own experts'
 // tasks onward, ...) from it to a rank below the cap, or, when none is reachable, to one at least
 // two tasks lighter. Chains that add no cross-node copy (every moved task's token already reaches

@@ -41,7 +41,7 @@
 namespace cobalt::plan {
 
 struct FloorSwapOptions {
-  double tolerance = 0.05;        // stop once the floor is at most ceil((1 + tolerance) * mean)
+  double tolerance = 0.05;        // stop once the floor is at most assign::balance_cap(...)
   int max_swaps = 1;              // swaps per call (>= 0)
   int max_checks = 64;            // flow checks per swap (>= 1): candidates tried in order
   int max_exchange_checks = 256;  // then exchanges tried in order (>= 0; 0: none)

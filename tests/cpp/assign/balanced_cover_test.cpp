@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -41,8 +42,7 @@ TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
       validate_assignment(batch, layout, spilled);
       const auto plain_loads = eval::rank_loads(plain, topo.num_ranks());
       const auto loads = eval::rank_loads(spilled, topo.num_ranks());
-      const int64_t cap = static_cast<int64_t>(
-          std::ceil((1.0 + tolerance) * static_cast<double>(batch.num_tasks()) / topo.num_ranks()));
+      const int64_t cap = balance_cap(batch.num_tasks(), topo.num_ranks(), tolerance);
       const int64_t plain_max = *std::max_element(plain_loads.begin(), plain_loads.end());
       const int64_t max_load = *std::max_element(loads.begin(), loads.end());
       EXPECT_EQ(max_load, std::min(plain_max, std::max(cap, optimum)))
@@ -108,8 +108,8 @@ namespace {
 
 TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
   // 2 nodes x 1 rank. Expert 0 on both ranks, expert 1 only on rank 0. 10 tokens from node 0 pick
-  // {0, 1}: without spill everything runs on rank 0 (20 tasks vs 0). With spill (cap = ceil(1.0 *
-  // 10)), expert 0's tasks move to rank 1, costing one cross-node copy per moved token.
+  // {0, 1}: without spill everything runs on rank 0 (20 tasks vs 0). With spill (cap = 1.0 * 10),
+  // expert 0's tasks move to rank 1, costing one cross-node copy per moved token.
   Topology topo(2, 2);
   ExpertLayout layout(topo, 2, 2, {0, 1, 0, -1});
   std::vector<ExpertId> ids;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -183,7 +184,7 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
     ASSERT_EQ(result.floor_after, floor);
     ASSERT_LE(static_cast<int>(result.swaps.size()), options.max_swaps);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    const auto target = static_cast<int64_t>(std::ceil(1.05 * static_cast<double>(total) / 16));
+    const int64_t target = assign::balance_cap(total, 16, 0.05);
     // Fewer swaps than allowed: the target was met or no single swap lowers the floor further.
     if (static_cast<int>(result.swaps.size()) < options.max_swaps && result.floor_after > target) {
       ASSERT_EQ(best_single_change(result.layout, counts), result.floor_after) << "seed " << seed;

@@ -72,7 +72,7 @@ ReplayEnd replay(const char* name, const eval::CostParams* cost = nullptr) {
 TEST(CobaltFloorSwaps, ANewlyHotExpertGetsReplicasBetweenPlans) {
   const ReplayEnd plus = replay("cobalt+");
   const ReplayEnd faithful = replay("cobalt");
-  // Expert 0 carries 800 of 1600 tasks: at most ceil(1.05 * 200) = 210 per rank needs 4 replicas.
+  // Expert 0 carries 800 of 1600 tasks: at most 1.05 * 200 = 210 per rank needs 4 replicas.
   // The swaps work from the step's own counts, known before dispatch: from the first hot step on
   // (there: expert 0 on seven ranks, floor 1.035) the layout in force balances every step within
   // the cap, and the assignment reaches it.

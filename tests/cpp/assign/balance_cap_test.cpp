@@ -1,0 +1,54 @@
+#include "cobalt/assign/balance_cap.hpp"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
+
+namespace cobalt::assign {
+namespace {
+
+TEST(BalanceCap, IsTheLargestWholeLoadWithinTheTolerance) {
+  // 4464 tasks on 16 ranks: mean 279, 1.05 * 279 = 292.95 -> 292 (ceil would give 293 = 1.0502).
+  EXPECT_EQ(balance_cap(4464, 16, 0.05), 292);
+  // Exact products are not lost to rounding: 1.05 * 20 = 21, 1.05 * 200 = 210.
+  EXPECT_EQ(balance_cap(320, 16, 0.05), 21);
+  EXPECT_EQ(balance_cap(1600, 8, 0.05), 210);
+  // Zero tolerance: the mean, rounded up to the whole-task floor.
+  EXPECT_EQ(balance_cap(160, 16, 0.0), 10);
+  EXPECT_EQ(balance_cap(161, 16, 0.0), 11);
+  // Few tasks: never below ceil(tasks / ranks), never above the tasks.
+  EXPECT_EQ(balance_cap(3, 16, 0.05), 1);
+  EXPECT_EQ(balance_cap(0, 4, 0.05), 0);
+  EXPECT_EQ(balance_cap(7, 1, 0.05), 7);
+  EXPECT_EQ(balance_cap(10, 2, 10.0), 10);
+  EXPECT_EQ(balance_cap(10, 2, std::numeric_limits<double>::infinity()), 10);
+}
+
+TEST(BalanceCap, MatchesExactRationalArithmeticOnRandomInputs) {
+  // Tolerances p / 100: the cap is floor((100 + p) * tasks / (100 * ranks)), clamped to
+  // [ceil(tasks / ranks), tasks], computed in integers.
+  SplitMix64 rng(17);
+  for (int i = 0; i < 100000; ++i) {
+    const int64_t tasks = static_cast<int64_t>(rng.below(i % 2 ? 1000 : 100000000));
+    const int ranks = 1 + static_cast<int>(rng.below(512));
+    const int percent = static_cast<int>(rng.below(40));
+    int64_t expected = (100 + percent) * tasks / (100 * static_cast<int64_t>(ranks));
+    expected = std::max(expected, (tasks + ranks - 1) / ranks);
+    expected = std::min(expected, tasks);
+    ASSERT_EQ(balance_cap(tasks, ranks, percent / 100.0), expected)
+        << tasks << " tasks, " << ranks << " ranks, " << percent << "%";
+  }
+}
+
+TEST(BalanceCap, RejectsBadArguments) {
+  EXPECT_THROW(balance_cap(-1, 4, 0.05), Error);
+  EXPECT_THROW(balance_cap(10, 0, 0.05), Error);
+  EXPECT_THROW(balance_cap(10, 4, -0.01), Error);
+  EXPECT_THROW(balance_cap(10, 4, std::numeric_limits<double>::quiet_NaN()), Error);
+}
+
+}  // namespace
+}  // namespace cobalt::assign
