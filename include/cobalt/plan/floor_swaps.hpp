@@ -27,9 +27,10 @@
 //      tried, the first that passes applied. (They matter where every rank outside N(X) is full of
 //      single replicas: then step 2 has no candidate at all.)
 //
-// Repeats up to max_swaps times, while the floor is above ceil((1 + tolerance) * mean). Every
-// swap lowers the floor strictly; every expert keeps at least one replica; no rank gets a second
-// replica of an expert. Deterministic (no randomness, no threads).
+// Repeats up to max_swaps times, while the floor is above assign::balance_cap(tasks, G, tolerance)
+// (assign/balance_cap.hpp: the spill's cap). Every swap lowers the floor strictly; every expert
+// keeps at least one replica; no rank gets a second replica of an expert. Deterministic (no
+// randomness, no threads).
 #pragma once
 
 #include <cstdint>
