@@ -76,7 +76,8 @@ void bind_assign(py::module_& m) {
       "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
       "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
       "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "
-      "until the busiest rank is within ceil((1 + tolerance) x mean) or at the layout's floor.");
+      "until the busiest rank is within the largest whole load <= (1 + tolerance) x mean "
+      "(balance_cap) or at the layout's floor.");
   m.def(
       "min_remote_cover_size",
       [](InArray<int32_t> experts, NodeId src_node, const ExpertLayout& layout) {

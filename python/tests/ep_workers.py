@@ -27,6 +27,7 @@ from cobalt.torch import (
     RoutingRecorder,
     ScheduledLayoutSource,
 )
+from cobalt.torch.all_to_all import exchange_rows
 from cobalt.torch.reduce import all_reduce_sum_
 
 CHANNELS = ["dispatch.fwd", "dispatch_gates.fwd", "combine.fwd", "dispatch.bwd",
@@ -340,12 +341,36 @@ def run_bf16_equivalence(ep: EPGroup, case: str, sz: Sizes) -> list[dict[str, An
     return steps
 
 
+def run_bf16_exchange_rows(rank: int, world: int) -> dict[str, torch.Tensor]:
+    """exchange_rows on bfloat16 rows of 1, 2 and 3 dimensions: rank r sends r + d + 1 rows to
+    rank d, each row's values naming (sender, receiver, row). Returns what was received and what
+    should have been."""
+    out: dict[str, torch.Tensor] = {}
+    send_splits = [rank + d + 1 for d in range(world)]
+    recv_splits = [s + rank + 1 for s in range(world)]
+    for shape in ((), (3,), (2, 2)):
+        def rows(sender: int, receiver: int, n: int) -> torch.Tensor:
+            base = torch.arange(n, dtype=torch.float32) + 16 * sender + 4 * receiver
+            return base.reshape((n,) + (1,) * len(shape)).expand((n,) + shape)
+        x = torch.cat([rows(rank, d, n) for d, n in enumerate(send_splits)]).to(torch.bfloat16)
+        got = exchange_rows(x, send_splits, recv_splits, None)
+        want = torch.cat([rows(s, rank, n) for s, n in enumerate(recv_splits)]).to(torch.bfloat16)
+        out[f"got{len(shape) + 1}d"], out[f"want{len(shape) + 1}d"] = got, want
+    try:
+        exchange_rows(torch.tensor(1.0, dtype=torch.bfloat16), [0] * world, [0] * world, None)
+        out["zero_d_error"] = torch.tensor(False)
+    except ValueError:
+        out["zero_d_error"] = torch.tensor(True)
+    return out
+
+
 def bf16_worker(rank: int, world: int, ranks_per_node: int, out_dir: str, sz: Sizes,
                 cases: list[str]) -> None:
     """Every bfloat16 scenario; saves {out_dir}/rank{rank}.pt (errors as text, as suite_worker)."""
     ep = EPGroup.create(ranks_per_node)
     result: dict[str, Any] = {"equivalence": {}, "training": {}, "failures": {}}
     try:
+        result["exchange_rows"] = run_bf16_exchange_rows(rank, world)
         for case in cases:
             result["equivalence"][case] = run_bf16_equivalence(ep, case, sz)
         for mode, fault in (("static", 0), ("scheduled", 2)):

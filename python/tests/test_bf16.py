@@ -3,6 +3,7 @@
 gloo in torch 1.13 can neither all_to_all nor all_reduce bfloat16; the runtime exchanges it as
 bytes and sums it in float32 (cobalt.torch.all_to_all, cobalt.torch.reduce). Checked here:
 
+* exchange_rows carries bfloat16 rows of one, two and three dimensions bit for bit;
 * forward outputs and every gradient equal a single-process bfloat16 ReferenceMoE's within
   bfloat16 rounding, for a policy with replicas, a fixed layout with many replicas and a layout
   that changes every step (main instances migrating);
@@ -44,6 +45,17 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     for r, res in enumerate(results):
         assert not res["failures"], f"rank {r}: {res['failures']}"
     return results
+
+
+def test_bf16_exchange_rows_of_any_rank_arrive_bit_for_bit(ranks: list[dict[str, Any]]) -> None:
+    # 1-d rows too: the byte view must widen a column, not the rows.
+    for r, res in enumerate(ranks):
+        rows = res["exchange_rows"]
+        for dims in (1, 2, 3):
+            got, want = rows[f"got{dims}d"], rows[f"want{dims}d"]
+            assert got.dtype == torch.bfloat16 and got.shape == want.shape, (r, dims)
+            assert torch.equal(got, want), (r, dims)
+        assert bool(rows["zero_d_error"]), r
 
 
 def _reference_step(step: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "cobalt/core/error.hpp"
 
@@ -238,27 +239,31 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
   };
   for (int64_t t : touching) for_each_delivery_of(t, fill);
 
-  // This rank's tasks per local slot, in (token, k) order.
-  ExpertId max_expert = -1;
-  for (ExpertId e : rank_slots) max_expert = std::max(max_expert, e);
-  std::vector<int> slot_of(static_cast<size_t>(max_expert) + 1, -1);
+  // This rank's tasks per local slot, in (token, k) order. Slots looked up by expert in a sorted
+  // list of (expert, slot) pairs (S entries; expert ids are not bounded here).
+  std::vector<std::pair<ExpertId, int>> slot_of;
   for (size_t j = 0; j < rank_slots.size(); ++j) {
     const ExpertId e = rank_slots[j];
     if (e == kEmptySlot) continue;
     COBALT_CHECK_ARG(e >= 0, "exchange plan: slot {} of rank {} holds expert {} (not an id)", j, r,
                      e);
-    COBALT_CHECK_ARG(slot_of[e] < 0, "exchange plan: rank {} holds expert {} in slots {} and {}", r,
-                     e, slot_of[e], j);
-    slot_of[e] = static_cast<int>(j);
+    slot_of.emplace_back(e, static_cast<int>(j));
+  }
+  std::sort(slot_of.begin(), slot_of.end());
+  for (size_t i = 1; i < slot_of.size(); ++i) {
+    COBALT_CHECK_ARG(slot_of[i].first != slot_of[i - 1].first,
+                     "exchange plan: rank {} holds expert {} in slots {} and {}", r,
+                     slot_of[i].first, slot_of[i - 1].second, slot_of[i].second);
   }
   const auto slot_of_task = [&](size_t i) {
     const ExpertId e = topk_ids[i];
-    const int j = e >= 0 && e <= max_expert ? slot_of[e] : -1;
-    COBALT_CHECK_ARG(j >= 0,
+    const auto it =
+        std::lower_bound(slot_of.begin(), slot_of.end(), std::pair<ExpertId, int>{e, -1});
+    COBALT_CHECK_ARG(it != slot_of.end() && it->first == e,
                      "exchange plan: rank {} executes expert {} (token {}) but does not hold it "
                      "in the layout",
                      r, e, i / top_k);
-    return j;
+    return it->second;
   };
   plan.slot_offsets.assign(rank_slots.size() + 1, 0);
   for (size_t i = 0; i < exec_rank.size(); ++i) {

@@ -41,7 +41,8 @@ double whole_task_imbalance_bound(int64_t num_tasks, int num_ranks) {
   COBALT_CHECK_ARG(num_tasks >= 0, "whole-task bound: num_tasks {} must be >= 0", num_tasks);
   COBALT_CHECK_ARG(num_ranks >= 1, "whole-task bound: num_ranks {} must be >= 1", num_ranks);
   if (num_tasks == 0) return 1.0;
-  const int64_t busiest = (num_tasks + num_ranks - 1) / num_ranks;
+  // ceil(num_tasks / num_ranks) without overflow near INT64_MAX.
+  const int64_t busiest = num_tasks / num_ranks + (num_tasks % num_ranks != 0);
   return static_cast<double>(busiest) * num_ranks / static_cast<double>(num_tasks);
 }
 

@@ -279,8 +279,26 @@ std::vector<RankId> next_main_ranks(const ExpertLayout& layout, std::span<const 
   return mains;
 }
 
+namespace {
+
+// Main ranks [num_experts], each in [0, num_ranks): the cost functions index links by them.
+void check_main_ranks(std::string_view what, std::span<const RankId> mains, size_t num_experts,
+                      int num_ranks) {
+  COBALT_CHECK_ARG(mains.size() == num_experts, "{}: {} main ranks for {} experts", what,
+                   mains.size(), num_experts);
+  for (size_t e = 0; e < mains.size(); ++e) {
+    COBALT_CHECK_ARG(mains[e] >= 0 && mains[e] < num_ranks,
+                     "{}: main rank {} of expert {} out of range [0, {})", what, mains[e], e,
+                     num_ranks);
+  }
+}
+
+}  // namespace
+
 LinkBytes grad_sync_bytes(const ExpertLayout& layout, std::span<const RankId> main_ranks,
                           const CostParams& params) {
+  check_main_ranks("grad_sync_bytes", main_ranks, static_cast<size_t>(layout.num_experts()),
+                   layout.num_ranks());
   const Topology& topology = layout.topology();
   LinkBytes bytes(topology);
   const double grad = params.expert_params() * params.grad_bytes_per_element;
@@ -314,12 +332,20 @@ LinkBytes grad_sync_bytes(const ExpertLayout& layout, std::span<const RankId> ma
 LinkBytes migration_bytes(const LayoutDiff& diff, std::span<const RankId> old_mains,
                           std::span<const RankId> new_mains, const Topology& topology,
                           const CostParams& params) {
+  check_main_ranks("migration_bytes (old mains)", old_mains, new_mains.size(),
+                   topology.num_ranks());
+  check_main_ranks("migration_bytes (new mains)", new_mains, old_mains.size(),
+                   topology.num_ranks());
   LinkBytes bytes(topology);
   for (const ReplicaMove& move : diff.moves) {
+    COBALT_CHECK_ARG(move.src_rank >= 0 && move.src_rank < topology.num_ranks() &&
+                         move.dst_rank >= 0 && move.dst_rank < topology.num_ranks(),
+                     "migration_bytes: move of expert {} from rank {} to {} out of range [0, {})",
+                     move.expert, move.src_rank, move.dst_rank, topology.num_ranks());
     add_transfer(bytes, topology, move.src_rank, move.dst_rank, params.expert_param_bytes());
   }
   const double state = params.expert_param_bytes() * params.optimizer_factor;
-  for (size_t e = 0; e < old_mains.size() && e < new_mains.size(); ++e) {
+  for (size_t e = 0; e < old_mains.size(); ++e) {
     add_transfer(bytes, topology, old_mains[e], new_mains[e], state);
   }
   return bytes;

@@ -162,8 +162,8 @@ class SwapSearch {
   }
 
   // Step 4's exchanges given the tight set at floor - 1, in the order they are tried (at most
-  // max_checks of them). An expert f with one replica that moves into the tight ranks must fit
-  // there with the shortfall: tasks(X) + count(f) <= (floor - 1) |N(X) + r| (Hall's condition
+  // max_exchange_checks of them). An expert f with one replica that moves into the tight ranks must
+  // fit there with the shortfall: tasks(X) + count(f) <= (floor - 1) |N(X) + r| (Hall's condition
   // for X and f), so exchanges of a busier single replica are left out: they cannot pass.
   const std::vector<Exchange>& exchanges(const detail::TightSet& tight, int64_t floor) {
     const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();

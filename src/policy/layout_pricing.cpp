@@ -80,6 +80,8 @@ double change_gain_s(const ExpertLayout& current, std::span<const RankId> curren
                      int64_t amortisation_steps, const eval::CostParams& params) {
   COBALT_CHECK_ARG(amortisation_steps >= 1, "change_gain_s: amortisation_steps {} must be >= 1",
                    amortisation_steps);
+  COBALT_CHECK_ARG(std::isfinite(saved_tasks_per_step),
+                   "change_gain_s: saved_tasks_per_step {} must be finite", saved_tasks_per_step);
   const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
   const auto new_mains = eval::next_main_ranks(candidate, current_mains);
   const double added_sync_s =
@@ -106,6 +108,9 @@ bool some_change_may_pay(const ExpertLayout& current, std::span<const RankId> cu
                          const eval::CostParams& params) {
   COBALT_CHECK_ARG(amortisation_steps >= 1,
                    "some_change_may_pay: amortisation_steps {} must be >= 1", amortisation_steps);
+  COBALT_CHECK_ARG(std::isfinite(max_saved_tasks_per_step),
+                   "some_change_may_pay: max_saved_tasks_per_step {} must be finite",
+                   max_saved_tasks_per_step);
   const double seconds_per_task = params.flops_per_task() / params.achievable_flops;
   const double sync_s =
       eval::link_time(eval::grad_sync_bytes(current, current_mains, params), params).time_s();

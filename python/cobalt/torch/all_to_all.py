@@ -32,17 +32,23 @@ def exchange_rows(
     recv_splits: Sequence[int],
     group: Optional[dist.ProcessGroup],
 ) -> torch.Tensor:
-    """Sends rows of x [sum(send_splits), W] (rows for rank 0 first) and returns the received
-    rows [sum(recv_splits), W], ordered by sender. Not differentiable."""
+    """Sends rows of x [sum(send_splits), ...] (rows for rank 0 first) and returns the received
+    rows [sum(recv_splits), ...], ordered by sender. Not differentiable. Raises ValueError for a
+    0-d x (it has no rows)."""
+    if x.dim() == 0:
+        raise ValueError("exchange_rows: x is 0-d; it needs a leading dimension of rows")
     x = x.contiguous()
     out = x.new_empty((int(sum(recv_splits)),) + tuple(x.shape[1:]))
     carrier = _CARRIERS.get(x.dtype)
     if carrier is None:
         dist.all_to_all_single(out, x, list(recv_splits), list(send_splits), group=group)
     else:
-        if x.dim() == 0 or x.stride(-1) != 1:  # a byte view needs unit-stride rows
-            x = x.clone(memory_format=torch.contiguous_format)
-        dist.all_to_all_single(out.view(carrier), x.view(carrier), list(recv_splits),
+        # The byte view widens the last dimension, so it must not be the rows' one: 1-d rows get a
+        # unit column (views of x and out, so out is filled in place).
+        send, recv = (x, out) if x.dim() >= 2 else (x.unsqueeze(-1), out.unsqueeze(-1))
+        if send.stride(-1) != 1:  # a byte view needs unit-stride rows
+            send = send.clone(memory_format=torch.contiguous_format)
+        dist.all_to_all_single(recv.view(carrier), send.view(carrier), list(recv_splits),
                                list(send_splits), group=group)
     return out
 

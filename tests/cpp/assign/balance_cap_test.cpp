@@ -25,14 +25,25 @@ TEST(BalanceCap, IsTheLargestWholeLoadWithinTheTolerance) {
   EXPECT_EQ(balance_cap(7, 1, 0.05), 7);
   EXPECT_EQ(balance_cap(10, 2, 10.0), 10);
   EXPECT_EQ(balance_cap(10, 2, std::numeric_limits<double>::infinity()), 10);
+  // 1.15 is stored below 1.15, 1.05 above 1.05: both products that are whole numbers stay whole.
+  EXPECT_EQ(balance_cap(20, 1, 0.15), 20);  // capped at the tasks
+  EXPECT_EQ(balance_cap(400, 20, 0.15), 23);
+  // Large counts: 1.05 x 100000000019 / 2 = 52500000009.975 (a relative slack of 1e-12 gave
+  // ...010).
+  EXPECT_EQ(balance_cap(100000000019, 2, 0.05), 52500000009);
+  // No overflow near the top of int64.
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(balance_cap(max, 1, 0.05), max);
+  EXPECT_EQ(balance_cap(max, 2, 0.0), max / 2 + 1);
 }
 
 TEST(BalanceCap, MatchesExactRationalArithmeticOnRandomInputs) {
   // Tolerances p / 100: the cap is floor((100 + p) * tasks / (100 * ranks)), clamped to
   // [ceil(tasks / ranks), tasks], computed in integers.
   SplitMix64 rng(17);
-  for (int i = 0; i < 100000; ++i) {
-    const int64_t tasks = static_cast<int64_t>(rng.below(i % 2 ? 1000 : 100000000));
+  const uint64_t scales[] = {1000, 100000000, 1000000000000};
+  for (int i = 0; i < 150000; ++i) {
+    const int64_t tasks = static_cast<int64_t>(rng.below(scales[i % 3]));
     const int ranks = 1 + static_cast<int>(rng.below(512));
     const int percent = static_cast<int>(rng.below(40));
     int64_t expected = (100 + percent) * tasks / (100 * static_cast<int64_t>(ranks));

@@ -142,9 +142,14 @@ TEST(ExchangePlan, RejectsBadRouting) {
   EXPECT_EQ(code_of({1, 0}, exec, slots, 0), ErrorCode::kInvalidArgument);  // sources decrease
   EXPECT_EQ(code_of({0, 1}, {0, 4, 2, 3}, slots, 0), ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of({0, 1}, exec, slots, -1), ErrorCode::kInvalidArgument);
-  EXPECT_EQ(code_of({0, 1}, exec, {2, 3}, 0), ErrorCode::kInvalidArgument);  // 0 not held
-  EXPECT_EQ(code_of({0, 1}, exec, {0, 0}, 0), ErrorCode::kInvalidArgument);  // held twice
-  EXPECT_EQ(code_of({0}, exec, slots, 0), ErrorCode::kInvalidArgument);      // sizes
+  EXPECT_EQ(code_of({0, 1}, exec, {2, 3}, 0), ErrorCode::kInvalidArgument);   // 0 not held
+  EXPECT_EQ(code_of({0, 1}, exec, {0, 0}, 0), ErrorCode::kInvalidArgument);   // held twice
+  EXPECT_EQ(code_of({0}, exec, slots, 0), ErrorCode::kInvalidArgument);       // sizes
+  EXPECT_EQ(code_of({0, 1}, exec, {0, -5}, 0), ErrorCode::kInvalidArgument);  // not an id
+  // A huge expert id in a slot is only an id this rank does not execute (no table sized by it).
+  EXPECT_EQ(code_of({0, 1}, exec, {2147483647, 1}, 0), ErrorCode::kInvalidArgument);
+  EXPECT_NO_THROW(
+      exchange_plan(ids, exec, std::vector<RankId>{0, 1}, 2, topo, {{0, 2147483647}}, 0));
   EXPECT_NO_THROW(exchange_plan(ids, exec, std::vector<RankId>{0, 1}, 2, topo, slots, 0));
 }
 

@@ -207,6 +207,31 @@ TEST(CostModel, PlanningAndValidation) {
   EXPECT_THROW(p.validate(), Error);
 }
 
+// Main ranks index the links: a wrong count or a rank outside [0, G) is an invalid argument, not
+// a write past the link vectors.
+TEST(CostModel, MainRanksAreValidated) {
+  const CostParams p = simple_params();
+  const Topology topo(2, 4);
+  const ExpertLayout layout = ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {0}, {0}, {1}});
+  const auto mains = initial_main_ranks(layout);
+  EXPECT_THROW(grad_sync_bytes(layout, std::vector<RankId>{0}, p), Error);
+  EXPECT_THROW(grad_sync_bytes(layout, std::vector<RankId>{4, 3}, p), Error);
+  EXPECT_THROW(grad_sync_bytes(layout, std::vector<RankId>{-1, 3}, p), Error);
+  EXPECT_THROW(migration_bytes(LayoutDiff{}, mains, std::vector<RankId>{0}, topo, p), Error);
+  EXPECT_THROW(migration_bytes(LayoutDiff{}, std::vector<RankId>{0, 9}, mains, topo, p), Error);
+  LayoutDiff bad_move;
+  bad_move.moves.push_back({0, 0, 4, true});
+  EXPECT_THROW(migration_bytes(bad_move, mains, mains, topo, p), Error);
+  try {
+    grad_sync_bytes(layout, std::vector<RankId>{4, 3}, p);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("main rank 4 of expert 0 out of range [0, 4)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CostModel, ParamsFromPresets) {
   const CostParams p = make_cost_params(cluster_preset("4x8-b200"), model_preset("glm-4.5-air"));
   EXPECT_DOUBLE_EQ(p.token_bytes(), 4096 * 2);

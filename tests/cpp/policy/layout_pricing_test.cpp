@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
@@ -108,6 +109,14 @@ TEST(LayoutPricing, SomeChangeMayPayOnlyWhenTheSavedComputeOutlastsOneCopy) {
         << saved;
   }
   EXPECT_THROW(change_pays(layout, mains, replicated, 1, 0, params), Error);
+  // Bad main ranks and non-finite savings are invalid arguments.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW(change_gain_s(layout, mains, replicated, nan, 1, params), Error);
+  EXPECT_THROW(some_change_may_pay(layout, mains, nan, 1, params), Error);
+  const std::vector<RankId> out_of_range{2, 1};
+  EXPECT_THROW(change_gain_s(layout, out_of_range, replicated, 7, 1, params), Error);
+  EXPECT_THROW(some_change_may_pay(replicated, out_of_range, 7, 1, params), Error);
+  EXPECT_THROW(some_change_may_pay(replicated, std::vector<RankId>{}, 7, 1, params), Error);
 }
 
 // Stage 2b's use: whenever some_change_may_pay says no for the floor's distance to the whole-task
