@@ -21,9 +21,12 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     binary, cluster, policies, workloads = argv[0], argv[1], argv[2], argv[3:]
-    # layout floor: the lowest mean imbalance any assignment reaches on the policy's layouts
-    print("| workload | cluster | policy | cross-node tokens | vs static | imbalance mean | imbalance max | layout floor | planner ms |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    # layout floor: the lowest mean imbalance any assignment reaches on the policy's layouts.
+    # step ms: the cost model's step time (modelled, not measured), planning included; "no
+    # planning" without it (what the decisions are worth when the planner keeps up); x static:
+    # static's step over this one (> 1 is faster than static).
+    print("| workload | cluster | policy | cross-node tokens | vs static | imbalance mean | imbalance max | layout floor | planner ms | step ms (modelled) | no planning | x static |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for workload in workloads:
         source = ["--trace", workload] if workload.endswith(".safetensors") else ["--preset", workload]
         with tempfile.TemporaryDirectory() as tmp:
@@ -33,15 +36,19 @@ def main() -> int:
             with open(out) as f:
                 result = json.load(f)
         name = os.path.basename(workload)
+        static_step = next((p["sim_step_time_s"] for p in result["policies"] if p["name"] == "static"), None)
         for p in result["policies"]:
             # null without a static run in --policies (nothing to compare with)
             reduction = p["cross_node_reduction_vs_static"]
             reduction_text = "n/a" if reduction is None else f"{100 * reduction:.1f}%"
+            step_ms = 1e3 * p["sim_step_time_s"]
+            no_planning_ms = step_ms - 1e3 * p["time_breakdown_s"]["planning"]
+            speedup = "n/a" if static_step is None else f"{static_step / p['sim_step_time_s']:.2f}"
             print(
                 f"| {name} | {cluster} | {p['name']} | {p['cross_node_tokens']} | "
                 f"{reduction_text} | {p['imbalance_mean']:.3f} | "
                 f"{p['imbalance_max']:.3f} | {p['imbalance_floor_mean']:.3f} | "
-                f"{p['planner_wall_ms']:.0f} |"
+                f"{p['planner_wall_ms']:.0f} | {step_ms:.2f} | {no_planning_ms:.2f} | {speedup} |"
             )
     return 0
 
