@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "assign/exchange_plan_detail.hpp"
 #include "bench_inputs.hpp"
 #include "cobalt/assign/dispatch_layout.hpp"
 #include "cobalt/assign/exchange_plan.hpp"
@@ -138,14 +139,16 @@ void BM_ExchangePlan(benchmark::State& state) {
   std::vector<RankId> exec(batch.num_tasks());
   assign::assign_node_cover(batch, layout, {1, 0, 0, 0}, {}, exec);
   const RankId rank = 5;
+  // /1: rank masks (what exchange_plan runs for G <= 64); /0: the insertion-sort path.
+  const bool use_rank_masks = state.range(0) != 0;
   for (auto _ : state) {
-    const auto plan =
-        assign::exchange_plan(w.ids, exec, w.src, top_k, topo, layout.slots_of(rank), rank);
+    const auto plan = assign::detail::exchange_plan_impl(
+        w.ids, exec, w.src, top_k, topo, layout.slots_of(rank), rank, use_rank_masks);
     benchmark::DoNotOptimize(plan.table_idx.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-BENCHMARK(BM_ExchangePlan)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ExchangePlan)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_Memcpy_DispatchBytes(benchmark::State& state) {
   const int num_ranks = 32;

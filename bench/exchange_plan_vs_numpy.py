@@ -6,7 +6,8 @@ plans, and the time of each (median of --repeats calls, one rank's plan, one cor
     PYTHONPATH=python /usr/bin/python3 bench/exchange_plan_vs_numpy.py [--nodes 4 --ranks-per-node 8
         --tokens-per-rank 4096 --top-k 8 --experts 128]
 
-BM_ExchangePlan (bench/core_bench.cpp) times the C++ call alone on the default shape.
+BM_ExchangePlan (bench/core_bench.cpp) times the C++ call alone on the default shape (/1, the
+rank-mask path it runs for G <= 64, against /0, the insertion-sort path).
 """
 import argparse
 import dataclasses

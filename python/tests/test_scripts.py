@@ -18,7 +18,9 @@ def test_results_tables_are_read_and_on_the_front() -> None:
     out = _pareto("results.md")
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.strip().splitlines()
-    assert len(lines) == 12  # six workloads on two clusters
+    # Six workloads on two clusters, then the four presets at 262144 tokens per step on both.
+    assert len(lines) == 20
+    assert sum("[Modelled step time: where Cobalt pays]" in line for line in lines) == 8
     assert all(line.endswith("cobalt: on the front; cobalt+: on the front") for line in lines)
 
 
@@ -41,6 +43,27 @@ def test_a_dominated_row_is_reported(tmp_path: pathlib.Path) -> None:
                          capture_output=True, text=True, check=False)
     assert out.returncode == 1
     assert "cobalt: dominated by topoep; cobalt+: on the front" in out.stdout
+
+
+def test_tables_under_different_headings_are_not_merged(tmp_path: pathlib.Path) -> None:
+    # The same (workload, cluster) in two experiments: each is judged against its own peers.
+    header = ("| workload | cluster | policy | cross-node tokens | imbalance mean |\n"
+              "|---|---|---|---:|---:|\n")
+    table = tmp_path / "t.md"
+    table.write_text(
+        "## small steps\n\n" + header +
+        "| w | 2x8 | cobalt | 100 | 1.200 |\n| w | 2x8 | cobalt+ | 90 | 1.050 |\n"
+        "| w | 2x8 | topoep | 110 | 1.100 |\n"
+        "\n## large steps\n\n" + header +
+        "| w | 2x8 | cobalt | 1000 | 1.200 |\n| w | 2x8 | cobalt+ | 900 | 1.050 |\n"
+        "| w | 2x8 | topoep | 1100 | 1.100 |\n")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "pareto_check.py"), str(table)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout
+    assert out.stdout.splitlines() == [
+        "w 2x8 [small steps]: cobalt: on the front; cobalt+: on the front",
+        "w 2x8 [large steps]: cobalt: on the front; cobalt+: on the front",
+    ]
 
 
 def _floor_breakdown():

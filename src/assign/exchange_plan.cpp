@@ -1,10 +1,12 @@
 #include "cobalt/assign/exchange_plan.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <utility>
 
 #include "cobalt/core/error.hpp"
+#include "exchange_plan_detail.hpp"
 
 namespace cobalt::assign {
 namespace {
@@ -50,12 +52,16 @@ std::vector<int64_t> block_starts(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
-RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
-                               std::span<const RankId> exec_rank,
-                               std::span<const RankId> source_rank, int top_k,
-                               const Topology& topology, std::span<const ExpertId> rank_slots,
-                               RankId rank) {
+namespace detail {
+
+RankExchangePlan exchange_plan_impl(std::span<const ExpertId> topk_ids,
+                                    std::span<const RankId> exec_rank,
+                                    std::span<const RankId> source_rank, int top_k,
+                                    const Topology& topology, std::span<const ExpertId> rank_slots,
+                                    RankId rank, bool use_rank_masks) {
   check_inputs(topk_ids, exec_rank, source_rank, top_k, topology, rank);
+  COBALT_CHECK_ARG(!use_rank_masks || topology.num_ranks() <= 64,
+                   "exchange plan: rank masks need G <= 64 ranks, got {}", topology.num_ranks());
   const int num_ranks = topology.num_ranks(), per_node = topology.ranks_per_node();
   const auto num_tokens = static_cast<int64_t>(source_rank.size());
   const RankId r = rank;
@@ -64,24 +70,37 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
   const auto end_local = static_cast<int64_t>(
       std::upper_bound(source_rank.begin(), source_rank.end(), r) - source_rank.begin());
 
-  // Distinct execution ranks of every token, ascending (so a node's ranks are adjacent): an
-  // insertion sort of the K ranks, duplicates dropped.
-  std::vector<RankId> distinct(exec_rank.size());
-  std::vector<int> num_distinct(num_tokens);
-  for (int64_t t = 0; t < num_tokens; ++t) {
-    RankId* row = distinct.data() + t * top_k;
-    const RankId* in = exec_rank.data() + t * top_k;
-    int n = 0;
-    for (int k = 0; k < top_k; ++k) {
-      const RankId d = in[k];
-      int i = n;
-      while (i > 0 && row[i - 1] > d) --i;
-      if (i > 0 && row[i - 1] == d) continue;
-      std::copy_backward(row + i, row + n, row + n + 1);
-      row[i] = d;
-      ++n;
+  // Distinct execution ranks of every token, ascending (so a node's ranks are adjacent). With
+  // G <= 64 a bit mask per token (its set bits in order); otherwise an insertion sort of the K
+  // ranks, duplicates dropped.
+  std::vector<uint64_t> masks;
+  std::vector<RankId> distinct;
+  std::vector<int> num_distinct;
+  if (use_rank_masks) {
+    masks.resize(num_tokens);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      uint64_t m = 0;
+      for (int k = 0; k < top_k; ++k) m |= uint64_t{1} << exec_rank[t * top_k + k];
+      masks[t] = m;
     }
-    num_distinct[t] = n;
+  } else {
+    distinct.resize(exec_rank.size());
+    num_distinct.resize(num_tokens);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      RankId* row = distinct.data() + t * top_k;
+      const RankId* in = exec_rank.data() + t * top_k;
+      int n = 0;
+      for (int k = 0; k < top_k; ++k) {
+        const RankId d = in[k];
+        int i = n;
+        while (i > 0 && row[i - 1] > d) --i;
+        if (i > 0 && row[i - 1] == d) continue;
+        std::copy_backward(row + i, row + n, row + n + 1);
+        row[i] = d;
+        ++n;
+      }
+      num_distinct[t] = n;
+    }
   }
   // Calls f(t, s, d, p, new_pair) for every delivery (t, d) of token t, d ascending; p is the
   // rail peer of a remote delivery (-1 otherwise), new_pair marks its first delivery on that node.
@@ -89,9 +108,7 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
     const RankId s = source_rank[t];
     const int source_node = s / per_node;
     int last_node = -1;
-    const RankId* row = distinct.data() + t * top_k;
-    for (int i = 0; i < num_distinct[t]; ++i) {
-      const RankId d = row[i];
+    const auto visit = [&](RankId d) {
       const int node = d / per_node;
       if (node == source_node) {
         f(t, s, d, RankId{-1}, false);
@@ -100,8 +117,25 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
         f(t, s, d, p, node != last_node);
         last_node = node;
       }
+    };
+    if (use_rank_masks) {
+      for (uint64_t m = masks[t]; m != 0; m &= m - 1) visit(std::countr_zero(m));
+    } else {
+      const RankId* row = distinct.data() + t * top_k;
+      for (int i = 0; i < num_distinct[t]; ++i) visit(row[i]);
     }
   };
+  // With masks: the ranks of each node and the ranks of each local index (rail), as bits.
+  const int num_nodes = topology.num_nodes();
+  std::vector<uint64_t> node_bits, rail_bits;
+  if (use_rank_masks) {
+    node_bits.assign(num_nodes, 0);
+    rail_bits.assign(per_node, 0);
+    for (RankId d = 0; d < num_ranks; ++d) {
+      node_bits[d / per_node] |= uint64_t{1} << d;
+      rail_bits[d % per_node] |= uint64_t{1} << d;
+    }
+  }
 
   RankExchangePlan plan;
   plan.num_local_tokens = end_local - first_local;
@@ -120,17 +154,37 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
   // over the tokens that touch this rank (source, executor or rail peer), listed for pass 2.
   std::vector<int64_t> touching;
   int64_t num_intra = 0, num_pairs = 0, num_forwards = 0;
+  const int r_node = r / per_node, r_lane = r % per_node;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const RankId s = source_rank[t];
     bool touches = s == r;
-    for_each_delivery_of(t, [&](int64_t, RankId s_, RankId d, RankId p, bool new_pair) {
-      if (d == s_) return;
-      num_intra += p < 0;
-      num_pairs += new_pair;
-      num_forwards += p >= 0 && d != p;
-      touches |= d == r || p == r;
-    });
-    plan.num_deliveries += num_distinct[t];
+    if (use_rank_masks) {
+      // The same totals by bit counts: intra deliveries are the other ranks of the source's
+      // node; remote ones cross once per node touched and are forwarded unless they are the rail
+      // peer itself. This rank is touched as an executor, or as the rail peer of a remote node.
+      const uint64_t m = masks[t];
+      const int source_node = s / per_node;
+      const uint64_t others = m & ~(uint64_t{1} << s);
+      const uint64_t remote = others & ~node_bits[source_node];
+      const uint64_t rail = rail_bits[s % per_node];
+      plan.num_deliveries += std::popcount(m);
+      num_intra += std::popcount(others & node_bits[source_node]);
+      num_forwards += std::popcount(remote & ~rail);
+      if (remote != 0) {
+        for (int n = 0; n < num_nodes; ++n) num_pairs += (remote & node_bits[n]) != 0;
+      }
+      touches |=
+          ((m >> r) & 1) != 0 || (r_lane == s % per_node && (remote & node_bits[r_node]) != 0);
+    } else {
+      for_each_delivery_of(t, [&](int64_t, RankId s_, RankId d, RankId p, bool new_pair) {
+        if (d == s_) return;
+        num_intra += p < 0;
+        num_pairs += new_pair;
+        num_forwards += p >= 0 && d != p;
+        touches |= d == r || p == r;
+      });
+      plan.num_deliveries += num_distinct[t];
+    }
     if (!touches) continue;
     touching.push_back(t);
     for_each_delivery_of(t, [&](int64_t, RankId, RankId d, RankId p, bool new_pair) {
@@ -280,6 +334,17 @@ RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
     plan.slot_k[at] = static_cast<int64_t>(i % top_k);
   }
   return plan;
+}
+
+}  // namespace detail
+
+RankExchangePlan exchange_plan(std::span<const ExpertId> topk_ids,
+                               std::span<const RankId> exec_rank,
+                               std::span<const RankId> source_rank, int top_k,
+                               const Topology& topology, std::span<const ExpertId> rank_slots,
+                               RankId rank) {
+  return detail::exchange_plan_impl(topk_ids, exec_rank, source_rank, top_k, topology, rank_slots,
+                                    rank, topology.num_ranks() <= 64);
 }
 
 }  // namespace cobalt::assign

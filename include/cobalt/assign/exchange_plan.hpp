@@ -13,8 +13,10 @@
 //                      (token, remote node), the partials of the node summed at p).
 // Every message list is ordered by token within one (sender, receiver) pair; a receive buffer
 // holds the senders' rows by sender rank (all_to_all_single), so a row's position is fixed by
-// (sender, token). Cost O(T K^2) time (an insertion sort of each token's K ranks) and O(T K)
-// memory, the same work on every rank.
+// (sender, token). Cost: for G <= 64, O(T K) to build one rank mask per token, whole-step totals
+// by bit counts, and a walk over the deliveries of only the tokens that touch `rank` (its own,
+// those it executes for, those it relays as rail peer); for G > 64, O(T K^2) (an insertion sort
+// of each token's K ranks) and every token walked. O(T K) memory.
 #pragma once
 
 #include <cstdint>

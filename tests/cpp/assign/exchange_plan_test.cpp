@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "assign/exchange_plan_detail.hpp"
 #include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -123,6 +124,65 @@ TEST(ExchangePlan, RanksAgreeAndCrossRowsAreTheMetric) {
     EXPECT_EQ(cross_sent, plans[0].num_cross_rows);
     EXPECT_EQ(cross_sent, eval::cross_node_transfers(batch, exec, topo).dedup) << "seed " << seed;
   }
+}
+
+bool same_plan(const RankExchangePlan& a, const RankExchangePlan& b) {
+  return a.num_local_tokens == b.num_local_tokens && a.s1_send_idx == b.s1_send_idx &&
+         a.s1_send_splits == b.s1_send_splits && a.s1_recv_splits == b.s1_recv_splits &&
+         a.s2_send_idx == b.s2_send_idx && a.s2_send_splits == b.s2_send_splits &&
+         a.s2_recv_splits == b.s2_recv_splits && a.table_idx == b.table_idx &&
+         a.slot_offsets == b.slot_offsets && a.slot_rows == b.slot_rows && a.slot_k == b.slot_k &&
+         a.ca_send_idx == b.ca_send_idx && a.ca_send_splits == b.ca_send_splits &&
+         a.ca_recv_splits == b.ca_recv_splits && a.q_own_dst == b.q_own_dst &&
+         a.q_own_src == b.q_own_src && a.q_recv_dst == b.q_recv_dst &&
+         a.q_recv_src == b.q_recv_src && a.cb_send_splits == b.cb_send_splits &&
+         a.cb_recv_splits == b.cb_recv_splits && a.y_own_dst == b.y_own_dst &&
+         a.y_own_src == b.y_own_src && a.y_recv_a_dst == b.y_recv_a_dst &&
+         a.y_recv_a_src == b.y_recv_a_src && a.y_recv_b_dst == b.y_recv_b_dst &&
+         a.num_deliveries == b.num_deliveries && a.num_cross_rows == b.num_cross_rows &&
+         a.num_intra_rows == b.num_intra_rows && a.num_stage1_rows == b.num_stage1_rows;
+}
+
+// The rank-mask path (G <= 64, what exchange_plan runs there) against the insertion-sort path on
+// random clusters up to 64 ranks (8 x 8 and 1 x 64 included), routings with repeated ranks per
+// token, every rank's plan.
+TEST(ExchangePlan, RankMasksMakeTheSamePlanAsTheSortedRanks) {
+  int64_t num_compared = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SplitMix64 rng(seed * 131);
+    int nodes = 1 + static_cast<int>(rng.below(8)), per_node = 1 + static_cast<int>(rng.below(8));
+    if (seed == 1) nodes = 8, per_node = 8;
+    if (seed == 2) nodes = 1, per_node = 64;
+    if (seed == 3) nodes = 64, per_node = 1;
+    const Topology topo(nodes, nodes * per_node);
+    const int g = topo.num_ranks(), k = 1 + static_cast<int>(rng.below(8));
+    const int64_t tokens = static_cast<int64_t>(rng.below(200));
+    std::vector<RankId> src(tokens), exec(tokens * k);
+    std::vector<ExpertId> ids(tokens * k);
+    for (int64_t t = 0; t < tokens; ++t) src[t] = static_cast<RankId>(rng.below(g));
+    std::sort(src.begin(), src.end());
+    // Experts e on rank e % g (slot e / g): a rank holds every expert it executes.
+    const int experts = 2 * g;
+    for (int64_t i = 0; i < tokens * k; ++i) {
+      ids[i] = static_cast<ExpertId>(rng.below(experts));
+      exec[i] = ids[i] % g;
+    }
+    for (RankId r = 0; r < g; ++r) {
+      const std::vector<ExpertId> slots{r, r + g};
+      const auto masked =
+          detail::exchange_plan_impl(ids, exec, src, k, topo, slots, r, /*use_rank_masks=*/true);
+      const auto sorted =
+          detail::exchange_plan_impl(ids, exec, src, k, topo, slots, r, /*use_rank_masks=*/false);
+      ASSERT_TRUE(same_plan(masked, sorted)) << "seed " << seed << " rank " << r;
+      ASSERT_TRUE(same_plan(exchange_plan(ids, exec, src, k, topo, slots, r), masked));
+      ++num_compared;
+    }
+  }
+  EXPECT_GT(num_compared, 600);
+  // Masks need G <= 64.
+  const Topology big(2, 66);
+  EXPECT_THROW(detail::exchange_plan_impl({}, {}, {}, 1, big, std::vector<ExpertId>{0}, 0, true),
+               Error);
 }
 
 TEST(ExchangePlan, RejectsBadRouting) {
