@@ -123,6 +123,36 @@ TEST_F(SimulateCli, LayoutPricingIsReported) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("priced layouts"), std::string::npos) << r.out;
   EXPECT_EQ(json("sim.json")["scenario"]["layout_pricing"], true);
+  EXPECT_EQ(r.out.find("cobalt+ keeps only the replicas that pay"), std::string::npos);
+}
+
+// 2048 tokens per step on 16 GPUs: every replica's gradient synchronisation costs more than it
+// saves, and the report says so for the policies that fill their replica slots; 262144 tokens per
+// step pay for them, and the note goes.
+TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
+  const auto small =
+      run("simulate --preset coactivated-late --steps 4 --tokens-per-step 2048 --cluster 2x8 "
+          "--policies static,cobalt,cobalt+,topoep --json " +
+          path("small.json"));
+  ASSERT_EQ(small.exit_code, 0) << small.err;
+  for (const auto& p : json("small.json")["policies"]) {
+    const auto name = p["name"].get<std::string>();
+    const bool expected = (name == "cobalt" || name == "cobalt+") &&
+                          p["speedup_vs_static"].get<double>() < 1 &&
+                          p["time_breakdown_s"]["grad_sync"].get<double>() >=
+                              p["time_breakdown_s"]["migration"].get<double>() &&
+                          p["time_breakdown_s"]["grad_sync"].get<double>() >=
+                              p["time_breakdown_s"]["planning"].get<double>();
+    EXPECT_EQ(small.out.find("note: " + name + " is modelled") != std::string::npos, expected)
+        << name << "\n"
+        << small.out;
+  }
+  EXPECT_NE(small.out.find("note: cobalt+ is modelled"), std::string::npos) << small.out;
+  const auto large =
+      run("simulate --preset coactivated-late --steps 12 --warmup-steps 10 --tokens-per-step "
+          "262144 --cluster 2x8 --policies static,cobalt+");
+  ASSERT_EQ(large.exit_code, 0) << large.err;
+  EXPECT_EQ(large.out.find("note: cobalt+ is modelled"), std::string::npos) << large.out;
 }
 
 TEST_F(SimulateCli, DumpRecomputedIndependentlyOnASyntheticPreset) {
