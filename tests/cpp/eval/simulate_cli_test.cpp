@@ -149,7 +149,7 @@ TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
   }
   EXPECT_NE(small.out.find("note: cobalt+ is modelled"), std::string::npos) << small.out;
   const auto large =
-      run("simulate --preset coactivated-late --steps 12 --warmup-steps 10 --tokens-per-step "
+      run("simulate --preset coactivated-late --steps 11 --warmup-steps 10 --tokens-per-step "
           "262144 --cluster 2x8 --policies static,cobalt+");
   ASSERT_EQ(large.exit_code, 0) << large.err;
   EXPECT_EQ(large.out.find("note: cobalt+ is modelled"), std::string::npos) << large.out;
