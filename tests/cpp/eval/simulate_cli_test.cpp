@@ -135,7 +135,8 @@ TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
           "--policies static,cobalt,cobalt+,topoep --json " +
           path("small.json"));
   ASSERT_EQ(small.exit_code, 0) << small.err;
-  for (const auto& p : json("small.json")["policies"]) {
+  const auto doc = json("small.json");  // kept: a range-for over a temporary's member dangles
+  for (const auto& p : doc["policies"]) {
     const auto name = p["name"].get<std::string>();
     const bool expected = (name == "cobalt" || name == "cobalt+") &&
                           p["speedup_vs_static"].get<double>() < 1 &&
