@@ -128,11 +128,13 @@ TEST_F(SimulateCli, LayoutPricingIsReported) {
 
 // 2048 tokens per step on 16 GPUs: every replica's gradient synchronisation costs more than it
 // saves, and the report says so for the policies that fill their replica slots; 262144 tokens per
-// step pay for them, and the note goes.
+// step pay for them, and the note goes. Planner time is left out of the model
+// (--planner-time-scale 0): measured wall time, it would make the outcome depend on the machine
+// (a sanitizer build plans several times slower).
 TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
   const auto small =
       run("simulate --preset coactivated-late --steps 4 --tokens-per-step 2048 --cluster 2x8 "
-          "--policies static,cobalt,cobalt+,topoep --json " +
+          "--planner-time-scale 0 --policies static,cobalt,cobalt+,topoep --json " +
           path("small.json"));
   ASSERT_EQ(small.exit_code, 0) << small.err;
   const auto doc = json("small.json");  // kept: a range-for over a temporary's member dangles
@@ -151,7 +153,7 @@ TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
   EXPECT_NE(small.out.find("note: cobalt+ is modelled"), std::string::npos) << small.out;
   const auto large =
       run("simulate --preset coactivated-late --steps 11 --warmup-steps 10 --tokens-per-step "
-          "262144 --cluster 2x8 --policies static,cobalt+");
+          "262144 --cluster 2x8 --planner-time-scale 0 --policies static,cobalt+");
   ASSERT_EQ(large.exit_code, 0) << large.err;
   EXPECT_EQ(large.out.find("note: cobalt+ is modelled"), std::string::npos) << large.out;
 }
