@@ -171,6 +171,9 @@ std::string simulation_html(const Scenario& sc, const SimulationResult& r,
       "planner time on the critical path), not measured; they cover the replayed MoE layers "
       "only.</p>\n";
   out += "<h2>Comparison</h2>\n" + comparison_table(r, best) + "\n";
+  for (const std::string& note : replica_cost_notes(sc, r)) {
+    out += "<p class=\"modelled\">" + svg::esc(note) + "</p>\n";
+  }
   out += "<h2>Cross-node transfers vs imbalance (Pareto picture)</h2>\n" + charts::pareto(r);
   out += "\n<h2>Per step</h2>\n";
   out += charts::per_step(r, charts::StepMetric::kCrossNodeTokens);

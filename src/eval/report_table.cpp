@@ -116,28 +116,6 @@ std::string time_table(const SimulationResult& r) {
   return out;
 }
 
-// Cobalt's policies fill every replica slot; with few tokens per GPU their replicas' gradient
-// synchronisation can outweigh what they save (docs/results.md). Says so, once per policy, where
-// the model finds it slower than static EP for that reason, and points to layout pricing.
-std::string replica_cost_notes(const Scenario& scenario, const SimulationResult& result) {
-  std::string out;
-  if (scenario.layout_pricing) return out;
-  for (const auto& p : result.policies) {
-    if (!p.skipped.empty() || (p.name != "cobalt" && p.name != "cobalt+")) continue;
-    const TimeBreakdown& t = p.time;
-    if (p.speedup_vs_static <= 0 || p.speedup_vs_static >= 1 || t.grad_sync_s < t.migration_s ||
-        t.grad_sync_s < t.planning_s) {
-      continue;
-    }
-    out += fmt::format(
-        "note: {} is modelled {:.2f}x of static EP here: its replicas' gradient synchronisation "
-        "({:.2f} ms per step) outweighs what they save at this number of tokens per GPU; "
-        "with --layout-pricing, cobalt+ keeps only the replicas that pay\n",
-        p.name, p.speedup_vs_static, 1e3 * t.grad_sync_s);
-  }
-  return out;
-}
-
 }  // namespace
 
 std::string simulation_table(const Scenario& scenario, const SimulationResult& result) {
@@ -160,8 +138,30 @@ std::string simulation_table(const Scenario& scenario, const SimulationResult& r
   out +=
       "(* best in column; cross-node tokens and imbalance are exact replay metrics; times are "
       "modelled)\n";
-  out += replica_cost_notes(scenario, result);
+  for (const std::string& note : replica_cost_notes(scenario, result)) out += note + "\n";
   return out;
+}
+
+// Cobalt's policies fill every replica slot; with few tokens per GPU their replicas' gradient
+// synchronisation can outweigh what they save (docs/results.md).
+std::vector<std::string> replica_cost_notes(const Scenario& scenario,
+                                            const SimulationResult& result) {
+  std::vector<std::string> notes;
+  if (scenario.layout_pricing) return notes;
+  for (const auto& p : result.policies) {
+    if (!p.skipped.empty() || (p.name != "cobalt" && p.name != "cobalt+")) continue;
+    const TimeBreakdown& t = p.time;
+    if (p.speedup_vs_static <= 0 || p.speedup_vs_static >= 1 || t.grad_sync_s < t.migration_s ||
+        t.grad_sync_s < t.planning_s) {
+      continue;
+    }
+    notes.push_back(fmt::format(
+        "note: {} is modelled {:.2f}x of static EP here: its replicas' gradient synchronisation "
+        "({:.2f} ms per step) outweighs what they save at this number of tokens per GPU; with "
+        "--layout-pricing, cobalt+ keeps only the replicas that pay",
+        p.name, p.speedup_vs_static, 1e3 * t.grad_sync_s));
+  }
+  return notes;
 }
 
 }  // namespace cobalt::eval

@@ -38,6 +38,13 @@ struct Scenario {
 // ran (lowest imbalance mean on load-only traces); -1 when none ran.
 int best_policy_index(const SimulationResult& result);
 
+// Notes on `cobalt` and `cobalt+` where the model finds them slower than static EP and their
+// replicas' gradient synchronisation is their largest overhead (few tokens per GPU), pointing to
+// --layout-pricing; none when the run priced its layouts. One line each, no trailing newline; the
+// table and the HTML report print them.
+std::vector<std::string> replica_cost_notes(const Scenario& scenario,
+                                            const SimulationResult& result);
+
 // {"scenario": {...}, "policies": [{"name", "cross_node_tokens", ...}]}
 std::string simulation_json(const Scenario& scenario, const SimulationResult& result);
 

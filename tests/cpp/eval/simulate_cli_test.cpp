@@ -135,8 +135,11 @@ TEST_F(SimulateCli, ReplicasThatDoNotPayAreNoted) {
   const auto small =
       run("simulate --preset coactivated-late --steps 4 --tokens-per-step 2048 --cluster 2x8 "
           "--planner-time-scale 0 --policies static,cobalt,cobalt+,topoep --json " +
-          path("small.json"));
+          path("small.json") + " --report " + path("small.html"));
   ASSERT_EQ(small.exit_code, 0) << small.err;
+  // The HTML report carries the same notes.
+  EXPECT_NE(testing::read_file(path("small.html")).find("note: cobalt+ is modelled 0.0"),
+            std::string::npos);
   const auto doc = json("small.json");  // kept: a range-for over a temporary's member dangles
   for (const auto& p : doc["policies"]) {
     const auto name = p["name"].get<std::string>();
