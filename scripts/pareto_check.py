@@ -22,10 +22,13 @@ def main() -> int:
     for path in sys.argv[1:]:
         columns = None  # header name -> cell index of the table being read
         heading = ""
+        in_code = False  # inside a ``` block: '#' lines there are comments, not headings
         for line in open(path):
             if not line.startswith("|"):
                 columns = None
-                if line.startswith("#"):
+                if line.startswith("```"):
+                    in_code = not in_code
+                elif line.startswith("#") and not in_code:
                     heading = line.strip().lstrip("#").strip()
                 continue
             cells = [c.strip() for c in line.strip().strip("|").split("|")]

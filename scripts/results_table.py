@@ -36,19 +36,22 @@ def main() -> int:
             with open(out) as f:
                 result = json.load(f)
         name = os.path.basename(workload)
-        static_step = next((p["sim_step_time_s"] for p in result["policies"] if p["name"] == "static"), None)
         for p in result["policies"]:
             # null without a static run in --policies (nothing to compare with)
             reduction = p["cross_node_reduction_vs_static"]
             reduction_text = "n/a" if reduction is None else f"{100 * reduction:.1f}%"
-            step_ms = 1e3 * p["sim_step_time_s"]
-            no_planning_ms = step_ms - 1e3 * p["time_breakdown_s"]["planning"]
-            speedup = "n/a" if static_step is None else f"{static_step / p['sim_step_time_s']:.2f}"
+            # null on load-only traces (no exchange term) and, for x static, without a static run
+            step = p["sim_step_time_s"]
+            step_text = "n/a" if step is None else f"{1e3 * step:.2f}"
+            no_planning_text = ("n/a" if step is None
+                                else f"{1e3 * (step - p['time_breakdown_s']['planning']):.2f}")
+            speedup = p["speedup_vs_static"]
+            speedup_text = "n/a" if speedup is None else f"{speedup:.2f}"
             print(
                 f"| {name} | {cluster} | {p['name']} | {p['cross_node_tokens']} | "
                 f"{reduction_text} | {p['imbalance_mean']:.3f} | "
                 f"{p['imbalance_max']:.3f} | {p['imbalance_floor_mean']:.3f} | "
-                f"{p['planner_wall_ms']:.0f} | {step_ms:.2f} | {no_planning_ms:.2f} | {speedup} |"
+                f"{p['planner_wall_ms']:.0f} | {step_text} | {no_planning_text} | {speedup_text} |"
             )
     return 0
 

@@ -54,7 +54,7 @@ def test_tables_under_different_headings_are_not_merged(tmp_path: pathlib.Path) 
         "## small steps\n\n" + header +
         "| w | 2x8 | cobalt | 100 | 1.200 |\n| w | 2x8 | cobalt+ | 90 | 1.050 |\n"
         "| w | 2x8 | topoep | 110 | 1.100 |\n"
-        "\n## large steps\n\n" + header +
+        "\n## large steps\n\n```sh\n# a shell comment, not a heading\n```\n\n" + header +
         "| w | 2x8 | cobalt | 1000 | 1.200 |\n| w | 2x8 | cobalt+ | 900 | 1.050 |\n"
         "| w | 2x8 | topoep | 1100 | 1.100 |\n")
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "pareto_check.py"), str(table)],

@@ -2,10 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::assign {
+
+// The slack below covers two roundings of a 64-bit significand (x86-64's extended format; quad
+// precision, e.g. on aarch64 Linux, is finer); a plain-double long double would need a larger one.
+static_assert(std::numeric_limits<long double>::digits >= 64,
+              "balance_cap assumes a long double with at least a 64-bit significand");
 
 int64_t balance_cap(int64_t num_tasks, int num_ranks, double tolerance) {
   COBALT_CHECK_ARG(num_tasks >= 0, "balance cap: num_tasks {} must be >= 0", num_tasks);
@@ -23,8 +29,9 @@ int64_t balance_cap(int64_t num_tasks, int num_ranks, double tolerance) {
                               static_cast<long double>(num_ranks);
   if (!(allowed < static_cast<long double>(num_tasks))) return num_tasks;
   const long double slack = allowed * (static_cast<long double>(tolerance) * 0x1p-52L + 0x1p-63L);
-  const auto cap = static_cast<int64_t>(std::floor(allowed + slack));
-  return std::clamp(cap, whole_task_floor, num_tasks);
+  const long double cap = std::floor(allowed + slack);
+  if (cap >= static_cast<long double>(num_tasks)) return num_tasks;  // also keeps the cast in range
+  return std::clamp(static_cast<int64_t>(cap), whole_task_floor, num_tasks);
 }
 
 }  // namespace cobalt::assign

@@ -170,8 +170,9 @@ RankExchangePlan exchange_plan_impl(std::span<const ExpertId> topk_ids,
       plan.num_deliveries += std::popcount(m);
       num_intra += std::popcount(others & node_bits[source_node]);
       num_forwards += std::popcount(remote & ~rail);
-      if (remote != 0) {
-        for (int n = 0; n < num_nodes; ++n) num_pairs += (remote & node_bits[n]) != 0;
+      // One per remote node touched: clear a node's bits at a time.
+      for (uint64_t x = remote; x != 0; x &= ~node_bits[std::countr_zero(x) / per_node]) {
+        ++num_pairs;
       }
       touches |=
           ((m >> r) & 1) != 0 || (r_lane == s % per_node && (remote & node_bits[r_node]) != 0);

@@ -450,8 +450,8 @@ class CobaltPolicy final : public Policy {
       budgets.push_back((least + full) / 2);
     if (least < full) budgets.push_back(least);
 
-    // Candidates are priced on every kPriceStride-th token of the sample (strided, so every
-    // sampled step and source keeps its share), scaled back to a step.
+    // Candidates are priced on every kPriceStride-th token of the sample (the sample's steps
+    // joined, so each keeps its share to within a token), scaled back to a step.
     std::vector<ExpertId> price_ids;
     std::vector<RankId> price_src;
     for (size_t t = 0; t < snap.sample_src.size(); t += kPriceStride) {

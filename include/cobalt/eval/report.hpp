@@ -38,9 +38,10 @@ struct Scenario {
 // ran (lowest imbalance mean on load-only traces); -1 when none ran.
 int best_policy_index(const SimulationResult& result);
 
-// Notes on `cobalt` and `cobalt+` where the model finds them slower than static EP and their
-// replicas' gradient synchronisation is their largest overhead (few tokens per GPU), pointing to
-// --layout-pricing; none when the run priced its layouts. One line each, no trailing newline; the
+// Notes on `cobalt` and `cobalt+` where the model finds them slower than static EP mainly because
+// of their replicas' gradient synchronisation (at least half of the gap to static's step, and their
+// largest overhead: few tokens per GPU), pointing to --layout-pricing; none when the run priced
+// its layouts or the trace is load-only. One line each, no trailing newline; the
 // table and the HTML report print them.
 std::vector<std::string> replica_cost_notes(const Scenario& scenario,
                                             const SimulationResult& result);
