@@ -56,6 +56,8 @@ struct RankExchangePlan {
   int64_t num_cross_rows = 0;  // stage-1 (and stage-B) rows across nodes: Cobalt's V
   int64_t num_intra_rows = 0;  // intra deliveries + stage-2 forwards (= stage-A rows)
   int64_t num_stage1_rows = 0;
+
+  friend bool operator==(const RankExchangePlan&, const RankExchangePlan&) = default;
 };
 
 // topk_ids, exec_rank [T, K]; source_rank [T] non-decreasing (tokens of rank 0 first, then rank 1,
