@@ -138,6 +138,7 @@ def run_equivalence(ep: EPGroup, case: str, sz: Sizes, out_dir: str) -> dict[str
     """Forward + backward for a few steps (no optimizer: weights fixed), recording outputs,
     gradients, routing, layouts and traffic."""
     rt = ExpertParallelRuntime(ep, make_source(case, ep, sz))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, sz.hidden, sz.ffn, sz.num_experts, sz.top_k, seed=sz.seed)
     recorder = None
     if case == "cobalt":
@@ -258,6 +259,7 @@ def run_errors(ep: EPGroup, sz: Sizes) -> dict[str, Any]:
         out["world_size"] = str(exc)
 
     rt = ExpertParallelRuntime(ep, make_source("static", ep, sz))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     good = ExpertParallelMoE(rt, 0, sz.hidden, sz.ffn, sz.num_experts, sz.top_k, seed=sz.seed)
 
     def bad_router(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,6 +321,7 @@ def run_bf16_equivalence(ep: EPGroup, case: str, sz: Sizes) -> list[dict[str, An
     source = make_source(case, ep, sz, period=1) if case == "scheduled" else make_source(
         case, ep, sz)
     rt = ExpertParallelRuntime(ep, source)
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, sz.hidden, sz.ffn, sz.num_experts, sz.top_k,
                             seed=sz.seed).to(torch.bfloat16)
     steps = []

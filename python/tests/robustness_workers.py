@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import os
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -90,6 +90,7 @@ def run_accumulation(ep: EPGroup) -> dict[str, Any]:
     """Two micro-batches with a backward pass each, the layout changing before the second: the
     accumulated expert gradients move with their experts, the router's sum once per pass."""
     rt = ExpertParallelRuntime(ep, AlternatingSource())
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     moved = []
     for index in range(2):
@@ -104,6 +105,7 @@ def run_two_forwards(ep: EPGroup) -> dict[str, Any]:
     """Two forwards summed into one loss: the second forward's layout must not move mains under
     the first forward's pending backward; the change lands at the next forward."""
     rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1, 1)))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     loss = torch.zeros(())
     for index in range(2):
@@ -122,6 +124,7 @@ def run_two_forwards(ep: EPGroup) -> dict[str, Any]:
 def run_retained_graph(ep: EPGroup) -> dict[str, Any]:
     """Two backward passes through one forward (a main and an auxiliary loss)."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(REPLICATED), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x, target = micro_batch(ep.rank, 0)
     y = moe(x)
@@ -158,6 +161,7 @@ def run_float64(ep: EPGroup) -> dict[str, Any]:
 def run_empty_step(ep: EPGroup) -> dict[str, Any]:
     """A step in which no rank has a token (forward and backward), then a normal one."""
     rt = ExpertParallelRuntime(ep, AlternatingSource())
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x = torch.zeros(0, H, requires_grad=True)
     y = moe(x)
@@ -170,6 +174,7 @@ def run_empty_step(ep: EPGroup) -> dict[str, Any]:
 def run_dtype_mismatch(ep: EPGroup) -> dict[str, Any]:
     """A float64 input on one rank (an fp32 layer) raises on every rank; the group stays usable."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x = micro_batch(ep.rank, 0)[0]
     if ep.rank == 0:
@@ -192,6 +197,7 @@ def run_checkpoint(ep: EPGroup) -> dict[str, Any]:
         else:
             source = FixedLayoutSource(layout(REPLICATED), seed=SEED)
         rt = ExpertParallelRuntime(ep, source)
+        rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
         return rt, ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
 
     rt, moe = build()
@@ -222,6 +228,7 @@ def run_auxiliary_pass(ep: EPGroup) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for variant in ("clean", "aux_then_zero"):
         rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+        rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
         moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
         x0, target0 = micro_batch(ep.rank, 0)
         (moe(x0) * target0).sum().backward()
@@ -241,6 +248,7 @@ def run_retained_then_migrate(ep: EPGroup) -> dict[str, Any]:
     backward with retain_graph, forward 1 asks for a layout moving every main, backward through
     graph 0 again, backward 1."""
     rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x0, target0 = micro_batch(ep.rank, 0)
     loss0 = (moe(x0) * target0).sum()
@@ -259,6 +267,7 @@ def run_forwards_without_backward(ep: EPGroup) -> dict[str, Any]:
     """Forwards with autograd on whose outputs are dropped (evaluation without no_grad) leave no
     backward window open, so layout changes are not held back."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     for index in range(20):
         moe(micro_batch(ep.rank, index)[0])
@@ -269,6 +278,7 @@ def run_checkpoint_loading(ep: EPGroup) -> dict[str, Any]:
     """A state_dict loads with torch.load(weights_only=True); one written for another world size
     is refused before anything is copied."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     buffer = io.BytesIO()
     torch.save(moe.state_dict(), buffer)
@@ -316,6 +326,7 @@ def run_activation_checkpointing(ep: EPGroup) -> dict[str, Any]:
     for mode in ("none", "reentrant", "non_reentrant"):
         source = AlternatingSource((0, 1, 1, 0))  # layer 0: A then B; layer 1: B then A
         rt = ExpertParallelRuntime(ep, source)
+        rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
         layers = [ExpertParallelMoE(rt, layer, H, F, E, K, seed=SEED) for layer in range(2)]
         x_grads = []
         for step in range(2):
@@ -351,6 +362,7 @@ def run_checkpointed_micro_batches(ep: EPGroup) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in ("none", "non_reentrant"):
         rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+        rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
         moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
         loss = torch.zeros(())
         for index in range(5):
@@ -362,6 +374,7 @@ def run_checkpointed_micro_batches(ep: EPGroup) -> dict[str, Any]:
         loss.backward()
         out[mode] = {"grads": gather_bank_grads(moe), "replayed": moe.num_recomputed}
     rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1)))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x, target = micro_batch(ep.rank, 0)
     loss = torch.zeros(())
@@ -402,6 +415,7 @@ def run_frozen_experts(ep: EPGroup) -> dict[str, Any]:
         "router_changed": not torch.equal(router, moe.router.weight.detach())}
 
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(REPLICATED), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     moe.experts.w2.requires_grad_(False)
     opt = torch.optim.SGD(moe.parameters(), lr=0.1, weight_decay=0.1)
@@ -419,6 +433,7 @@ def run_auxiliary_after_main(ep: EPGroup) -> dict[str, Any]:
     before and after the MoE's backward pass: each is summed over the ranks at its own end, so
     the router gradient is the same on every rank when the optimizer steps."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x, target = micro_batch(ep.rank, 0)
     _, gates = moe.router(x)
@@ -434,6 +449,7 @@ def run_device_mismatch(ep: EPGroup) -> dict[str, Any]:
     device (here "meta") on one rank raises a ValueError naming the device on every rank, before
     any exchange; the group stays usable."""
     rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     x = micro_batch(ep.rank, 0)[0]
     out: dict[str, Any] = {}
@@ -470,6 +486,7 @@ class FlatExecRankSource(FixedLayoutSource):
 def run_bad_exec_rank(ep: EPGroup) -> dict[str, Any]:
     """A layout source whose exec_rank is not [T, K] is refused with a clear error."""
     rt = ExpertParallelRuntime(ep, FlatExecRankSource(layout(LAYOUT_A), seed=SEED, name="flat"))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
     moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
     try:
         moe(micro_batch(ep.rank, 0)[0])
@@ -502,6 +519,103 @@ def run_inference_mode(ep: EPGroup) -> dict[str, Any]:
             "rollbacks": moe.experts.counters.rollbacks}
 
 
+def _error_of(fn: Callable[[], Any]) -> Optional[str]:
+    """`type: message` of what fn() raised, or None."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - reported
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def run_optimizer_declaration(ep: EPGroup) -> dict[str, Any]:
+    """Mains of a trainable bank do not move before the optimizer is declared, nor with an
+    optimizer that does not hold the bank: a clear error on every rank, nothing moved; with the
+    right optimizer they move."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource((0, 1, 1, 1)))
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x, target = micro_batch(ep.rank, 0)
+    (moe(x) * target).sum().backward()  # LAYOUT_A: no main moves
+    bank_before = [p.detach().clone() for p in moe.experts.bank]
+    grads_before = [p.grad.clone() for p in moe.experts.bank]
+    placement_before = moe.experts.placement_digest()
+    out: dict[str, Any] = {"unattached": _error_of(lambda: moe(x))}  # LAYOUT_B: all would move
+    rt.attach_optimizer(torch.optim.Adam(moe.router.parameters(), lr=1e-2))
+    out["wrong_optimizer"] = _error_of(lambda: moe(x))
+    out["unchanged"] = (
+        all(torch.equal(a, p) for a, p in zip(bank_before, moe.experts.bank))
+        and all(torch.equal(a, p.grad) for a, p in zip(grads_before, moe.experts.bank))
+        and placement_before == moe.experts.placement_digest() and moves(moe) == 0)
+    out["not_an_optimizer"] = _error_of(lambda: rt.attach_optimizer(moe))  # type: ignore[arg-type]
+    rt.attach_optimizer(torch.optim.Adam(moe.parameters(), lr=1e-2))
+    moe(x)
+    out["moves"] = moves(moe)
+    return out
+
+
+def _saved(module: torch.nn.Module) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(module.state_dict(), buffer)
+    return buffer.getvalue()
+
+
+def run_placement_disagreement(ep: EPGroup) -> dict[str, Any]:
+    """Rank 0 loads an older checkpoint than the other ranks (its mains elsewhere): the next
+    forward raises on every rank instead of exchanging rows under two placements."""
+    rt = ExpertParallelRuntime(ep, AlternatingSource((1, 0)))  # every main moves, then again
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    x = micro_batch(ep.rank, 0)[0]
+    with torch.no_grad():
+        moe(x)
+        older = _saved(moe)
+        moe(x)
+    newer = _saved(moe)
+    fresh_rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    fresh_rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
+    fresh = ExpertParallelMoE(fresh_rt, 0, H, F, E, K, seed=SEED)
+    fresh.load_state_dict(torch.load(io.BytesIO(older if ep.rank == 0 else newer)))
+    return {"error": _error_of(lambda: fresh(x))}
+
+
+def _list_router_on_rank_1(rank: int, router: torch.nn.Module) -> Callable[[torch.Tensor], Any]:
+    def route(x: torch.Tensor) -> Any:
+        return ([], []) if rank == 1 else router(x)
+    return route
+
+
+class RaisingSource(FixedLayoutSource):
+    """Raises on rank `rank` (a custom planner that crashed on one rank)."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__(layout(LAYOUT_A), seed=SEED, name="raising")
+        self.rank = rank
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        if self.rank == 2:
+            raise RuntimeError("planner crashed")
+        return super().decide(step, layer, batch)
+
+
+def run_one_rank_fails(ep: EPGroup) -> dict[str, Any]:
+    """A router returning lists on rank 1, and a layout source raising on rank 2: a clear error
+    on every rank, no hang; the group stays usable."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
+    router = TopKRouter(H, E, K, seed=SEED, layer=0)
+    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED,
+                            router=_list_router_on_rank_1(ep.rank, router))
+    x = micro_batch(ep.rank, 0)[0]
+    out: dict[str, Any] = {"router": _error_of(lambda: moe(x))}
+    rt2 = ExpertParallelRuntime(ep, RaisingSource(ep.rank))
+    rt2.attach_optimizer(None)  # no optimizer: nothing to move with mains
+    moe2 = ExpertParallelMoE(rt2, 0, H, F, E, K, seed=SEED)
+    out["source"] = _error_of(lambda: moe2(x))
+    out["after_shape"] = tuple(ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)(x).shape)
+    return out
+
+
 SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "accumulation": run_accumulation,
     "two_forwards": run_two_forwards,
@@ -522,6 +636,9 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "device_mismatch": run_device_mismatch,
     "bad_exec_rank": run_bad_exec_rank,
     "inference_mode": run_inference_mode,
+    "optimizer_declaration": run_optimizer_declaration,
+    "placement_disagreement": run_placement_disagreement,
+    "one_rank_fails": run_one_rank_fails,
 }
 
 

@@ -25,8 +25,13 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
 * an input, router output or expert bank on a non-CPU device on one rank, and a layout source
   whose exec_rank is not [T, K], raise a clear error; a forward under torch.inference_mode()
   runs as under no_grad;
-* (one process) a checkpoint whose expert placement is refused changes nothing in the layer,
-  and check_checkpoint refuses it before anything is loaded.
+* mains of a trainable bank do not move before the optimizer is declared
+  (attach_optimizer), nor with an optimizer that does not hold the bank; ranks that loaded
+  checkpoints of different versions raise on every rank; a router returning lists on one rank
+  and a layout source raising on one rank raise on every rank (no hang);
+* (one process) a checkpoint whose expert placement is refused (another world size, another
+  rank's, bank rows without a placement) changes nothing in the layer, and check_checkpoint
+  refuses it before anything is loaded.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from torch import nn
 
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
                           ReferenceMoE, check_checkpoint, launch)
+from cobalt.torch.routing_gather import check_input
 
 import robustness_workers as rw
 
@@ -293,7 +299,33 @@ def test_refused_checkpoint_changes_nothing_and_check_checkpoint() -> None:
     missing = {k: v for k, v in good.items() if k != "moe.experts._extra_state"}
     with pytest.raises(ValueError, match="has no 'moe.experts._extra_state'"):
         check_checkpoint(model, missing)
-    check_checkpoint(model, missing, strict=False)
+    # Bank rows without their placement cannot be placed: refused even when not strict, and by
+    # load_state_dict before any row is copied (strict or not).
+    with pytest.raises(ValueError, match="has no 'moe.experts._extra_state'"):
+        check_checkpoint(model, missing, strict=False)
+    no_bank = {k: v for k, v in missing.items() if not k.startswith("moe.experts.")}
+    check_checkpoint(model, no_bank, strict=False)
+    shifted = {k: (v + 1.0 if torch.is_tensor(v) and v.is_floating_point() else v)
+               for k, v in missing.items() if k.startswith("moe.")}
+    for strict in (True, False):
+        with pytest.raises(ValueError, match=r"has moe\.experts\.w1, moe\.experts\.w3, "
+                                             r"moe\.experts\.w2 but no 'moe\.experts\._extra_state'"):
+            model.load_state_dict(shifted, strict=strict)
+        with pytest.raises(ValueError, match=r"has w1, w3, w2 but no '_extra_state'"):
+            moe.experts.load_state_dict({k[len("moe.experts."):]: v for k, v in shifted.items()
+                                         if k.startswith("moe.experts.")}, strict=strict)
+        after = model.state_dict()
+        for k, v in before.items():
+            assert torch.equal(after[k], v), k
+    # Another rank's checkpoint (each rank's bank holds its own experts) is refused.
+    theirs = _one_process_layer(rank=1).state_dict()
+    with pytest.raises(ValueError, match="saved by rank 1, loaded on rank 0"):
+        moe.load_state_dict(theirs)
+    with pytest.raises(ValueError, match="saved by rank 1, loaded on rank 0"):
+        check_checkpoint(moe, theirs)
+    after = model.state_dict()
+    for k, v in before.items():
+        assert torch.equal(after[k], v), k
     wrong = dict(good)
     wrong["moe.experts.w2"] = good["moe.experts.w2"][:, :, :-1]
     with pytest.raises(ValueError, match=r"'moe.experts.w2' has shape \[3, 16, 7\], this store "
@@ -308,3 +340,57 @@ def test_refused_checkpoint_changes_nothing_and_check_checkpoint() -> None:
 def test_recorder_step_without_tokens(results: list[dict[str, Any]]) -> None:
     for res in results:
         assert res["recorder_empty_step"] == {"num_steps": 2, "num_tokens": sum(rw.TOKENS)}
+
+
+def test_mains_do_not_move_without_their_optimizer(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        got = res["optimizer_declaration"]
+        assert got["unattached"] is not None and got["unattached"].startswith(
+            "ValueError: layout change: ranks 0, 1, 2, 3: main instances move, but no optimizer "
+            "is attached"), got["unattached"]
+        assert got["wrong_optimizer"] is not None and (
+            "the attached Adam does not hold the expert bank's w1, w3, w2") in \
+            got["wrong_optimizer"], got["wrong_optimizer"]
+        assert got["unchanged"]
+        assert got["not_an_optimizer"] is not None and "expected a torch.optim.Optimizer or " \
+            "None, got ExpertParallelMoE" in got["not_an_optimizer"]
+        assert got["moves"] == rw.E
+
+
+def test_ranks_with_different_placements_raise_together(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        error = res["placement_disagreement"]["error"]
+        assert error is not None and error.startswith("RuntimeError: ") and \
+            "ranks hold different main placements" in error, error
+
+
+def test_router_or_source_failing_on_one_rank_raises_everywhere(
+        results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        got = res["one_rank_fails"]
+        assert got["router"] is not None and (
+            "rank 1: router returned (list, list), expected (topk_ids, weights) tensors"
+        ) in got["router"], got["router"]
+        assert got["source"] is not None and got["source"].startswith("ValueError: ") and (
+            "rank 2: layout source 'raising' raised RuntimeError: planner crashed"
+        ) in got["source"], got["source"]
+        assert got["after_shape"] == (rw.TOKENS[rank], rw.H)
+
+
+def test_a_bank_dtype_without_cpu_kernels_is_refused_before_the_exchange() -> None:
+    # float16 has no CPU matmul in torch 1.13: ranks with tasks would raise in the expert compute
+    # while ranks without any waited in the combine exchange. check_input's message is agreed on
+    # every rank (gather_routing) before any exchange.
+    x = torch.zeros(3, rw.H, dtype=torch.float16)
+    try:
+        torch.ones(2, 2, dtype=torch.float16) @ torch.ones(2, 2, dtype=torch.float16)
+        has_kernel = True
+    except RuntimeError:
+        has_kernel = False
+    error = check_input(x, rw.H, torch.float16)
+    if has_kernel:
+        assert error is None
+    else:
+        assert error is not None and "torch.float16 has no CPU matmul" in error, error
+    assert check_input(x.float(), rw.H, torch.float32) is None
+    assert check_input(x.to(torch.bfloat16), rw.H, torch.bfloat16) is None

@@ -186,7 +186,10 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
   const size_t count_smem = sizeof(uint32_t) * kDispatchWarps * num_ranks;
   const size_t slot_smem = 2 * count_smem;
   const auto& info = detail::current_device_info();
-  detail::require(slot_smem <= static_cast<size_t>(info.max_shared_per_block_optin),
+  // The slot kernel (2x the count kernel's shared memory) runs only when its outputs are asked.
+  const bool wants_slots = out.slot != nullptr || out.token_in_rank != nullptr;
+  detail::require((wants_slots ? slot_smem : count_smem) <=
+                      static_cast<size_t>(info.max_shared_per_block_optin),
                   "cuda dispatch layout: too many ranks for this device's shared memory");
   if (num_chunks > 0) {
     detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_count_kernel), count_smem,
@@ -198,7 +201,7 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
   dispatch_scan_kernel<<<num_ranks, kScanThreads, 0, st>>>(num_ranks, num_chunks, chunk_counts,
                                                            out.rank_counts, out.rank_offsets, done);
   detail::check(cudaGetLastError(), "dispatch_scan_kernel");
-  if (num_chunks > 0 && (out.slot != nullptr || out.token_in_rank != nullptr)) {
+  if (num_chunks > 0 && wants_slots) {
     detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_slot_kernel), slot_smem,
                                  "dispatch_slot_kernel");
     dispatch_slot_kernel<<<static_cast<unsigned>(num_chunks), kThreads, slot_smem, st>>>(

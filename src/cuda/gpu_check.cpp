@@ -285,6 +285,13 @@ int run_cases(Context& ctx) {
     const auto demand256 = demand_of(b256);
     check_topoep(ctx, "random E256 4096/rank", topoep_input(t8x8, 256, 2, 7168 * 2, 1e6, demand256),
                  true);
+    // Refinement with each node's state in global memory (over 48 KiB of it per node: 64 ranks
+    // per node x 64 slots); every other shape here stages it in shared memory.
+    const Topology t2x64(2, 128);
+    Batch wide = random_batch(23, 128 * 256, 8, 256, 128, 2.0);
+    wide.name = "random";
+    check_topoep(ctx, "E256 S64 unstaged", topoep_input(t2x64, 256, 62, 4096, 1e6, demand_of(wide)),
+                 false);
     int random_cases = 0, random_bad = 0;
     for (uint64_t seed = 1; seed <= (opt.quick ? 20u : 200u); ++seed) {
       SplitMix64 rng(seed);

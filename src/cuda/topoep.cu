@@ -147,6 +147,20 @@ void solve_topoep(const TopoEpDeviceInput& in, const TopoEpDeviceOutput& out, vo
   detail::require(workspace_bytes >= topoep_workspace_bytes(in),
                   "cuda topoep: workspace smaller than topoep_workspace_bytes()");
   detail::require_aligned(workspace, 256, "cuda topoep: the workspace must be 256-byte aligned");
+  // A misaligned int64 store faults, and that error is sticky (the whole context is lost).
+  for (const void* p :
+       {static_cast<const void*>(out.slots), static_cast<const void*>(out.status)}) {
+    detail::require_aligned(p, 4, "cuda topoep: slots and status must be 4-byte aligned");
+  }
+  for (const void* p :
+       {static_cast<const void*>(in.demand), static_cast<const void*>(out.source_offsets),
+        static_cast<const void*>(out.quotas), static_cast<const void*>(out.rank_loads),
+        static_cast<const void*>(out.stats)}) {
+    detail::require_aligned(
+        p, 8,
+        "cuda topoep: demand, source_offsets, quotas, rank_loads and stats must "
+        "be 8-byte aligned");
+  }
   cudaStream_t st = detail::as_stream(stream);
   TopoWork w = detail::topo_carve(s, workspace, true).work;
   w.demand = in.demand;

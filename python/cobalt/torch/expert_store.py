@@ -16,6 +16,10 @@
   optimizer state of every expert are checksummed before; arriving rows are verified against
   those checksums before anything is written; after the commit every expert's checksum must be
   unchanged, otherwise the bank, the optimizer state and the placement are restored on every rank.
+  A trainable bank moves only with its optimizer declared (``ExpertParallelRuntime.attach_optimizer``,
+  None for an optimizer without per-parameter state): a main instance moved without its
+  optimizer state would inherit whatever the arriving slot held. Every rank checks this, and that
+  every rank moves the same parts, before any row travels (a clear error on every rank).
   Accumulated gradients (``.grad`` rows) move with their expert too, so a change between the
   micro-batches of gradient accumulation keeps every expert's gradient. Rows travel as raw bytes:
   any dtype migrates exactly.
@@ -27,7 +31,9 @@
 * **Checkpoints.** The main placement (rank and bank slot of every expert) and the version are part
   of the module's ``state_dict`` (``get_extra_state``), so a bank saved after layout changes loads
   back with every expert in its row. A placement written for another number of experts, world
-  size or bank capacity is refused (ValueError) before this store's rows are copied; an
+  size or bank capacity, or by another rank (each rank's bank holds its own experts: every rank
+  saves and loads its own file), is refused (ValueError) before this store's rows are copied, and
+  so are bank rows without their placement; an
   :class:`~cobalt.torch.ExpertParallelMoE` checks it before its router too. Modules that
   ``load_state_dict`` reaches earlier are loaded by then: :func:`check_checkpoint` checks every
   store of a model without loading anything, so a training script can refuse a checkpoint
@@ -36,6 +42,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import zlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -50,6 +58,7 @@ from cobalt.torch.checksum import digest
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.experts import expert_init
 from cobalt.torch.main_placement import follow_layout, initial_main_placement
+from cobalt.torch.routing_gather import agree_on_errors
 from cobalt.torch.traffic import TrafficStats
 
 __all__ = ["ExpertStore", "MigrationCounters", "ReplicaFetch", "check_checkpoint"]
@@ -343,11 +352,33 @@ class ExpertStore(nn.Module):
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.ep.group)
         return bool(flag.item())
 
+    def _migration_problem(self, optimizer: Optional[torch.optim.Optimizer],
+                           optimizer_attached: bool) -> Optional[str]:
+        """Why main instances cannot move with this rank's optimizer (None: they can)."""
+        trainable = [(n, p) for n, p in zip(("w1", "w3", "w2"), self.bank) if p.requires_grad]
+        if not trainable:
+            return None
+        if not optimizer_attached:
+            return ("main instances move, but no optimizer is attached: call "
+                    "runtime.attach_optimizer(opt) on every rank with the optimizer that steps "
+                    "the expert bank, so its state moves with them (attach_optimizer(None) if "
+                    "it keeps no per-parameter state, or freeze the bank)")
+        if optimizer is None:
+            return None
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        missing = [n for n, p in trainable if id(p) not in held]
+        if missing:
+            return (f"the attached {type(optimizer).__name__} does not hold the expert bank's "
+                    f"{', '.join(missing)}: attach the optimizer that steps the expert bank")
+        return None
+
     def _check_row_layout(self, tensors: list[tuple[str, torch.Tensor]],
                           row_bytes: list[int]) -> None:
-        """Every rank must move rows of the same parts and width (else the exchange would
-        mismatch)."""
-        mine = torch.tensor([len(tensors), sum(row_bytes)], dtype=torch.int64)
+        """Every rank must move rows of the same parts, dtypes, shapes and width (else the
+        exchange would mismatch or write bytes into the wrong tensor)."""
+        signature = ";".join(f"{n}:{t.dtype}:{tuple(t.shape[1:])}" for n, t in tensors)
+        mine = torch.tensor([len(tensors), sum(row_bytes), zlib.crc32(signature.encode())],
+                            dtype=torch.int64)
         lo, hi = mine.clone(), mine.clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=self.ep.group)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=self.ep.group)
@@ -357,12 +388,17 @@ class ExpertStore(nn.Module):
                 f"bank (this rank: {[n for n, _ in tensors]}); attach the same optimizer on every "
                 "rank, step it and zero gradients on every rank")
 
-    def apply_layout(self, slots: np.ndarray, optimizer: Optional[torch.optim.Optimizer]
-                     ) -> bool:
+    def apply_layout(self, slots: np.ndarray, optimizer: Optional[torch.optim.Optimizer], *,
+                     optimizer_attached: bool = True) -> bool:
         """Makes `slots` [G, S] the layout in force (a new version). Main instances whose rank
         does not hold their expert move, with their gradient and optimizer state rows, as
         described in the module docstring. A collective: every rank calls it with the same
         layout. Must not be called while a backward pass is pending (:meth:`backward_pending`).
+
+        `optimizer_attached` False (no optimizer declared) refuses to move the mains of a
+        trainable bank; so does an `optimizer` that does not hold the bank's trainable
+        parameters. Such problems, and optimizer state that cannot move by slot, raise ValueError
+        on every rank before anything moves.
 
         Returns True when the new version is in force, False after a rollback (the previous
         placement, parameters, gradients and optimizer state are intact; replicas are fetched
@@ -376,7 +412,14 @@ class ExpertStore(nn.Module):
             self.main_slot = new_slot
             self._commit_version(slots)
             return True
-        tensors = self._moving_tensors(optimizer)
+        problem = self._migration_problem(optimizer, optimizer_attached)
+        tensors: list[tuple[str, torch.Tensor]] = []
+        if problem is None:
+            try:
+                tensors = self._moving_tensors(optimizer)
+            except ValueError as exc:
+                problem = str(exc)
+        agree_on_errors(self.ep, problem, "layout change")
         row_bytes = [t[0].numel() * t.element_size() for _, t in tensors]
         self._check_row_layout(tensors, row_bytes)
         before = self._checksum_table(tensors)
@@ -410,8 +453,11 @@ class ExpertStore(nn.Module):
             self.counters.last_error = "layout change: a migrated row failed its checksum"
             return False
 
-        backup = [t.clone() for _, t in tensors]
         old_rank, old_slot = self.main_rank.copy(), self.main_slot.copy()
+        # Only the vacated and arriving slots are written: they are all a rollback restores.
+        touched = torch.as_tensor(np.unique(np.concatenate(
+            [old_slot[send_e], new_slot[recv_e]])).astype(np.int64))
+        backup = [t[touched].clone() for _, t in tensors]
         with torch.no_grad():
             for e in send_e:  # vacate first: an arriving main may reuse the slot
                 self._write_row(int(old_slot[e]), None, tensors, bounds)
@@ -422,7 +468,7 @@ class ExpertStore(nn.Module):
         if not np.array_equal(after, before):
             with torch.no_grad():
                 for (_, t), b in zip(tensors, backup):
-                    t.copy_(b)
+                    t[touched] = b
             self.main_rank, self.main_slot = old_rank, old_slot
             self.counters.rollbacks += 1
             self.counters.last_error = "layout change: checksums differ after the commit"
@@ -452,6 +498,14 @@ class ExpertStore(nn.Module):
         self.version += 1
         self.counters.versions_applied += 1
 
+    def placement_digest(self) -> int:
+        """int64 digest of the main placement and version (equal on every rank that agrees)."""
+        h = hashlib.blake2b(digest_size=8)
+        h.update(np.ascontiguousarray(self.main_rank, dtype=np.int64).tobytes())
+        h.update(np.ascontiguousarray(self.main_slot, dtype=np.int64).tobytes())
+        h.update(int(self.version).to_bytes(8, "little", signed=True))
+        return int.from_bytes(h.digest(), "little", signed=True)
+
     # ----------------------------------------------------------------------------- checkpoints
     def get_extra_state(self) -> dict:
         """The main placement and version (saved in ``state_dict`` next to the bank rows, as
@@ -461,6 +515,7 @@ class ExpertStore(nn.Module):
             "num_experts": self.num_experts,
             "world_size": self.ep.world_size,
             "capacity": self.capacity,
+            "rank": self.ep.rank,
             "main_rank": torch.from_numpy(self.main_rank.astype(np.int64)),
             "main_slot": torch.from_numpy(self.main_slot.astype(np.int64)),
             "version": self.version,
@@ -480,6 +535,11 @@ class ExpertStore(nn.Module):
             if int(state[key]) != mine:
                 raise ValueError(f"ExpertStore checkpoint: saved with {key} = {state[key]}, this "
                                  f"store has {mine}")
+        # Checkpoints from before the rank was saved carry none (they cannot be checked).
+        if "rank" in state and int(state["rank"]) != self.ep.rank:
+            raise ValueError(f"ExpertStore checkpoint: saved by rank {int(state['rank'])}, loaded "
+                             f"on rank {self.ep.rank} (each rank's bank holds its own experts: "
+                             "every rank saves and loads its own file)")
         main_rank = np.asarray(state["main_rank"], dtype=np.int64)
         main_slot = np.asarray(state["main_slot"], dtype=np.int64)
         if main_rank.shape != (self.num_experts,) or main_slot.shape != (self.num_experts,) or \
@@ -503,10 +563,20 @@ class ExpertStore(nn.Module):
         # first and calls set_extra_state last): a refused placement changes nothing in this
         # store. Modules loaded before it are loaded already (ExpertParallelMoE checks before
         # its router; check_checkpoint checks a whole model before load_state_dict).
+        self.check_placement_saved(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
+
+    def check_placement_saved(self, state_dict: dict, prefix: str) -> None:
+        """Raises ValueError when `state_dict` holds this store's extra state (at `prefix`) that
+        does not fit it, or bank rows without it (rows whose experts cannot be placed)."""
         key = prefix + "_extra_state"
         if key in state_dict:
             self._parse_extra_state(state_dict[key])
-        super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
+            return
+        rows = [prefix + n for n in ("w1", "w3", "w2") if prefix + n in state_dict]
+        if rows:
+            raise ValueError(f"ExpertStore checkpoint: has {', '.join(rows)} but no '{key}' (the "
+                             "main placement saying which expert each bank row holds)")
 
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]
@@ -526,8 +596,9 @@ def check_checkpoint(module: nn.Module, state_dict: dict, *, strict: bool = True
     """Checks that `state_dict` (as ``module.state_dict()`` writes it) fits every
     :class:`ExpertStore` inside `module`, without loading anything: each store's saved main
     placement (number of experts, world size, bank capacity, placement in range, one expert per
-    bank slot) and the shapes of its bank tensors w1, w3, w2. With `strict`, a store whose
-    extra state or bank tensors are missing is refused too.
+    bank slot, saved by this rank) and the shapes of its bank tensors w1, w3, w2. Bank tensors
+    without the placement are refused; with `strict`, so is a store whose extra state or bank
+    tensors are missing.
 
     ``load_state_dict`` refuses such a checkpoint as well, but only when it reaches the store
     (and the layer that holds it): the modules it loaded before are changed by then. Call this
@@ -546,7 +617,8 @@ def check_checkpoint(module: nn.Module, state_dict: dict, *, strict: bool = True
                 store._parse_extra_state(state_dict[key])
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{where}: {exc}") from exc
-        elif strict:
+        elif strict or any(prefix + n in state_dict for n in ("w1", "w3", "w2")):
+            # Bank rows without their placement cannot be placed (load_state_dict refuses them).
             raise ValueError(f"{where}: the checkpoint has no '{key}' (the main placement)")
         for pname, p in zip(("w1", "w3", "w2"), store.bank):
             saved = state_dict.get(prefix + pname)

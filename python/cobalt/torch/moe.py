@@ -75,7 +75,8 @@ from cobalt.torch.reduce import all_reduce_sum_
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
 from cobalt.torch.experts import TopKRouter, swiglu
-from cobalt.torch.routing_gather import GatheredRouting, check_input, gather_routing
+from cobalt.torch.routing_gather import (GatheredRouting, agree_on_errors, check_input,
+                                         gather_routing)
 from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
 
 __all__ = ["ExpertParallelMoE", "allreduce_gradients"]
@@ -363,46 +364,80 @@ class ExpertParallelMoE(nn.Module):
         # before the router or the bank is touched, so a checkpoint whose placement is refused
         # changes nothing in this layer. Modules loaded before the layer may be loaded already
         # (cobalt.torch.check_checkpoint checks a whole model first).
-        key = prefix + "experts._extra_state"
-        if key in state_dict:
-            self.experts._parse_extra_state(state_dict[key])
+        self.experts.check_placement_saved(state_dict, prefix + "experts.")
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ forward
+    def _any_backward_pending(self) -> bool:
+        """Whether a forward of this step on any rank still waits for its backward (agreed:
+        a window is closed when its graph is freed, which a reference cycle can delay on one
+        rank; the ranks must take the same branch, since one branch runs collectives)."""
+        flag = torch.tensor([int(self.experts.backward_pending(self.runtime.step))],
+                            dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.runtime.ep.group)
+        return bool(flag.item())
+
     def _context(self) -> str:
         return f"ExpertParallelMoE layer {self.layer}, step {self.runtime.step}"
 
     def _decide(self, gathered: GatheredRouting) -> tuple[cobalt.ExpertLayout, np.ndarray,
                                                           cobalt.RoutingBatch]:
+        """The layout source's decision for this forward, checked on every rank. A source that
+        raises or returns an invalid decision on some ranks raises ValueError on every rank (the
+        problem is agreed on before any exchange, so no rank waits in one alone); ranks deciding
+        differently raise RuntimeError on every rank (with verify_decisions)."""
         ep = self.runtime.ep
         batch = cobalt.RoutingBatch(gathered.topk_ids, gathered.source_rank, self.num_experts,
                                     ep.world_size)
-        layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
-        if layout.num_ranks != ep.world_size or layout.num_experts != self.num_experts:
-            raise ValueError(f"{self._context()}: layout source returned a layout for "
-                             f"G={layout.num_ranks}, E={layout.num_experts}")
-        if layout.slots_per_rank > self.experts.capacity:
-            raise ValueError(f"{self._context()}: layout has {layout.slots_per_rank} slots per "
-                             f"rank, the expert bank {self.experts.capacity}")
-        if layout.topology.ranks_per_node != ep.ranks_per_node:
-            raise ValueError(f"{self._context()}: layout topology {layout.topology} does not "
-                             f"match the group's {ep.num_nodes}x{ep.ranks_per_node}")
-        exec_rank = np.ascontiguousarray(exec_rank, dtype=np.int32)
-        if exec_rank.shape != (batch.num_tokens, self.top_k):
-            raise ValueError(f"{self._context()}: layout source '{self.runtime.source.name}' "
-                             f"returned exec_rank of shape {list(exec_rank.shape)}, expected "
-                             f"[tokens, top_k] = [{batch.num_tokens}, {self.top_k}]")
-        cobalt.validate_assignment(batch, layout, exec_rank)
+        error: Optional[str] = None
+        digest = 0
+        try:
+            layout, exec_rank = self._checked_decision(batch)
+            if self.runtime.verify_decisions:
+                digest = _decision_digest(layout, exec_rank)
+        except Exception as exc:  # noqa: BLE001 - agreed on below, raised on every rank
+            error = str(exc) if isinstance(exc, ValueError) else \
+                f"layout source '{self.runtime.source.name}' raised {type(exc).__name__}: {exc}"
+        mine = torch.tensor([digest, 0 if error is None else 1], dtype=torch.int64)
+        hi = mine.clone()
+        dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=ep.group)
+        if hi[1].item():
+            agree_on_errors(ep, error, self._context())
         if self.runtime.verify_decisions:
-            mine = torch.tensor([_decision_digest(layout, exec_rank)], dtype=torch.int64)
-            lo, hi = mine.clone(), mine.clone()
+            lo = mine.clone()
             dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=ep.group)
-            dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=ep.group)
-            if lo.item() != hi.item():
+            if lo[0].item() != hi[0].item():
                 raise RuntimeError(f"{self._context()}: ranks decided different layouts or "
                                    f"assignments (layout source '{self.runtime.source.name}' "
                                    "is not deterministic across ranks)")
         return layout, exec_rank, batch
+
+    def _checked_decision(self, batch: cobalt.RoutingBatch
+                          ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        """(layout, exec_rank [T, K] int32) from the layout source; raises ValueError naming what
+        does not fit this layer."""
+        ep = self.runtime.ep
+        name = self.runtime.source.name
+        layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
+        if not isinstance(layout, cobalt.ExpertLayout):
+            raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "
+                             "expected a cobalt.ExpertLayout")
+        if layout.num_ranks != ep.world_size or layout.num_experts != self.num_experts:
+            raise ValueError(f"layout source returned a layout for "
+                             f"G={layout.num_ranks}, E={layout.num_experts}")
+        if layout.slots_per_rank > self.experts.capacity:
+            raise ValueError(f"layout has {layout.slots_per_rank} slots per "
+                             f"rank, the expert bank {self.experts.capacity}")
+        if layout.topology.ranks_per_node != ep.ranks_per_node:
+            raise ValueError(f"layout topology {layout.topology} does not "
+                             f"match the group's {ep.num_nodes}x{ep.ranks_per_node}")
+        exec_rank = np.ascontiguousarray(exec_rank, dtype=np.int32)
+        if exec_rank.shape != (batch.num_tokens, self.top_k):
+            raise ValueError(f"layout source '{name}' "
+                             f"returned exec_rank of shape {list(exec_rank.shape)}, expected "
+                             f"[tokens, top_k] = [{batch.num_tokens}, {self.top_k}]")
+        cobalt.validate_assignment(batch, layout, exec_rank)
+        return layout, exec_rank
 
     def _replay(self, gathered: GatheredRouting) -> tuple[cobalt.ExpertLayout, np.ndarray,
                                                           cobalt.RoutingBatch]:
@@ -475,8 +510,11 @@ class ExpertParallelMoE(nn.Module):
             self._dense_sync.queued = False
         ids: Optional[torch.Tensor] = None
         gates: Optional[torch.Tensor] = None
-        error = check_input(x, self.hidden_size, self.experts.w1.dtype,
-                            bank_device=self.experts.w1.device)
+        try:
+            error = check_input(x, self.hidden_size, self.experts.w1.dtype,
+                                bank_device=self.experts.w1.device)
+        except Exception as exc:  # noqa: BLE001 - e.g. not a tensor; reported on every rank
+            error = f"checking the input raised {type(exc).__name__}: {exc}"
         if error is None:
             try:
                 ids, gates = self.router(x)
@@ -485,7 +523,14 @@ class ExpertParallelMoE(nn.Module):
         gathered = gather_routing(ep, x, ids, gates, hidden=self.hidden_size,
                                   num_experts=self.num_experts, top_k=self.top_k,
                                   context=self._context(), local_error=error,
-                                  traffic=rt.traffic)
+                                  traffic=rt.traffic,
+                                  placement_digest=self.experts.placement_digest())
+        if np.unique(gathered.placement_digests).shape[0] != 1:
+            # Every rank sees the same digests, so every rank raises here.
+            raise RuntimeError(
+                f"{self._context()}: ranks hold different main placements of the experts "
+                f"(digests by rank: {gathered.placement_digests.tolist()}); was each rank's "
+                "checkpoint loaded on the rank that saved it?")
         assert gates is not None
         if recompute:
             layout, exec_rank, batch = self._replay(gathered)
@@ -503,10 +548,11 @@ class ExpertParallelMoE(nn.Module):
             # bank rows and the slots its replica gradients return to): run this layout with the
             # mains where they are and apply it at a later forward. The pending state is the
             # same on every rank (every rank runs the same forwards and backward passes).
-            if self.experts.backward_pending(rt.step):
+            if self._any_backward_pending():
                 self.experts.counters.deferred += 1
             else:
-                migration_ok = self.experts.apply_layout(slots, rt.optimizer)
+                migration_ok = self.experts.apply_layout(
+                    slots, rt.optimizer, optimizer_attached=rt.optimizer_attached)
                 applied = migration_ok
 
         grad_on = torch.is_grad_enabled()

@@ -18,26 +18,36 @@ __all__ = ["GatheredRouting", "agree_on_errors", "check_input", "gather_routing"
 class GatheredRouting:
     """Routing of all ranks: topk_ids [T, K] int32, source_rank [T] int32, token_offsets [G+1];
     any_requires_grad: whether any rank's layer input or gate weights require grad (so every
-    rank can keep the same exchanges in its backward graph)."""
+    rank can keep the same exchanges in its backward graph); placement_digests [G]: each rank's
+    digest of its expert store's main placement (all equal when the ranks agree)."""
 
     def __init__(self, topk_ids: np.ndarray, source_rank: np.ndarray,
-                 token_offsets: np.ndarray, any_requires_grad: bool) -> None:
+                 token_offsets: np.ndarray, any_requires_grad: bool,
+                 placement_digests: Optional[np.ndarray] = None) -> None:
         self.topk_ids = topk_ids
         self.source_rank = source_rank
         self.token_offsets = token_offsets
         self.any_requires_grad = any_requires_grad
+        # [G] int64: each rank's `placement_digest` (gather_routing), equal when ranks agree.
+        self.placement_digests = (np.zeros(1, dtype=np.int64) if placement_digests is None
+                                  else placement_digests)
 
 
 def agree_on_errors(ep: EPGroup, local_error: Optional[str], context: str) -> None:
     """A collective: raises ValueError on every rank when any rank reports an error, listing
-    each failing rank's message."""
+    each failing rank's message (ranks with the same message together)."""
     flag = torch.tensor([0 if local_error is None else 1], dtype=torch.int64)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=ep.group)
     if flag.item() == 0:
         return
     messages: list[Optional[str]] = [None] * ep.world_size
     dist.all_gather_object(messages, local_error, group=ep.group)
-    lines = [f"rank {r}: {m}" for r, m in enumerate(messages) if m is not None]
+    by_message: dict[str, list[int]] = {}
+    for r, m in enumerate(messages):
+        if m is not None:
+            by_message.setdefault(m, []).append(r)
+    lines = [f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {m}"
+             for m, ranks in by_message.items()]
     raise ValueError(f"{context}: " + "; ".join(lines))
 
 
@@ -90,32 +100,61 @@ def check_input(x: torch.Tensor, hidden: int, dtype: Optional[torch.dtype] = Non
     if dtype is not None and x.dtype != dtype:
         return (f"input has dtype {x.dtype}, the expert bank {dtype} (convert the input or the "
                 f"layer with .to(dtype))")
+    if dtype is not None and dtype.is_floating_point and not _cpu_computes(dtype):
+        return (f"expert bank dtype {dtype} has no CPU matmul in this torch {torch.__version__}; "
+                "use torch.bfloat16, torch.float32 or torch.float64")
     return None
+
+
+_CPU_DTYPE_OK: dict[torch.dtype, bool] = {}
+
+
+def _cpu_computes(dtype: torch.dtype) -> bool:
+    """Whether this torch has the CPU kernels the expert FFN needs (matmul and SiLU) for `dtype`
+    (float16 has none in torch 1.13): the ranks with tasks would raise in the expert compute
+    while the ranks without any wait in the combine exchange."""
+    if dtype not in _CPU_DTYPE_OK:
+        try:
+            a = torch.ones(2, 2, dtype=dtype)
+            torch.nn.functional.silu(a @ a)
+            _CPU_DTYPE_OK[dtype] = True
+        except RuntimeError:
+            _CPU_DTYPE_OK[dtype] = False
+    return _CPU_DTYPE_OK[dtype]
 
 
 def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
                    gates: Optional[torch.Tensor], *, hidden: int, num_experts: int, top_k: int,
                    context: str, local_error: Optional[str] = None,
-                   traffic: Optional[TrafficStats] = None) -> GatheredRouting:
+                   traffic: Optional[TrafficStats] = None,
+                   placement_digest: int = 0) -> GatheredRouting:
     """Checks every rank's router output (agreeing on errors), then all-gathers the expert ids.
 
     x [T_r, hidden], ids [T_r, K] integer, gates [T_r, K]; `local_error` reports a problem found
-    earlier on this rank (e.g. the router raised; ids and gates may then be None). Raises
+    earlier on this rank (e.g. the router raised; ids and gates may then be None);
+    `placement_digest` (an int64) travels with the token counts, so the caller can check at no
+    extra collective that every rank holds the same expert placement. Raises
     ValueError on every rank, naming the offending rank(s), token and value, when any rank's
     input is malformed.
     """
     if local_error is None:
         if ids is None or gates is None:
             local_error = "router returned no ids/weights"
+        elif not isinstance(ids, torch.Tensor) or not isinstance(gates, torch.Tensor):
+            local_error = (f"router returned ({type(ids).__name__}, {type(gates).__name__}), "
+                           "expected (topk_ids, weights) tensors")
         else:
-            local_error = _check_local(ids, gates, x, hidden, num_experts, top_k)
+            try:
+                local_error = _check_local(ids, gates, x, hidden, num_experts, top_k)
+            except Exception as exc:  # noqa: BLE001 - reported on every rank, not hung on
+                local_error = f"checking the router output raised {type(exc).__name__}: {exc}"
     agree_on_errors(ep, local_error, context)
     assert ids is not None
     g = ep.world_size
     assert gates is not None
     wants_grad = torch.is_grad_enabled() and (x.requires_grad or gates.requires_grad)
-    count = torch.tensor([x.shape[0], int(wants_grad)], dtype=torch.int64)
-    counts = [torch.zeros(2, dtype=torch.int64) for _ in range(g)]
+    count = torch.tensor([x.shape[0], int(wants_grad), placement_digest], dtype=torch.int64)
+    counts = [torch.zeros(3, dtype=torch.int64) for _ in range(g)]
     dist.all_gather(counts, count, group=ep.group)
     sizes = np.array([int(c[0].item()) for c in counts], dtype=np.int64)
     any_requires_grad = any(int(c[1].item()) for c in counts)
@@ -131,5 +170,6 @@ def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
     topk_ids = np.concatenate([p[: sizes[r]].numpy() for r, p in enumerate(parts)], axis=0)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     source = np.repeat(np.arange(g, dtype=np.int32), sizes)
+    digests = np.array([int(c[2].item()) for c in counts], dtype=np.int64)
     return GatheredRouting(np.ascontiguousarray(topk_ids, dtype=np.int32), source, offsets,
-                           any_requires_grad)
+                           any_requires_grad, digests)

@@ -65,6 +65,7 @@ class ExpertParallelRuntime:
         self.verify_decisions = verify_decisions
         self.keep_records = keep_records
         self.optimizer: Optional[torch.optim.Optimizer] = None
+        self.optimizer_attached = False
         self.traffic = TrafficStats(ep.rank, ep.ranks_per_node)
         self.records: list[StepRecord] = []
         self._end_step_hooks: list[weakref.WeakMethod] = []
@@ -73,10 +74,18 @@ class ExpertParallelRuntime:
     def slots_per_rank(self) -> int:
         return self.source.slots_per_rank
 
-    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        """The optimizer of the expert banks: its per-parameter state rows migrate with main
-        instances (call on every rank, with the same optimizer type)."""
+    def attach_optimizer(self, optimizer: Optional[torch.optim.Optimizer]) -> None:
+        """The optimizer that steps the expert banks: its per-parameter state rows migrate with
+        main instances (call on every rank, with the same optimizer type). None declares that no
+        optimizer keeps per-parameter state for the banks (e.g. plain SGD, or forward and
+        backward passes only). Main instances of a trainable bank do not move before this is
+        called: the layer raises ValueError on every rank instead (their optimizer state would
+        be left behind in the slots they leave)."""
+        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"attach_optimizer: expected a torch.optim.Optimizer or None, got "
+                             f"{type(optimizer).__name__}")
         self.optimizer = optimizer
+        self.optimizer_attached = True
 
     def on_end_step(self, method: Callable[[], None]) -> None:
         """Calls the bound `method` at every :meth:`end_step` while its object lives."""
