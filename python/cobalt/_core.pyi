@@ -262,9 +262,12 @@ class FloorSwapResult:
 
 def swap_toward_floor(layout: ExpertLayout, expert_counts: ArrayLike, removal_cost: ArrayLike,
                       tolerance: float = 0.05, max_swaps: int = 1,
-                      max_checks: int = 64, max_exchange_checks: int = 256) -> FloorSwapResult:
+                      max_checks: int = 64, max_exchange_checks: int = 256,
+                      max_group_swaps: int = 0) -> FloorSwapResult:
     """cobalt+'s stage 2b: replica swaps lowering the balance floor (expert_counts [E] int64,
-    removal_cost [N, E] float64: the price of taking e's last replica off node n)."""
+    removal_cost [N, E] float64: the price of taking e's last replica off node n). With
+    max_group_swaps >= 2, where no single swap or exchange lowers the floor, groups of up to that
+    many swaps that lower it together (a group's earlier swaps keep the floor)."""
 
 # ---------------------------------------------------------------- assign
 class CoverSearch(enum.Enum):

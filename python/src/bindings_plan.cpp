@@ -187,16 +187,19 @@ void bind_plan(py::module_& m) {
   m.def(
       "swap_toward_floor",
       [](const ExpertLayout& layout, InArray<int64_t> expert_counts, InArray<double> removal_cost,
-         double tolerance, int max_swaps, int max_checks, int max_exchange_checks) {
+         double tolerance, int max_swaps, int max_checks, int max_exchange_checks,
+         int max_group_swaps) {
         py::gil_scoped_release release;
-        return plan::swap_toward_floor(layout, span_of(expert_counts), span_of(removal_cost),
-                                       {tolerance, max_swaps, max_checks, max_exchange_checks});
+        return plan::swap_toward_floor(
+            layout, span_of(expert_counts), span_of(removal_cost),
+            {tolerance, max_swaps, max_checks, max_exchange_checks, max_group_swaps});
       },
       py::arg("layout"), py::arg("expert_counts"), py::arg("removal_cost"),
       py::arg("tolerance") = 0.05, py::arg("max_swaps") = 1, py::arg("max_checks") = 64,
-      py::arg("max_exchange_checks") = 256,
+      py::arg("max_exchange_checks") = 256, py::arg("max_group_swaps") = 0,
       "cobalt+'s stage 2b: replica swaps that lower the layout's balance floor for expert_counts "
-      "[E], cheapest first by removal_cost [N, E] (plan/floor_swaps.hpp).");
+      "[E], cheapest first by removal_cost [N, E]; with max_group_swaps >= 2 also groups of swaps "
+      "that lower it together (plan/floor_swaps.hpp).");
 }
 
 }  // namespace cobalt::py_bindings

@@ -216,6 +216,12 @@ def test_balanced_assignment_and_floor_swaps() -> None:
         cobalt.assign_balanced_cover(batch, layout, spill_tolerance=float("nan"))
     with pytest.raises(ValueError, match="removal costs, expected N x E"):
         cobalt.swap_toward_floor(layout, counts, np.zeros(experts))
+    grouped = cobalt.swap_toward_floor(layout, counts, np.zeros((2, experts)), tolerance=0.05,
+                                       max_swaps=8, max_group_swaps=3)
+    assert grouped.floor_after <= swapped.floor_after
+    assert grouped.floor_after == cobalt.min_max_rank_load(counts, grouped.layout)
+    with pytest.raises(ValueError, match="max_group_swaps -1 must be >= 0"):
+        cobalt.swap_toward_floor(layout, counts, np.zeros((2, experts)), max_group_swaps=-1)
 
 
 def test_assignment_metrics_and_policies_agree() -> None:

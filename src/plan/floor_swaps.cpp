@@ -67,6 +67,8 @@ class SwapSearch {
     COBALT_CHECK_ARG(options.max_exchange_checks >= 0,
                      "floor swaps: max_exchange_checks {} must be >= 0",
                      options.max_exchange_checks);
+    COBALT_CHECK_ARG(options.max_group_swaps >= 0, "floor swaps: max_group_swaps {} must be >= 0",
+                     options.max_group_swaps);
     for (ExpertId e = 0; e < num_experts; ++e) {
       COBALT_CHECK_ARG(expert_counts[e] >= 0, "floor swaps: expert {} has {} tasks (must be >= 0)",
                        e, expert_counts[e]);
@@ -109,8 +111,10 @@ class SwapSearch {
   }
 
   // The candidates for one swap given the tight set at floor - 1, in the order they are tried
-  // (at most max_checks of them).
-  const std::vector<Candidate>& candidates(const detail::TightSet& tight, int64_t floor) {
+  // (at most max_checks of them). closing_only: only experts that could close the shortfall
+  // alone (steps 2-3); otherwise every tight expert with tasks (step 5's groups).
+  const std::vector<Candidate>& candidates(const detail::TightSet& tight, int64_t floor,
+                                           bool closing_only = true) {
     const int num_ranks = layout_.num_ranks(), slots = layout_.slots_per_rank();
     const int per_node = layout_.topology().ranks_per_node();
     const int num_experts = layout_.num_experts();
@@ -119,7 +123,7 @@ class SwapSearch {
     for (ExpertId e = 0; e < num_experts; ++e) {
       // Only e's tasks can use its new rank: fewer than the shortfall cannot close it (the cut
       // with e moved to the sink side grows by count(e) only).
-      if (!tight.experts[e] || counts_[e] == 0 || counts_[e] < missing) continue;
+      if (!tight.experts[e] || counts_[e] == 0 || (closing_only && counts_[e] < missing)) continue;
       for (RankId r = 0; r < num_ranks; ++r) {
         if (tight.ranks[r]) continue;  // every holder of the tight experts is marked
         const NodeId n = r / per_node;
@@ -257,6 +261,17 @@ class SwapSearch {
     slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot] = c.expert;
   }
 
+  // The slots and holders, to go back to when a group is dropped (step 5).
+  struct Saved {
+    std::vector<ExpertId> slots;
+    std::vector<std::vector<RankId>> holders;
+  };
+  Saved save() const { return {slots_, holders_}; }
+  void restore(Saved saved) {
+    slots_ = std::move(saved.slots);
+    holders_ = std::move(saved.holders);
+  }
+
   ExpertLayout layout() {
     return ExpertLayout(layout_.topology(), layout_.num_experts(), layout_.slots_per_rank(),
                         slots_);
@@ -333,34 +348,35 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
   COBALT_CHECK_INTERNAL(feasible.fits(), "floor swaps: the even split does not fit");
   int64_t floor = lowest_bound(feasible, search.lower_bound());
   result.floor_before = floor;
-  for (int swap = 0; swap < options.max_swaps && floor > search.target(); ++swap) {
+  const auto swaps_left = [&] { return options.max_swaps - static_cast<int>(result.swaps.size()); };
+  while (swaps_left() > 0 && floor > search.target()) {
     detail::RankBoundNetwork below = feasible;
     below.set_bound(floor - 1);
     COBALT_CHECK_INTERNAL(!below.fits(), "floor swaps: the floor {} is not the lowest bound",
                           floor);
-    // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
-    // more than one swap, so none of this round's candidates can pass.
-    if (below.total() - below.routed() > floor - 1) break;
     const detail::TightSet tight = below.tight_set();
     COBALT_CHECK_INTERNAL(search.shortfall(tight, floor) == below.total() - below.routed(),
                           "floor swaps: the tight set's shortfall {} differs from the flow's {}",
                           search.shortfall(tight, floor), below.total() - below.routed());
-    const auto& candidates = search.candidates(tight, floor);
     bool applied = false;
-    for (const Candidate& c : candidates) {
-      detail::RankBoundNetwork trial = below;
-      trial.add_holder(c.expert, c.rank);
-      if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
-      if (!trial.fits()) continue;
-      search.try_on(c);
-      search.commit(c, result);
-      feasible = std::move(trial);
-      floor = lowest_bound(feasible, search.lower_bound());
-      result.swaps.back().floor_after = floor;
-      applied = true;
-      break;
+    // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
+    // more than one swap, so none of steps 3-4's candidates can pass.
+    if (below.total() - below.routed() <= floor - 1) {
+      for (const Candidate& c : search.candidates(tight, floor)) {
+        detail::RankBoundNetwork trial = below;
+        trial.add_holder(c.expert, c.rank);
+        if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
+        if (!trial.fits()) continue;
+        search.try_on(c);
+        search.commit(c, result);
+        feasible = std::move(trial);
+        floor = lowest_bound(feasible, search.lower_bound());
+        result.swaps.back().floor_after = floor;
+        applied = true;
+        break;
+      }
     }
-    if (!applied) {
+    if (!applied && below.total() - below.routed() <= floor - 1) {
       for (const Exchange& x : search.exchanges(tight, floor)) {
         detail::RankBoundNetwork trial = below;
         trial.add_holder(x.e, x.r);
@@ -375,6 +391,68 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         result.swaps.back().floor_after = floor;
         applied = true;
         break;
+      }
+    }
+    if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
+      // Step 5: `below` and `at_floor` follow the group's swaps (at floor - 1 and at floor).
+      const auto saved = search.save();
+      const size_t group_start = result.swaps.size();
+      detail::RankBoundNetwork at_floor = feasible;
+      const int group_size = std::min(options.max_group_swaps, swaps_left());
+      for (int depth = 0; depth < group_size && !applied; ++depth) {
+        const int64_t missing = below.total() - below.routed();
+        const auto& candidates = search.candidates(below.tight_set(), floor, false);
+        std::vector<std::pair<int64_t, size_t>> improving;  // (shortfall after, index)
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          const Candidate& c = candidates[i];
+          detail::RankBoundNetwork trial = below;
+          trial.add_holder(c.expert, c.rank);
+          if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
+          trial.fits();
+          if (trial.total() - trial.routed() < missing) {
+            improving.emplace_back(trial.total() - trial.routed(), i);
+            if (improving.back().first == 0) break;  // the first to close it is taken
+          }
+        }
+        // The last swap of a group must close the shortfall.
+        if (depth + 1 == group_size) {
+          std::erase_if(improving, [](const auto& item) { return item.first > 0; });
+        }
+        std::sort(improving.begin(), improving.end());
+        bool chosen = false;
+        for (const auto& [left, i] : improving) {
+          const Candidate c = candidates[i];
+          const ExpertId removed = search.replaced(c);
+          const auto change = [&](detail::RankBoundNetwork& network) {
+            network.add_holder(c.expert, c.rank);
+            if (removed != kEmptySlot) network.remove_holder(removed, c.rank);
+          };
+          if (left > 0) {
+            // Every task must still fit under the floor (checked only for the one taken).
+            detail::RankBoundNetwork trial = at_floor;
+            change(trial);
+            if (!trial.fits()) continue;
+            at_floor = std::move(trial);
+          }
+          change(below);
+          below.fits();
+          search.try_on(c);
+          search.commit(c, result);
+          result.swaps.back().floor_after = floor;
+          if (left == 0) {
+            feasible = below;
+            floor = lowest_bound(feasible, search.lower_bound());
+            result.swaps.back().floor_after = floor;
+            applied = true;
+          }
+          chosen = true;
+          break;
+        }
+        if (!chosen) break;
+      }
+      if (!applied) {
+        result.swaps.resize(group_start);
+        search.restore(saved);
       }
     }
     if (!applied) break;
@@ -397,7 +475,12 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
   int64_t floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
   result.floor_before = floor;
   detail::TightSet tight;
-  for (int swap = 0; swap < options.max_swaps && floor > search.target(); ++swap) {
+  const auto swaps_left = [&] { return options.max_swaps - static_cast<int>(result.swaps.size()); };
+  const auto shortfall_under = [&](int64_t bound, detail::TightSet* tight_out = nullptr) {
+    return search.total() - detail::routed_under(expert_counts, num_ranks, holders_of, bound,
+                                                 search.total(), tight_out);
+  };
+  while (swaps_left() > 0 && floor > search.target()) {
     const bool fits =
         detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total(), &tight);
     COBALT_CHECK_INTERNAL(!fits, "floor swaps: the floor {} is not the lowest bound", floor);
@@ -424,6 +507,50 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
           break;
         }
         search.undo(x);
+      }
+    }
+    if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
+      // Step 5, each shortfall from a fresh flow.
+      const auto saved = search.save();
+      const size_t group_start = result.swaps.size();
+      const int group_size = std::min(options.max_group_swaps, swaps_left());
+      for (int depth = 0; depth < group_size && !applied; ++depth) {
+        const int64_t missing = shortfall_under(floor - 1, &tight);
+        const auto& candidates = search.candidates(tight, floor, false);
+        std::vector<std::pair<int64_t, size_t>> improving;  // (shortfall after, index)
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          search.try_on(candidates[i]);
+          const int64_t left = shortfall_under(floor - 1);
+          search.undo(candidates[i]);
+          if (left < missing && (left == 0 || depth + 1 < group_size)) {
+            improving.emplace_back(left, i);
+            if (left == 0) break;  // the first to close it is taken
+          }
+        }
+        std::sort(improving.begin(), improving.end());
+        bool chosen = false;
+        for (const auto& [left, i] : improving) {
+          const Candidate c = candidates[i];
+          search.try_on(c);
+          if (left > 0 && shortfall_under(floor) > 0) {
+            search.undo(c);
+            continue;
+          }
+          search.commit(c, result);
+          result.swaps.back().floor_after = floor;
+          if (left == 0) {
+            floor = detail::min_max_load(expert_counts, num_ranks, holders_of);
+            result.swaps.back().floor_after = floor;
+            applied = true;
+          }
+          chosen = true;
+          break;
+        }
+        if (!chosen) break;
+      }
+      if (!applied) {
+        result.swaps.resize(group_start);
+        search.restore(saved);
       }
     }
     if (!applied) break;

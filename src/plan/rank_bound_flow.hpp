@@ -27,9 +27,11 @@ struct TightSet {
   std::vector<uint8_t> ranks;    // [G]
 };
 
+// The tasks a maximum flow routes under `bound` (at most the sum of the counts); *tight as in
+// fits_under when that is short of `total`.
 template <class HoldersOf>
-bool fits_under(std::span<const int64_t> expert_counts, int num_ranks, HoldersOf&& holders_of,
-                int64_t bound, int64_t total, TightSet* tight = nullptr) {
+int64_t routed_under(std::span<const int64_t> expert_counts, int num_ranks, HoldersOf&& holders_of,
+                     int64_t bound, int64_t total, TightSet* tight = nullptr) {
   const int num_experts = static_cast<int>(expert_counts.size());
   const int source = num_experts + num_ranks, sink = source + 1;
   MaxFlow flow(num_experts + num_ranks + 2);
@@ -42,14 +44,20 @@ bool fits_under(std::span<const int64_t> expert_counts, int num_ranks, HoldersOf
   for (RankId r = 0; r < num_ranks; ++r) {
     flow.add_edge(num_experts + r, sink, static_cast<double>(bound));
   }
-  const bool fits = flow.run(source, sink, 0.5) > static_cast<double>(total) - 0.5;
-  if (tight != nullptr && !fits) {
+  const int64_t routed = std::llround(flow.run(source, sink, 0.5));
+  if (tight != nullptr && routed < total) {
     tight->experts.assign(num_experts, 0);
     tight->ranks.assign(num_ranks, 0);
     for (ExpertId e = 0; e < num_experts; ++e) tight->experts[e] = flow.on_source_side(e);
     for (RankId r = 0; r < num_ranks; ++r) tight->ranks[r] = flow.on_source_side(num_experts + r);
   }
-  return fits;
+  return routed;
+}
+
+template <class HoldersOf>
+bool fits_under(std::span<const int64_t> expert_counts, int num_ranks, HoldersOf&& holders_of,
+                int64_t bound, int64_t total, TightSet* tight = nullptr) {
+  return routed_under(expert_counts, num_ranks, holders_of, bound, total, tight) == total;
 }
 
 // The lowest bound every task fits under, searched in [lower, upper] where upper is known to fit

@@ -60,6 +60,11 @@ constexpr int kFloorSwapChecks = 1024;
 // Then at most 256 exchanges (plan/floor_swaps.hpp, step 4): 64 left `skewed` 4x8 at 1.052; 1024
 // found nothing more on the docs' workloads and cost Qwen 2x8 1.6x the planner time of 256.
 constexpr int kFloorExchangeChecks = 256;
+// Then groups of up to 3 swaps that lower the floor together where no single swap or exchange
+// does (plan/floor_swaps.hpp, step 5): OLMoE 4x8 1.062 -> 1.048 (2: 1.051, 4: 1.048), Qwen 2x8
+// 1.267 -> 1.127 (2: 1.159, 4: 1.113), Qwen 4x8 2.088 -> 1.760 (2: 1.851, 4: 1.732); the
+// synthetic presets already reach the cap without them (docs/cobalt-improvements.md).
+constexpr int kFloorSwapGroup = 3;
 // Priced cobalt+ prices its candidate layouts on every 4th token of the planning sample (~4096 of
 // ~16384): the same decisions as the whole sample on every row of the docs' pricing table, for
 // 10-40% less priced planner time; every 8th changed decisions (docs/cobalt-improvements.md).
@@ -263,7 +268,7 @@ class CobaltPolicy final : public Policy {
     auto swapped = plan::swap_toward_floor(
         *st.layout, step_counts_, st.source_demand,
         {kSpillTolerance, priced ? kPricedFloorSwapsPerStep : kFloorSwapsPerStep, kFloorSwapChecks,
-         kFloorExchangeChecks});
+         kFloorExchangeChecks, kFloorSwapGroup});
     if (swapped.swaps.empty()) return;
     if (priced && !keep_paying_prefix(st, swapped)) return;
     const ExpertLayout& before = *st.layout;

@@ -27,10 +27,21 @@
 //      tried, the first that passes applied. (They matter where every rank outside N(X) is full of
 //      single replicas: then step 2 has no candidate at all.)
 //
-// Repeats up to max_swaps times, while the floor is above assign::balance_cap(tasks, G, tolerance)
-// (assign/balance_cap.hpp: the spill's cap). Every swap lowers the floor strictly; every expert
-// keeps at least one replica; no rank gets a second replica of an expert. Deterministic (no
-// randomness, no threads).
+//   5. when neither step 3 nor step 4 lowers the floor (or the shortfall is too large for one
+//      swap), a group of up to max_group_swaps plain swaps: each the candidate of step 2 (with
+//      any tight expert that has tasks, not only those that could close the shortfall alone)
+//      that leaves the smallest shortfall at floor - 1, strictly below the group's last one,
+//      while every task still fits under the floor (ties: step 2's order). The group is kept
+//      when its last swap brings the shortfall to 0 (the floor drops), and dropped whole
+//      otherwise. Where a single swap cannot close the cut (OLMoE 4x8: every step has a layout
+//      within the cap 2-3 new replicas away, bench/balance_milp.cpp), two or three can.
+//
+// Repeats while fewer than max_swaps swaps are made and the floor is above
+// assign::balance_cap(tasks, G, tolerance) (assign/balance_cap.hpp: the spill's cap). Every swap
+// of steps 3 and 4, and the last of every group, lowers the floor strictly (a group's earlier
+// swaps keep it: their floor_after is the floor before the group); every expert keeps at least
+// one replica; no rank gets a second replica of an expert. Deterministic (no randomness, no
+// threads).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +57,7 @@ struct FloorSwapOptions {
   int max_swaps = 1;              // swaps per call (>= 0)
   int max_checks = 64;            // flow checks per swap (>= 1): candidates tried in order
   int max_exchange_checks = 256;  // then exchanges tried in order (>= 0; 0: none)
+  int max_group_swaps = 0;        // then swaps in a group (step 5; >= 0; below 2: no groups)
 };
 
 struct ReplicaSwap {
@@ -82,8 +94,8 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
 
 // The reference of swap_toward_floor: the same candidates in the same order, each check (and each
 // floor) a max flow built from scratch, where swap_toward_floor re-augments a kept flow (warm
-// starts) and skips rounds whose shortfall no single swap can cover. The same swaps, bit for bit;
-// for tests.
+// starts), skips single-swap rounds whose shortfall no single swap can cover, and measures each
+// group candidate's shortfall on a kept flow. The same swaps, bit for bit; for tests.
 FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
                                             std::span<const int64_t> expert_counts,
                                             std::span<const double> removal_cost,

@@ -1,7 +1,8 @@
 // Replica swaps toward a balanceable layout (plan/floor_swaps.hpp): every swap lowers the floor,
 // a swap is found exactly when a brute-force search over all single-slot changes and all exchanges
-// of two slots finds one (an exchange only when no single change does), the cheapest candidate
-// wins, the target stops it, and bad input is refused.
+// of two slots finds one (an exchange only when no single change does), a group of two is found
+// only where a brute-force search over all pairs of changes finds one, groups lower the floor as
+// a whole, the cheapest candidate wins, the target stops it, and bad input is refused.
 #include "cobalt/plan/floor_swaps.hpp"
 
 #include <gtest/gtest.h>
@@ -77,6 +78,34 @@ int64_t best_exchange(const ExpertLayout& layout, const std::vector<int64_t>& co
         }
       }
     }
+  }
+  return best;
+}
+
+// Every single slot change of `layout` (as best_single_change tries them), applied.
+std::vector<ExpertLayout> single_changes(const ExpertLayout& layout) {
+  std::vector<ExpertLayout> changed_layouts;
+  const int slots = layout.slots_per_rank();
+  for (RankId r = 0; r < layout.num_ranks(); ++r) {
+    for (int s = 0; s < slots; ++s) {
+      const ExpertId f = layout.slots_of(r)[s];
+      if (f != kEmptySlot && layout.num_replicas_of(f) < 2) continue;
+      for (ExpertId e = 0; e < layout.num_experts(); ++e) {
+        if (layout.holds(r, e)) continue;
+        std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
+        changed[static_cast<size_t>(r) * slots + s] = e;
+        changed_layouts.emplace_back(layout.topology(), layout.num_experts(), slots, changed);
+      }
+    }
+  }
+  return changed_layouts;
+}
+
+// The lowest floor any two single slot changes in a row reach, by trying every pair.
+int64_t best_pair_of_changes(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
+  int64_t best = eval::min_max_rank_load(counts, layout);
+  for (const ExpertLayout& first : single_changes(layout)) {
+    best = std::min(best, best_single_change(first, counts));
   }
   return best;
 }
@@ -198,7 +227,7 @@ TEST(FloorSwaps, EverySwapLowersTheFloorAndKeepsTheLayoutValid) {
 }
 
 TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
-  int num_swaps = 0, num_exchanges = 0;
+  int num_swaps = 0, num_exchanges = 0, num_in_groups = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     SplitMix64 rng(seed * 2654435761ULL);
     const int nodes = 1 + static_cast<int>(rng.below(8)),
@@ -212,9 +241,10 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
     const auto layout = testing::random_layout(seed, topo, experts, slots, 0.85);
     const auto counts = random_counts(rng, experts, 1 + static_cast<int64_t>(rng.below(500)));
     const auto costs = random_costs(rng, nodes, experts);
-    const FloorSwapOptions options{
-        0.01 * static_cast<double>(rng.below(11)), static_cast<int>(rng.below(7)),
-        1 + static_cast<int>(rng.below(80)), static_cast<int>(rng.below(80))};
+    const FloorSwapOptions options{0.01 * static_cast<double>(rng.below(11)),
+                                   static_cast<int>(rng.below(7)),
+                                   1 + static_cast<int>(rng.below(80)),
+                                   static_cast<int>(rng.below(80)), static_cast<int>(rng.below(5))};
     const auto fast = swap_toward_floor(layout, counts, costs, options);
     const auto reference = swap_toward_floor_reference(layout, counts, costs, options);
     ASSERT_EQ(fast.floor_before, reference.floor_before) << "seed " << seed;
@@ -229,12 +259,113 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
       ASSERT_EQ(fast.swaps[i].exchange_rank, reference.swaps[i].exchange_rank) << "seed " << seed;
       ASSERT_EQ(fast.swaps[i].exchange_slot, reference.swaps[i].exchange_slot) << "seed " << seed;
       num_exchanges += fast.swaps[i].is_exchange();
+      // A group's swaps before its last keep the floor.
+      const int64_t previous = i == 0 ? fast.floor_before : fast.swaps[i - 1].floor_after;
+      num_in_groups += fast.swaps[i].floor_after == previous;
     }
     ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
     num_swaps += static_cast<int>(fast.swaps.size());
   }
   EXPECT_GT(num_swaps, 100);
   EXPECT_GT(num_exchanges, 10);
+  EXPECT_GE(num_in_groups, 3);
+}
+
+// Groups (step 5) against brute force on small layouts where no single change or exchange lowers
+// the floor: a group of two is found only where some pair of changes lowers it, and then lowers
+// the floor as far as its second swap says.
+TEST(FloorSwaps, FindsAGroupOfTwoOnlyWhereAPairLowersTheFloor) {
+  int num_pairs = 0, num_found = 0, num_no_pair = 0;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    SplitMix64 rng(seed * 104729);
+    const int nodes = 1 + static_cast<int>(rng.below(2)),
+              per_node = 1 + static_cast<int>(rng.below(2));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(3));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
+    const auto counts = random_counts(rng, experts, 12);
+    const auto costs = random_costs(rng, nodes, experts);
+    const int64_t floor = eval::min_max_rank_load(counts, layout);
+    if (best_single_change(layout, counts) < floor || best_exchange(layout, counts) < floor) {
+      continue;
+    }
+    const FloorSwapOptions options{0.0, 2, 1 << 20, 1 << 20, 2};
+    const auto result = swap_toward_floor(layout, counts, costs, options);
+    const auto reference = swap_toward_floor_reference(layout, counts, costs, options);
+    ASSERT_EQ(result.layout, reference.layout) << "seed " << seed;
+    ASSERT_EQ(result.floor_after, eval::min_max_rank_load(counts, result.layout));
+    if (best_pair_of_changes(layout, counts) < floor) {
+      ++num_pairs;
+      if (!result.swaps.empty()) {
+        ASSERT_EQ(result.swaps.size(), 2u) << "seed " << seed;
+        ASSERT_EQ(result.swaps[0].floor_after, floor) << "seed " << seed;
+        ASSERT_LT(result.floor_after, floor) << "seed " << seed;
+        ASSERT_EQ(result.swaps[1].floor_after, result.floor_after) << "seed " << seed;
+        ++num_found;
+      }
+    } else {
+      ASSERT_TRUE(result.swaps.empty()) << "seed " << seed;
+      ASSERT_EQ(result.layout, layout) << "seed " << seed;
+      ++num_no_pair;
+    }
+  }
+  // Groups find few of these pairs (2 of 23 at this writing): on layouts this small most pairs
+  // that lower the floor first move a replica that is not tight out of the way (a relocation),
+  // which a group, made of replicas of tight experts only, does not try; and each of its swaps
+  // must lower the shortfall on its own. The counts keep both branches exercised.
+  EXPECT_GE(num_pairs, 20);
+  EXPECT_GE(num_found, 1);
+  EXPECT_GE(num_no_pair, 100);
+}
+
+// On larger layouts, groups of up to 3: replaying the swaps, each records the floor after it,
+// no swap raises the floor, a run of swaps that keep it is shorter than a group and ends in one
+// that lowers it, and the result starts with the swaps made without groups and ends no higher.
+TEST(FloorSwaps, GroupsLowerTheFloorAsAWhole) {
+  int num_groups = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    SplitMix64 rng(seed * 6700417);
+    const Topology topo(4, 16);
+    const int slots = 3;
+    const int experts = 24 + static_cast<int>(rng.below(20));  // of 48 slots
+    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.9);
+    const auto counts = random_counts(rng, experts, 200);
+    const auto costs = random_costs(rng, topo.num_nodes(), experts);
+    const FloorSwapOptions with_groups{0.0, 12, 256, 64, 3};
+    const FloorSwapOptions without_groups{0.0, 12, 256, 64, 0};
+    const auto result = swap_toward_floor(layout, counts, costs, with_groups);
+    const auto plain = swap_toward_floor(layout, counts, costs, without_groups);
+    std::vector<ExpertId> slots_now(layout.slots().begin(), layout.slots().end());
+    int64_t floor = result.floor_before;
+    int kept_in_a_row = 0;
+    for (size_t i = 0; i < result.swaps.size(); ++i) {
+      const ReplicaSwap& swap = result.swaps[i];
+      if (i < plain.swaps.size()) {
+        ASSERT_EQ(swap.rank, plain.swaps[i].rank) << "seed " << seed;
+        ASSERT_EQ(swap.slot, plain.swaps[i].slot) << "seed " << seed;
+        ASSERT_EQ(swap.added, plain.swaps[i].added) << "seed " << seed;
+      }
+      apply_swap(swap, slots, slots_now);
+      const ExpertLayout step(topo, experts, slots, slots_now);
+      const int64_t next = eval::min_max_rank_load(counts, step);
+      ASSERT_EQ(swap.floor_after, next) << "seed " << seed;
+      ASSERT_LE(next, floor) << "seed " << seed;
+      if (next == floor) {
+        ASSERT_FALSE(swap.is_exchange()) << "seed " << seed;
+        ASSERT_LT(++kept_in_a_row, with_groups.max_group_swaps) << "seed " << seed;
+      } else {
+        num_groups += kept_in_a_row > 0;
+        kept_in_a_row = 0;
+      }
+      floor = next;
+    }
+    ASSERT_EQ(kept_in_a_row, 0) << "seed " << seed;  // the last group closed
+    ASSERT_LE(static_cast<int>(result.swaps.size()), with_groups.max_swaps);
+    ASSERT_LE(result.floor_after, plain.floor_after) << "seed " << seed;
+    ASSERT_GE(result.swaps.size(), plain.swaps.size()) << "seed " << seed;
+  }
+  EXPECT_GE(num_groups, 8);
 }
 
 // The kept network against a flow built from scratch after every change: whether the tasks fit,
@@ -408,6 +539,10 @@ TEST(FloorSwaps, RejectsBadInput) {
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] {
               swap_toward_floor(layout, counts, costs, {0.05, 1, 64, -1});
+            }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] {
+              swap_toward_floor(layout, counts, costs, {0.05, 1, 64, 0, -1});
             }),
             ErrorCode::kInvalidArgument);
 }
