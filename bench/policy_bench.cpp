@@ -3,6 +3,7 @@
 // simulated step of every policy.
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 #include "bench_inputs.hpp"
@@ -123,6 +124,45 @@ void BM_FloorSwaps(benchmark::State& state) {
   state.SetLabel(num_swaps ? "1 swap" : "no swap");
 }
 BENCHMARK(BM_FloorSwaps)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// Stage 2b with cobalt+'s limits (16 swaps, 1024 candidates and 256 exchanges per swap) on a
+// layout with cobalt+'s tight slots (E = 64 on 32 ranks, rho 0.5: 3 slots per rank, as OLMoE 4x8)
+// planned for one batch, and the counts of that batch with three pairs of experts' counts traded
+// (seed 242: the first seed, scanning from 1, whose trade leaves a floor that a group of swaps,
+// plan/floor_swaps.hpp step 5, lowers). Arg: 0 without groups, 3 with groups of up to 3
+// (cobalt+'s setting). The label says how far each gets, and "(a group)" when one was made.
+bool has_group(const plan::FloorSwapResult& result) {
+  int64_t floor = result.floor_before;
+  for (const auto& swap : result.swaps) {
+    if (swap.floor_after == floor) return true;  // a group's earlier swap keeps the floor
+    floor = swap.floor_after;
+  }
+  return false;
+}
+
+void BM_FloorSwaps_Groups(benchmark::State& state) {
+  const Topology topo(4, 32);
+  const int num_experts = 64;
+  auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 3);
+  auto layout = planned_layout(topo, num_experts, w, 8);
+  std::vector<int64_t> base(num_experts, 0);
+  for (ExpertId e : w.ids) ++base[e];
+  const std::vector<double> removal_cost(static_cast<size_t>(topo.num_nodes()) * num_experts, 1.0);
+  std::vector<int64_t> counts = base;
+  SplitMix64 rng(242);
+  for (int i = 0; i < 3; ++i)
+    std::swap(counts[rng.below(num_experts)], counts[rng.below(num_experts)]);
+  const plan::FloorSwapOptions options{0.05, 16, 1024, 256, static_cast<int>(state.range(0))};
+  plan::FloorSwapResult result{layout, {}, 0, 0};
+  for (auto _ : state) {
+    result = plan::swap_toward_floor(layout, counts, removal_cost, options);
+    benchmark::DoNotOptimize(result.floor_after);
+  }
+  state.SetLabel(std::to_string(result.swaps.size()) + " swaps, floor " +
+                 std::to_string(result.floor_before) + " -> " + std::to_string(result.floor_after) +
+                 (has_group(result) ? " (a group)" : ""));
+}
+BENCHMARK(BM_FloorSwaps_Groups)->Arg(0)->Arg(3)->Unit(benchmark::kMicrosecond);
 
 // The exact group-to-rank matching of one node (Hungarian, O(M^3)) that pack_ranks and stage 2
 // run per node: M = 8 (an HGX node) and 72 (a rack-scale NVLink domain).
