@@ -3,6 +3,7 @@
 // simulated step of every policy.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -103,18 +104,33 @@ void BM_Rebalance_IntraNode(benchmark::State& state) {
 }
 BENCHMARK(BM_Rebalance_IntraNode)->Unit(benchmark::kMicrosecond);
 
+// Stage 2b's input on 4 nodes x 8 ranks: a layout planned for one 2^16-token batch of E experts
+// (rho 0.5), that batch's tasks per expert (counts [E]) and unit removal costs [N, E].
+struct FloorSwapInput {
+  ExpertLayout layout;
+  std::vector<int64_t> counts;
+  std::vector<double> removal_cost;
+};
+
+FloorSwapInput floor_swap_input(int num_experts) {
+  const Topology topo(4, 32);
+  auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 3);
+  std::vector<int64_t> counts(num_experts, 0);
+  for (ExpertId e : w.ids) ++counts[e];
+  return {planned_layout(topo, num_experts, w, 8), std::move(counts),
+          std::vector<double>(static_cast<size_t>(topo.num_nodes()) * num_experts, 1.0)};
+}
+
 // cobalt+'s stage 2b for one layer and step (at most one swap, 64 candidate checks): the layout
 // planned for one batch, with the loads of that batch (arg 0: typically within the cap, so one
 // floor computation) or with the expert ids reversed (arg 1: the hot set moved since the plan, so
 // the tight set, the candidates and their max flows).
 void BM_FloorSwaps(benchmark::State& state) {
-  const Topology topo(4, 32);
-  const int num_experts = 256;
-  auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 3);
-  auto layout = planned_layout(topo, num_experts, w, 8);
-  std::vector<int64_t> counts(num_experts, 0);
-  for (ExpertId e : w.ids) ++counts[state.range(0) ? num_experts - 1 - e : e];
-  const std::vector<double> removal_cost(static_cast<size_t>(topo.num_nodes()) * num_experts, 1.0);
+  const auto [layout, counts, removal_cost] = [&] {
+    auto input = floor_swap_input(256);
+    if (state.range(0)) std::reverse(input.counts.begin(), input.counts.end());
+    return input;
+  }();
   size_t num_swaps = 0;
   for (auto _ : state) {
     auto r = plan::swap_toward_floor(layout, counts, removal_cost, {0.05, 1, 64});
@@ -141,17 +157,15 @@ bool has_group(const plan::FloorSwapResult& result) {
 }
 
 void BM_FloorSwaps_Groups(benchmark::State& state) {
-  const Topology topo(4, 32);
   const int num_experts = 64;
-  auto w = make_routing(1 << 16, 8, num_experts, topo.num_ranks(), 3);
-  auto layout = planned_layout(topo, num_experts, w, 8);
-  std::vector<int64_t> base(num_experts, 0);
-  for (ExpertId e : w.ids) ++base[e];
-  const std::vector<double> removal_cost(static_cast<size_t>(topo.num_nodes()) * num_experts, 1.0);
-  std::vector<int64_t> counts = base;
-  SplitMix64 rng(242);
-  for (int i = 0; i < 3; ++i)
-    std::swap(counts[rng.below(num_experts)], counts[rng.below(num_experts)]);
+  const auto [layout, counts, removal_cost] = [&] {
+    auto input = floor_swap_input(num_experts);
+    SplitMix64 rng(242);
+    for (int i = 0; i < 3; ++i) {
+      std::swap(input.counts[rng.below(num_experts)], input.counts[rng.below(num_experts)]);
+    }
+    return input;
+  }();
   const plan::FloorSwapOptions options{0.05, 16, 1024, 256, static_cast<int>(state.range(0))};
   plan::FloorSwapResult result{layout, {}, 0, 0};
   for (auto _ : state) {

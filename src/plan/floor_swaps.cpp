@@ -267,7 +267,10 @@ class SwapSearch {
     std::vector<std::vector<RankId>> holders;
   };
   Saved save() const { return {slots_, holders_}; }
-  void restore(Saved saved) {
+  // Drops a group that did not close the shortfall: its swaps (from group_start on) and their
+  // slots and holders.
+  void drop_group(Saved saved, size_t group_start, FloorSwapResult& result) {
+    result.swaps.resize(group_start);
     slots_ = std::move(saved.slots);
     holders_ = std::move(saved.holders);
   }
@@ -395,7 +398,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     }
     if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
       // Step 5: `below` and `at_floor` follow the group's swaps (at floor - 1 and at floor).
-      const auto saved = search.save();
+      auto saved = search.save();
       const size_t group_start = result.swaps.size();
       detail::RankBoundNetwork at_floor = feasible;
       const int group_size = std::min(options.max_group_swaps, swaps_left());
@@ -450,10 +453,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         }
         if (!chosen) break;
       }
-      if (!applied) {
-        result.swaps.resize(group_start);
-        search.restore(saved);
-      }
+      if (!applied) search.drop_group(std::move(saved), group_start, result);
     }
     if (!applied) break;
   }
@@ -511,7 +511,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
     }
     if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
       // Step 5, each shortfall from a fresh flow.
-      const auto saved = search.save();
+      auto saved = search.save();
       const size_t group_start = result.swaps.size();
       const int group_size = std::min(options.max_group_swaps, swaps_left());
       for (int depth = 0; depth < group_size && !applied; ++depth) {
@@ -548,10 +548,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
         }
         if (!chosen) break;
       }
-      if (!applied) {
-        result.swaps.resize(group_start);
-        search.restore(saved);
-      }
+      if (!applied) search.drop_group(std::move(saved), group_start, result);
     }
     if (!applied) break;
   }

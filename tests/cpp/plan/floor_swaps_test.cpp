@@ -36,10 +36,32 @@ std::vector<double> random_costs(SplitMix64& rng, int num_nodes, int num_experts
   return cost;
 }
 
-// The lowest floor any single slot change reaches (an expert not yet on the rank replacing an
-// empty slot or a replica whose expert keeps another one), by trying every one.
-int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
-  int64_t best = eval::min_max_rank_load(counts, layout);
+// A small random instance: 1 to max_nodes nodes of 1 to max_per_node ranks, 1 to max_slots
+// slots per rank, some of them filled, and skewed counts up to about 5 x 12 tasks per expert.
+struct SmallInstance {
+  Topology topo;
+  ExpertLayout layout;
+  std::vector<int64_t> counts;
+  std::vector<double> costs;
+};
+
+SmallInstance small_instance(uint64_t seed, SplitMix64& rng, int max_nodes, int max_per_node,
+                             int max_slots) {
+  const int nodes = 1 + static_cast<int>(rng.below(max_nodes)),
+            per_node = 1 + static_cast<int>(rng.below(max_per_node));
+  const Topology topo(nodes, nodes * per_node);
+  const int slots = 1 + static_cast<int>(rng.below(max_slots));
+  const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+  auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
+  auto counts = random_counts(rng, experts, 12);
+  auto costs = random_costs(rng, nodes, experts);
+  return {topo, std::move(layout), std::move(counts), std::move(costs)};
+}
+
+// Every single slot change of `layout`, applied: an expert not yet on the rank replacing an empty
+// slot or a replica whose expert keeps another one.
+std::vector<ExpertLayout> single_changes(const ExpertLayout& layout) {
+  std::vector<ExpertLayout> changed_layouts;
   const int slots = layout.slots_per_rank();
   for (RankId r = 0; r < layout.num_ranks(); ++r) {
     for (int s = 0; s < slots; ++s) {
@@ -49,10 +71,18 @@ int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t
         if (layout.holds(r, e)) continue;
         std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
         changed[static_cast<size_t>(r) * slots + s] = e;
-        const ExpertLayout candidate(layout.topology(), layout.num_experts(), slots, changed);
-        best = std::min(best, eval::min_max_rank_load(counts, candidate));
+        changed_layouts.emplace_back(layout.topology(), layout.num_experts(), slots, changed);
       }
     }
+  }
+  return changed_layouts;
+}
+
+// The lowest floor any single slot change reaches, by trying every one.
+int64_t best_single_change(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
+  int64_t best = eval::min_max_rank_load(counts, layout);
+  for (const ExpertLayout& candidate : single_changes(layout)) {
+    best = std::min(best, eval::min_max_rank_load(counts, candidate));
   }
   return best;
 }
@@ -82,25 +112,6 @@ int64_t best_exchange(const ExpertLayout& layout, const std::vector<int64_t>& co
   return best;
 }
 
-// Every single slot change of `layout` (as best_single_change tries them), applied.
-std::vector<ExpertLayout> single_changes(const ExpertLayout& layout) {
-  std::vector<ExpertLayout> changed_layouts;
-  const int slots = layout.slots_per_rank();
-  for (RankId r = 0; r < layout.num_ranks(); ++r) {
-    for (int s = 0; s < slots; ++s) {
-      const ExpertId f = layout.slots_of(r)[s];
-      if (f != kEmptySlot && layout.num_replicas_of(f) < 2) continue;
-      for (ExpertId e = 0; e < layout.num_experts(); ++e) {
-        if (layout.holds(r, e)) continue;
-        std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
-        changed[static_cast<size_t>(r) * slots + s] = e;
-        changed_layouts.emplace_back(layout.topology(), layout.num_experts(), slots, changed);
-      }
-    }
-  }
-  return changed_layouts;
-}
-
 // The lowest floor any two single slot changes in a row reach, by trying every pair.
 int64_t best_pair_of_changes(const ExpertLayout& layout, const std::vector<int64_t>& counts) {
   int64_t best = eval::min_max_rank_load(counts, layout);
@@ -114,14 +125,7 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
   int num_found = 0, num_none = 0, num_exchanges = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     SplitMix64 rng(seed * 7919);
-    const int nodes = 1 + static_cast<int>(rng.below(3)),
-              per_node = 1 + static_cast<int>(rng.below(3));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 1 + static_cast<int>(rng.below(3));
-    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
-    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
-    const auto counts = random_counts(rng, experts, 12);
-    const auto costs = random_costs(rng, nodes, experts);
+    const auto [topo, layout, counts, costs] = small_instance(seed, rng, 3, 3, 3);
     const auto result = swap_toward_floor(layout, counts, costs, {0.0, 1, 1 << 20, 1 << 20});
     const int64_t floor = eval::min_max_rank_load(counts, layout);
     ASSERT_EQ(result.floor_before, floor) << "seed " << seed;
@@ -278,14 +282,7 @@ TEST(FloorSwaps, FindsAGroupOfTwoOnlyWhereAPairLowersTheFloor) {
   int num_pairs = 0, num_found = 0, num_no_pair = 0;
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     SplitMix64 rng(seed * 104729);
-    const int nodes = 1 + static_cast<int>(rng.below(2)),
-              per_node = 1 + static_cast<int>(rng.below(2));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 1 + static_cast<int>(rng.below(3));
-    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
-    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
-    const auto counts = random_counts(rng, experts, 12);
-    const auto costs = random_costs(rng, nodes, experts);
+    const auto [topo, layout, counts, costs] = small_instance(seed, rng, 2, 2, 3);
     const int64_t floor = eval::min_max_rank_load(counts, layout);
     if (best_single_change(layout, counts) < floor || best_exchange(layout, counts) < floor) {
       continue;
