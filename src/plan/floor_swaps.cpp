@@ -134,6 +134,8 @@ class SwapSearch {
         const bool cross_node_copy = on_node(e) == 0;
         bool free_slot_listed = false;
         for (int s = 0; s < slots; ++s) {
+          // A slot an open group's earlier swap filled stays (overwriting it wastes that copy).
+          if (!in_group_.empty() && in_group_[static_cast<size_t>(r) * slots + s]) continue;
           const ExpertId f = slots_[static_cast<size_t>(r) * slots + s];
           double price = 0;
           if (f == kEmptySlot) {
@@ -258,21 +260,28 @@ class SwapSearch {
   // Keeps a candidate tried on: its slot and the record of the swap.
   void commit(const Candidate& c, FloorSwapResult& result) {
     result.swaps.push_back({c.rank, c.slot, replaced(c), c.expert});
-    slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot] = c.expert;
+    const size_t slot = static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot;
+    slots_[slot] = c.expert;
+    if (!in_group_.empty()) in_group_[slot] = 1;
   }
 
-  // The slots and holders, to go back to when a group is dropped (step 5).
+  // A group (step 5): opened with the slots and holders to go back to, then closed when its last
+  // swap lowers the floor, or dropped (its swaps from group_start on, and their slots and
+  // holders). While it is open, candidates() leaves out the slots its swaps filled.
   struct Saved {
     std::vector<ExpertId> slots;
     std::vector<std::vector<RankId>> holders;
   };
-  Saved save() const { return {slots_, holders_}; }
-  // Drops a group that did not close the shortfall: its swaps (from group_start on) and their
-  // slots and holders.
+  Saved open_group() {
+    in_group_.assign(slots_.size(), 0);
+    return {slots_, holders_};
+  }
+  void close_group() { in_group_.clear(); }
   void drop_group(Saved saved, size_t group_start, FloorSwapResult& result) {
     result.swaps.resize(group_start);
     slots_ = std::move(saved.slots);
     holders_ = std::move(saved.holders);
+    in_group_.clear();
   }
 
   ExpertLayout layout() {
@@ -290,6 +299,7 @@ class SwapSearch {
   std::vector<std::vector<RankId>> holders_;
   std::vector<Candidate> candidates_;
   std::vector<Exchange> exchanges_;
+  std::vector<uint8_t> in_group_;  // [G * S] while a group is open, else empty
 };
 
 // The lowest bound every task fits under, from a network that fits at its bound: warm-started
@@ -398,7 +408,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     }
     if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
       // Step 5: `below` and `at_floor` follow the group's swaps (at floor - 1 and at floor).
-      auto saved = search.save();
+      auto saved = search.open_group();
       const size_t group_start = result.swaps.size();
       detail::RankBoundNetwork at_floor = feasible;
       const int group_size = std::min(options.max_group_swaps, swaps_left());
@@ -453,7 +463,11 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         }
         if (!chosen) break;
       }
-      if (!applied) search.drop_group(std::move(saved), group_start, result);
+      if (applied) {
+        search.close_group();
+      } else {
+        search.drop_group(std::move(saved), group_start, result);
+      }
     }
     if (!applied) break;
   }
@@ -511,7 +525,7 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
     }
     if (!applied && std::min(options.max_group_swaps, swaps_left()) >= 2) {
       // Step 5, each shortfall from a fresh flow.
-      auto saved = search.save();
+      auto saved = search.open_group();
       const size_t group_start = result.swaps.size();
       const int group_size = std::min(options.max_group_swaps, swaps_left());
       for (int depth = 0; depth < group_size && !applied; ++depth) {
@@ -548,7 +562,11 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
         }
         if (!chosen) break;
       }
-      if (!applied) search.drop_group(std::move(saved), group_start, result);
+      if (applied) {
+        search.close_group();
+      } else {
+        search.drop_group(std::move(saved), group_start, result);
+      }
     }
     if (!applied) break;
   }

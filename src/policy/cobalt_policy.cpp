@@ -316,9 +316,14 @@ class CobaltPolicy final : public Policy {
     double best_gain_s = 0;
     size_t best_count = 0;
     std::optional<ExpertLayout> best;
+    int64_t floor = swapped.floor_before;
     for (size_t k = 0; k < swapped.swaps.size(); ++k) {
       const plan::ReplicaSwap& swap = swapped.swaps[k];
       plan::apply_swap(swap, slots, slots_now);
+      // A prefix ends where the floor drops: a group's earlier swaps (plan/floor_swaps.hpp, step
+      // 5) keep it, and a prefix cut inside a group would copy replicas that balance nothing.
+      if (swap.floor_after >= floor) continue;
+      floor = swap.floor_after;
       ExpertLayout prefix(before.topology(), before.num_experts(), slots, slots_now);
       const int64_t saved = swapped.floor_before - std::max(swap.floor_after, cap);
       const double gain_s = change_gain_s(before, st.mains, prefix, static_cast<double>(saved), 1,

@@ -27,13 +27,16 @@
 //      tried, the first that passes applied. (They matter where every rank outside N(X) is full of
 //      single replicas: then step 2 has no candidate at all.)
 //   5. when neither step 3 nor step 4 lowers the floor (or the shortfall is too large for one
-//      swap), a group of up to max_group_swaps plain swaps: each the candidate of step 2, for the
-//      tight set as the group's earlier swaps left it (any tight expert with tasks, not only one
-//      that could close the shortfall alone), that leaves the smallest shortfall at floor - 1,
-//      strictly below the shortfall before it, while every task still fits under the floor
-//      (ties: step 2's order). The group is kept when its last swap brings the shortfall to 0
-//      (the floor drops), and dropped whole otherwise. (On OLMoE 4x8 groups bring two of the
-//      three steps that single swaps left above the cap within it; docs/cobalt-improvements.md.)
+//      swap), a group of up to min(max_group_swaps, swaps still allowed by max_swaps) plain
+//      swaps: each the candidate of step 2, for the tight set as the group's earlier swaps left
+//      it (any tight expert with tasks, not only one that could close the shortfall alone; not
+//      in a slot the group already filled), that leaves the smallest shortfall at floor - 1,
+//      strictly below the shortfall before it, while every task still fits at bound `floor` (the
+//      floor does not rise; ties: step 2's order). Each of the group's swaps measures up to
+//      max_checks candidates, one max flow each. The group is kept when its last swap brings the
+//      shortfall to 0 (the floor drops), and dropped whole otherwise. (On OLMoE 4x8 groups bring
+//      two of the three steps that single swaps left above the cap within it;
+//      docs/cobalt-improvements.md.)
 //
 // Repeats while fewer than max_swaps swaps are made and the floor is above
 // assign::balance_cap(tasks, G, tolerance) (assign/balance_cap.hpp: the spill's cap). Every swap

@@ -316,11 +316,47 @@ TEST(FloorSwaps, FindsAGroupOfTwoOnlyWhereAPairLowersTheFloor) {
   EXPECT_GE(num_no_pair, 100);
 }
 
+// Two nodes of two ranks, 3 slots each (a layout from the random search above). Experts 6 (30
+// tasks, only on rank 2) and 3 (29, only on rank 3) with their neighbours keep ranks 2 and 3 at
+// 38: no single change or exchange lowers that, and each of 6 and 3 would need a rank of its
+// own. The group puts 6 and then 3 on rank 0 in place of its duplicates of 1 and 2: floor 30.
+TEST(FloorSwaps, AGroupOfTwoWhereNoSingleSwapHelps) {
+  const Topology topo(2, 4);
+  const ExpertLayout layout(topo, 9, 3, {1, 2, 5, 8, 2, 1, 6, 5, 7, 0, 4, 3});
+  const std::vector<int64_t> counts{8, 10, 4, 29, 1, 12, 30, 8, 4};
+  const std::vector<double> costs{31, 17, 40, 56, 63, 73, 25, 52, 66,
+                                  13, 73, 23, 41, 39, 6,  44, 20, 97};
+  ASSERT_EQ(eval::min_max_rank_load(counts, layout), 38);
+  ASSERT_EQ(best_single_change(layout, counts), 38);
+  ASSERT_EQ(best_exchange(layout, counts), 38);
+  const FloorSwapOptions options{0.0, 2, 1 << 20, 1 << 20, 2};
+  for (const auto& result : {swap_toward_floor(layout, counts, costs, options),
+                             swap_toward_floor_reference(layout, counts, costs, options)}) {
+    ASSERT_EQ(result.swaps.size(), 2u);
+    EXPECT_EQ(result.swaps[0].rank, 0);
+    EXPECT_EQ(result.swaps[0].removed, 1);
+    EXPECT_EQ(result.swaps[0].added, 6);
+    EXPECT_EQ(result.swaps[0].floor_after, 38);  // kept: the group's first swap
+    EXPECT_EQ(result.swaps[1].rank, 0);
+    EXPECT_EQ(result.swaps[1].removed, 2);
+    EXPECT_EQ(result.swaps[1].added, 3);
+    EXPECT_EQ(result.swaps[1].floor_after, 30);
+    EXPECT_EQ(result.floor_after, 30);
+    EXPECT_EQ(eval::min_max_rank_load(counts, result.layout), 30);
+  }
+  // Without groups, or with room for one swap only, nothing.
+  EXPECT_TRUE(
+      swap_toward_floor(layout, counts, costs, {0.0, 2, 1 << 20, 1 << 20, 0}).swaps.empty());
+  const auto one_left = swap_toward_floor(layout, counts, costs, {0.0, 1, 1 << 20, 1 << 20, 2});
+  EXPECT_TRUE(one_left.swaps.empty());
+  EXPECT_EQ(one_left.layout, layout);
+}
+
 // On larger layouts, groups of up to 3: replaying the swaps, each records the floor after it,
 // no swap raises the floor, a run of swaps that keep it is shorter than a group and ends in one
 // that lowers it, and the result starts with the swaps made without groups and ends no higher.
 TEST(FloorSwaps, GroupsLowerTheFloorAsAWhole) {
-  int num_groups = 0;
+  int num_groups = 0, num_stopped_after_swaps = 0;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     SplitMix64 rng(seed * 6700417);
     const Topology topo(4, 16);
@@ -358,11 +394,23 @@ TEST(FloorSwaps, GroupsLowerTheFloorAsAWhole) {
       floor = next;
     }
     ASSERT_EQ(kept_in_a_row, 0) << "seed " << seed;  // the last group closed
+    // The result is the swaps replayed: a dropped group left no slot behind.
+    ASSERT_EQ(std::vector<ExpertId>(result.layout.slots().begin(), result.layout.slots().end()),
+              slots_now)
+        << "seed " << seed;
+    ASSERT_EQ(result.floor_after, floor) << "seed " << seed;
+    // Stopped above the target with room for a group: a group search found none (and any it
+    // tried on was dropped).
+    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    num_stopped_after_swaps += !result.swaps.empty() &&
+                               result.floor_after > assign::balance_cap(total, 16, 0.0) &&
+                               static_cast<int>(result.swaps.size()) + 2 <= with_groups.max_swaps;
     ASSERT_LE(static_cast<int>(result.swaps.size()), with_groups.max_swaps);
     ASSERT_LE(result.floor_after, plain.floor_after) << "seed " << seed;
     ASSERT_GE(result.swaps.size(), plain.swaps.size()) << "seed " << seed;
   }
   EXPECT_GE(num_groups, 8);
+  EXPECT_GE(num_stopped_after_swaps, 2);
 }
 
 // The kept network against a flow built from scratch after every change: whether the tasks fit,
