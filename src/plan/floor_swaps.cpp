@@ -243,6 +243,12 @@ class SwapSearch {
     apply_swap(swap, layout_.slots_per_rank(), slots_);
   }
 
+  // A candidate's identity (its slot and expert), for looking up what was measured of it.
+  uint64_t key_of(const Candidate& c) const {
+    const auto slot = static_cast<uint64_t>(c.rank) * layout_.slots_per_rank() + c.slot;
+    return slot * static_cast<uint64_t>(layout_.num_experts()) + static_cast<uint64_t>(c.expert);
+  }
+
   // The replica a candidate replaces (kEmptySlot for a free slot).
   ExpertId replaced(const Candidate& c) const {
     return slots_[static_cast<size_t>(c.rank) * layout_.slots_per_rank() + c.slot];
@@ -372,6 +378,8 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
                           "floor swaps: the tight set's shortfall {} differs from the flow's {}",
                           search.shortfall(tight, floor), below.total() - below.routed());
     bool applied = false;
+    // Step 3's shortfalls at floor - 1 by candidate, which a group's first swap reuses.
+    std::vector<std::pair<uint64_t, int64_t>> measured;
     // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
     // more than one swap, so none of steps 3-4's candidates can pass.
     if (below.total() - below.routed() <= floor - 1) {
@@ -379,7 +387,10 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         detail::RankBoundNetwork trial = below;
         trial.add_holder(c.expert, c.rank);
         if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
-        if (!trial.fits()) continue;
+        if (!trial.fits()) {
+          measured.emplace_back(search.key_of(c), trial.total() - trial.routed());
+          continue;
+        }
         search.try_on(c);
         search.commit(c, result);
         feasible = std::move(trial);
@@ -412,19 +423,30 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       const size_t group_start = result.swaps.size();
       detail::RankBoundNetwork at_floor = feasible;
       const int group_size = std::min(options.max_group_swaps, swaps_left());
+      std::sort(measured.begin(), measured.end());
       for (int depth = 0; depth < group_size && !applied; ++depth) {
         const int64_t missing = below.total() - below.routed();
         const auto& candidates = search.candidates(below.tight_set(), floor, false);
         std::vector<std::pair<int64_t, size_t>> improving;  // (shortfall after, index)
         for (size_t i = 0; i < candidates.size(); ++i) {
           const Candidate& c = candidates[i];
-          detail::RankBoundNetwork trial = below;
-          trial.add_holder(c.expert, c.rank);
-          if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
-          trial.fits();
-          if (trial.total() - trial.routed() < missing) {
-            improving.emplace_back(trial.total() - trial.routed(), i);
-            if (improving.back().first == 0) break;  // the first to close it is taken
+          // The first swap's shortfall as step 3 measured it, on the same layout, if it did.
+          const auto known = depth > 0 ? measured.end()
+                                       : std::lower_bound(measured.begin(), measured.end(),
+                                                          std::pair{search.key_of(c), int64_t{-1}});
+          int64_t left = 0;
+          if (known != measured.end() && known->first == search.key_of(c)) {
+            left = known->second;
+          } else {
+            detail::RankBoundNetwork trial = below;
+            trial.add_holder(c.expert, c.rank);
+            if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
+            trial.fits();
+            left = trial.total() - trial.routed();
+          }
+          if (left < missing) {
+            improving.emplace_back(left, i);
+            if (left == 0) break;  // the first to close it is taken
           }
         }
         // The last swap of a group must close the shortfall.
