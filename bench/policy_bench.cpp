@@ -141,7 +141,7 @@ void BM_FloorSwaps(benchmark::State& state) {
 }
 BENCHMARK(BM_FloorSwaps)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
-// Stage 2b with cobalt+'s limits (16 swaps, 1024 candidates and 256 exchanges per swap) on a
+// Stage 2b with cobalt+'s limits (20 swaps, 1024 candidates and 256 exchanges per swap) on a
 // layout with cobalt+'s tight slots (E = 64 on 32 ranks, rho 0.5: 3 slots per rank, as OLMoE 4x8)
 // planned for one batch, and the counts of that batch with three pairs of experts' counts traded
 // (seed 242: the first seed, scanning from 1, whose trade leaves a floor that a group of swaps,
@@ -166,7 +166,7 @@ void BM_FloorSwaps_Groups(benchmark::State& state) {
     }
     return input;
   }();
-  const plan::FloorSwapOptions options{0.05, 16, 1024, 256, static_cast<int>(state.range(0))};
+  const plan::FloorSwapOptions options{0.05, 20, 1024, 256, static_cast<int>(state.range(0))};
   plan::FloorSwapResult result{layout, {}, 0, 0};
   for (auto _ : state) {
     result = plan::swap_toward_floor(layout, counts, removal_cost, options);

@@ -1,5 +1,5 @@
 // cobalt+'s stage 2b (plan/floor_swaps.hpp) in the policy: an expert that turns hot after the only
-// global plan gets replicas (up to 16 swaps per step, from the step's own counts) until the
+// global plan gets replicas (up to 20 swaps per step, from the step's own counts) until the
 // layout in force can balance the step within the spill's cap; cobalt (no stage 2b) keeps the
 // planned layout's floor.
 #include <gtest/gtest.h>
