@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <tuple>
 
 #include "cobalt/assign/balance_cap.hpp"
@@ -43,6 +44,36 @@ void remove_rank(std::vector<RankId>& ranks, RankId r) {
 void insert_rank(std::vector<RankId>& ranks, RankId r) {
   ranks.insert(std::upper_bound(ranks.begin(), ranks.end(), r), r);
 }
+
+// Upper bounds on what a change that gives a tight expert e a rank r outside N(X) can add to the
+// maximum flow at floor - 1 (detail::RankBoundNetwork::room_through, supply_through): a change
+// closes a shortfall only if both are at least the shortfall, so candidates and exchanges below
+// them are left out untried. Each bound is the growth of the maximum flow when one uncapped edge
+// is added, so it does not depend on which maximum flow `below` holds; each is one max flow,
+// computed when first asked for. `below` must not change while this is in use.
+class Headroom {
+ public:
+  explicit Headroom(const detail::RankBoundNetwork& below)
+      : below_(&below), rank_(below.num_ranks(), -1), expert_(below.num_experts(), -1) {}
+
+  int64_t rank(RankId r) {  // r outside N(X)
+    if (rank_[r] < 0) rank_[r] = below_->room_through(r);
+    return rank_[r];
+  }
+  int64_t expert(ExpertId e) {  // e tight
+    if (expert_[e] < 0) expert_[e] = below_->supply_through(e);
+    return expert_[e];
+  }
+
+ private:
+  const detail::RankBoundNetwork* below_;
+  std::vector<int64_t> rank_, expert_;
+};
+
+// Steps 3-4 of swap_toward_floor check this many changes per round before they consult may_close
+// (below): on large steps the first candidate usually passes, and bounds computed for it would
+// cost more flows than they save (on Qwen's decode steps they save most of the flows).
+constexpr int kChecksBeforeBounds = 4;
 
 // What both implementations share: the checked input, the holders and slots as they change, the
 // target, and the candidates of one swap in the order they are tried.
@@ -156,6 +187,33 @@ class SwapSearch {
                       candidates_.end(), by_key);
     candidates_.resize(num_tried);
     return candidates_;
+  }
+
+  // Whether a candidate of step 2 or an exchange of step 4 may still bring every task under
+  // floor - 1, by necessary conditions that are cheaper than its flow check; false only where
+  // that check would fail (the reference confirms it for every change it tries, and for every
+  // exchange in each round's list). Both: the tight expert's supply and its new rank's room
+  // reach the shortfall (see Headroom). An exchange also: (1) Hall's condition for X and f, which
+  // moves into N(X): X's and f's tasks fit on N(X) and f's holders outside it, so missing +
+  // count(f) <= (floor - 1) x (f's holders outside N(X), r among them); (2) the rank a that e
+  // leaves keeps another tight replica: otherwise a leaves N(X) as r joins it, and Hall's
+  // condition for X fails as before.
+  bool may_close(const Candidate& c, const detail::TightSet&, int64_t missing, int64_t,
+                 Headroom& headroom) const {
+    return headroom.expert(c.expert) >= missing && headroom.rank(c.rank) >= missing;
+  }
+  bool may_close(const Exchange& x, const detail::TightSet& tight, int64_t missing, int64_t floor,
+                 Headroom& headroom) const {
+    const auto f_outside = std::count_if(holders_[x.f].begin(), holders_[x.f].end(),
+                                         [&](RankId h) { return !tight.ranks[h]; });
+    if (missing + counts_[x.f] > (floor - 1) * f_outside) return false;
+    const int slots = layout_.slots_per_rank();
+    const auto a_slots = std::span(slots_).subspan(static_cast<size_t>(x.a) * slots, slots);
+    const auto num_tight_on_a = std::count_if(a_slots.begin(), a_slots.end(), [&](ExpertId y) {
+      return y != kEmptySlot && tight.experts[y];
+    });
+    if (num_tight_on_a < 2) return false;
+    return headroom.expert(x.e) >= missing && headroom.rank(x.r) >= missing;
   }
 
   // Tasks of the tight experts X beyond what their ranks N(X) take under floor - 1: the max flow's
@@ -380,15 +438,27 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     bool applied = false;
     // Step 3's shortfalls at floor - 1 by candidate, which a group's first swap reuses.
     std::vector<std::pair<uint64_t, int64_t>> measured;
+    // Steps 3-4 check their first kChecksBeforeBounds changes as they are, the rest only where
+    // may_close. Either way the same change is applied: may_close is false only where the check
+    // fails. (Step 5 reuses the bounds on the same network.)
+    std::optional<Headroom> headroom;
+    int num_failed = 0;
     // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
     // more than one swap, so none of steps 3-4's candidates can pass.
     if (below.total() - below.routed() <= floor - 1) {
+      headroom.emplace(below);
+      const int64_t missing = below.total() - below.routed();
       for (const Candidate& c : search.candidates(tight, floor)) {
+        if (num_failed >= kChecksBeforeBounds &&
+            !search.may_close(c, tight, missing, floor, *headroom)) {
+          continue;
+        }
         detail::RankBoundNetwork trial = below;
         trial.add_holder(c.expert, c.rank);
         if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
         if (!trial.fits()) {
           measured.emplace_back(search.key_of(c), trial.total() - trial.routed());
+          ++num_failed;
           continue;
         }
         search.try_on(c);
@@ -400,14 +470,22 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         break;
       }
     }
-    if (!applied && below.total() - below.routed() <= floor - 1) {
+    if (!applied && headroom) {
+      const int64_t missing = below.total() - below.routed();
       for (const Exchange& x : search.exchanges(tight, floor)) {
+        if (num_failed >= kChecksBeforeBounds &&
+            !search.may_close(x, tight, missing, floor, *headroom)) {
+          continue;
+        }
         detail::RankBoundNetwork trial = below;
         trial.add_holder(x.e, x.r);
         trial.remove_holder(x.f, x.r);
         trial.add_holder(x.f, x.a);
         trial.remove_holder(x.e, x.a);
-        if (!trial.fits()) continue;
+        if (!trial.fits()) {
+          ++num_failed;
+          continue;
+        }
         search.try_on(x);
         search.commit(x, result);
         feasible = std::move(trial);
@@ -424,12 +502,32 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       detail::RankBoundNetwork at_floor = feasible;
       const int group_size = std::min(options.max_group_swaps, swaps_left());
       std::sort(measured.begin(), measured.end());
+      // Each swap lowers the shortfall at floor - 1 by at most floor - 1 (one more holder's
+      // capacity; see step 3), so `reachable(k)`: k more swaps can still close a shortfall.
+      const auto reachable = [&](int64_t left, int num_swaps) {
+        return left <= static_cast<int64_t>(num_swaps) * (floor - 1);
+      };
       for (int depth = 0; depth < group_size && !applied; ++depth) {
         const int64_t missing = below.total() - below.routed();
-        const auto& candidates = search.candidates(below.tight_set(), floor, false);
+        // A group that cannot close the shortfall fails whatever its swaps (the reference tries
+        // them anyway: the same result, later).
+        if (!reachable(missing, group_size - depth)) break;
+        const detail::TightSet group_tight = below.tight_set();
+        // A candidate lowers the shortfall by at most its Headroom bound (step 3's, on the same
+        // network, for the first swap): one that cannot lower it, or not far enough for the rest
+        // of the group, is not measured (it would be dropped below).
+        if (depth > 0 || !headroom) headroom.emplace(below);
+        const auto& candidates = search.candidates(group_tight, floor, false);
         std::vector<std::pair<int64_t, size_t>> improving;  // (shortfall after, index)
         for (size_t i = 0; i < candidates.size(); ++i) {
           const Candidate& c = candidates[i];
+          const auto lowers_enough = [&](int64_t most) {
+            return most > 0 && reachable(missing - most, group_size - depth - 1);
+          };
+          if (!lowers_enough(headroom->expert(c.expert)) ||
+              !lowers_enough(headroom->rank(c.rank))) {
+            continue;
+          }
           // The first swap's shortfall as step 3 measured it, on the same layout, if it did.
           const auto known = depth > 0 ? measured.end()
                                        : std::lower_bound(measured.begin(), measured.end(),
@@ -449,10 +547,10 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
             if (left == 0) break;  // the first to close it is taken
           }
         }
-        // The last swap of a group must close the shortfall.
-        if (depth + 1 == group_size) {
-          std::erase_if(improving, [](const auto& item) { return item.first > 0; });
-        }
+        // The rest of the group must be able to close what a swap leaves (the last swap: all).
+        std::erase_if(improving, [&](const auto& item) {
+          return !reachable(item.first, group_size - depth - 1);
+        });
         std::sort(improving.begin(), improving.end());
         bool chosen = false;
         for (const auto& [left, i] : improving) {
@@ -521,7 +619,27 @@ FloorSwapResult swap_toward_floor_reference(const ExpertLayout& layout,
         detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total(), &tight);
     COBALT_CHECK_INTERNAL(!fits, "floor swaps: the floor {} is not the lowest bound", floor);
     bool applied = false;
-    for (const Candidate& c : search.candidates(tight, floor)) {
+    // may_close (which the fast version uses to skip flow checks) may rule out only changes
+    // that leave a task above floor - 1: checked for every candidate and exchange of the round.
+    detail::RankBoundNetwork below(expert_counts, num_ranks, search.holders(), floor - 1);
+    below.fits();
+    Headroom headroom(below);
+    const int64_t missing = below.total() - below.routed();
+    const auto check_ruled_out = [&](const auto& changes, const char* what) {
+      for (const auto& change : changes) {
+        if (search.may_close(change, tight, missing, floor, headroom)) continue;
+        search.try_on(change);
+        const bool fits_now =
+            detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total());
+        search.undo(change);
+        COBALT_CHECK_INTERNAL(!fits_now, "floor swaps: a ruled-out {} lowers the floor {}", what,
+                              floor);
+      }
+    };
+    check_ruled_out(search.exchanges(tight, floor), "exchange");
+    const auto& candidates = search.candidates(tight, floor);
+    check_ruled_out(candidates, "swap");
+    for (const Candidate& c : candidates) {
       search.try_on(c);
       if (detail::fits_under(expert_counts, num_ranks, holders_of, floor - 1, search.total())) {
         search.commit(c, result);

@@ -131,6 +131,8 @@ class RankBoundNetwork {
     }
   }
 
+  int num_experts() const { return num_experts_; }
+  int num_ranks() const { return num_ranks_; }
   int64_t total() const { return total_; }
   int64_t bound() const { return bound_; }
   int64_t routed() const { return routed_; }  // tasks the flow runs so far
@@ -149,6 +151,28 @@ class RankBoundNetwork {
       tight.ranks[r] = flow_.on_source_side(num_experts_ + r);
     }
     return tight;
+  }
+
+  // Upper bounds on what a change can add to a maximum flow (after fits() returned false), where
+  // the change gives a rank r outside the tight ranks a replica of a tight expert e and may also
+  // take replicas off ranks or move a replica of an expert off the tight side onto a tight rank.
+  // With F the flow and (S, T) the minimum cut of tight_set(), such a changed network still has a
+  // cut of capacity F + room_through(r) (S and the part of T that r reaches in the residual
+  // graph) and one of F + supply_through(e) (S less the part from which the source reaches e):
+  // the new edge e -> r and an expert's edge into S cross neither, removed edges only lower a
+  // cut. So the change routes at most min(room_through(r), supply_through(e)) more tasks.
+  // room_through(r): the tasks the residual graph can carry from r to the sink (r's free bound
+  // and the load its experts can shift to other ranks); supply_through(e): the unrouted tasks of
+  // the tight experts that the residual graph can bring to e. Each is one max flow on a copy.
+  int64_t room_through(RankId r) const {
+    RankBoundNetwork copy = *this;
+    copy.flow_.add_edge(source(), num_experts_ + r, kUncapped);
+    return std::llround(copy.flow_.run(source(), sink(), 0.5));
+  }
+  int64_t supply_through(ExpertId e) const {
+    RankBoundNetwork copy = *this;
+    copy.flow_.add_edge(e, sink(), kUncapped);
+    return std::llround(copy.flow_.run(source(), sink(), 0.5));
   }
 
   // Rank r may now run expert e's tasks (no flow on it until fits()).
