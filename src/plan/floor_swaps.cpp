@@ -59,16 +59,17 @@ class Headroom {
       : below_(&below), rank_(below.num_ranks(), -1), expert_(below.num_experts(), -1) {}
 
   int64_t rank(RankId r) {  // r outside N(X)
-    if (rank_[r] < 0) rank_[r] = below_->room_through(r);
+    if (rank_[r] < 0) rank_[r] = below_->room_through(r, scratch_);
     return rank_[r];
   }
   int64_t expert(ExpertId e) {  // e tight
-    if (expert_[e] < 0) expert_[e] = below_->supply_through(e);
+    if (expert_[e] < 0) expert_[e] = below_->supply_through(e, scratch_);
     return expert_[e];
   }
 
  private:
   const detail::RankBoundNetwork* below_;
+  detail::RankBoundNetwork scratch_{*below_};  // each bound's copy of below (buffers reused)
   std::vector<int64_t> rank_, expert_;
 };
 
@@ -428,6 +429,9 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
   int64_t floor = lowest_bound(feasible, search.lower_bound());
   result.floor_before = floor;
   const auto swaps_left = [&] { return options.max_swaps - static_cast<int>(result.swaps.size()); };
+  // Every trial change is made on this network, assigned from the one it changes (its buffers
+  // are reused: most trials allocate nothing).
+  detail::RankBoundNetwork trial = feasible;
   while (swaps_left() > 0 && floor > search.target()) {
     detail::RankBoundNetwork below = feasible;
     below.set_bound(floor - 1);
@@ -455,7 +459,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
             !search.may_close(c, tight, missing, floor, *headroom)) {
           continue;
         }
-        detail::RankBoundNetwork trial = below;
+        trial = below;
         trial.add_holder(c.expert, c.rank);
         if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
         if (!trial.fits()) {
@@ -465,7 +469,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         }
         search.try_on(c);
         search.commit(c, result);
-        feasible = std::move(trial);
+        std::swap(feasible, trial);
         floor = lowest_bound(feasible, search.lower_bound());
         result.swaps.back().floor_after = floor;
         applied = true;
@@ -479,7 +483,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
             !search.may_close(x, tight, missing, floor, *headroom)) {
           continue;
         }
-        detail::RankBoundNetwork trial = below;
+        trial = below;
         trial.add_holder(x.e, x.r);
         trial.remove_holder(x.f, x.r);
         trial.add_holder(x.f, x.a);
@@ -490,7 +494,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         }
         search.try_on(x);
         search.commit(x, result);
-        feasible = std::move(trial);
+        std::swap(feasible, trial);
         floor = lowest_bound(feasible, search.lower_bound());
         result.swaps.back().floor_after = floor;
         applied = true;
@@ -556,7 +560,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
             if (known != measured.end() && known->first == search.key_of(c)) {
               left = known->second;
             } else {
-              detail::RankBoundNetwork trial = below;
+              trial = below;
               trial.add_holder(c.expert, c.rank);
               if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
               trial.fits();
@@ -582,10 +586,10 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
           };
           if (left > 0) {
             // Every task must still fit under the floor (checked only for the one taken).
-            detail::RankBoundNetwork trial = at_floor;
+            trial = at_floor;
             change(trial);
             if (!trial.fits()) continue;
-            at_floor = std::move(trial);
+            std::swap(at_floor, trial);
           }
           change(below);
           below.fits();

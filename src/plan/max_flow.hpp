@@ -63,14 +63,14 @@ class MaxFlow {
  private:
   bool bfs(int source, int sink) {
     std::fill(level_.begin(), level_.end(), -1);
-    std::vector<int> queue{source};
+    queue_.assign(1, source);  // the buffer is kept across searches
     level_[source] = 0;
-    for (size_t q = 0; q < queue.size(); ++q) {
-      const int v = queue[q];
+    for (size_t q = 0; q < queue_.size(); ++q) {
+      const int v = queue_[q];
       for (int idx = head_[v]; idx >= 0; idx = next_[idx]) {
         if (cap_[idx] > zero_ && level_[to_[idx]] < 0) {
           level_[to_[idx]] = level_[v] + 1;
-          queue.push_back(to_[idx]);
+          queue_.push_back(to_[idx]);
         }
       }
     }
@@ -92,7 +92,7 @@ class MaxFlow {
     return 0.0;
   }
 
-  std::vector<int> head_, to_, next_, level_, iter_;
+  std::vector<int> head_, to_, next_, level_, iter_, queue_;
   std::vector<double> cap_, original_;
   double zero_ = 0;
 };

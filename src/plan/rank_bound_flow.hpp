@@ -163,16 +163,17 @@ class RankBoundNetwork {
   // cut. So the change routes at most min(room_through(r), supply_through(e)) more tasks.
   // room_through(r): the tasks the residual graph can carry from r to the sink (r's free bound
   // and the load its experts can shift to other ranks); supply_through(e): the unrouted tasks of
-  // the tight experts that the residual graph can bring to e. Each is one max flow on a copy.
-  int64_t room_through(RankId r) const {
-    RankBoundNetwork copy = *this;
-    copy.flow_.add_edge(source(), num_experts_ + r, kUncapped);
-    return std::llround(copy.flow_.run(source(), sink(), 0.5));
+  // the tight experts that the residual graph can bring to e. Each is one max flow on `scratch`,
+  // which becomes a copy of this network (its buffers reused) with one more edge.
+  int64_t room_through(RankId r, RankBoundNetwork& scratch) const {
+    scratch = *this;
+    scratch.flow_.add_edge(source(), num_experts_ + r, kUncapped);
+    return std::llround(scratch.flow_.run(source(), sink(), 0.5));
   }
-  int64_t supply_through(ExpertId e) const {
-    RankBoundNetwork copy = *this;
-    copy.flow_.add_edge(e, sink(), kUncapped);
-    return std::llround(copy.flow_.run(source(), sink(), 0.5));
+  int64_t supply_through(ExpertId e, RankBoundNetwork& scratch) const {
+    scratch = *this;
+    scratch.flow_.add_edge(e, sink(), kUncapped);
+    return std::llround(scratch.flow_.run(source(), sink(), 0.5));
   }
 
   // Rank r may now run expert e's tasks (no flow on it until fits()).

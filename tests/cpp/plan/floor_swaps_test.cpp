@@ -206,16 +206,17 @@ TEST(FloorSwaps, BoundsRuleOutOnlyChangesThatFail) {
     const int64_t before = flow_with_extra_edge(counts, holders, num_ranks, floor - 1, -1, -1);
     ASSERT_EQ(before, below.routed()) << "seed " << seed;
     std::vector<int64_t> room(num_ranks, -1), supply(layout.num_experts(), -1);
+    detail::RankBoundNetwork scratch = below;
     for (RankId r = 0; r < num_ranks; ++r) {
       if (tight.ranks[r]) continue;
-      room[r] = below.room_through(r);
+      room[r] = below.room_through(r, scratch);
       ASSERT_EQ(room[r],
                 flow_with_extra_edge(counts, holders, num_ranks, floor - 1, r, -1) - before)
           << "seed " << seed << " rank " << r;
     }
     for (ExpertId e = 0; e < layout.num_experts(); ++e) {
       if (!tight.experts[e]) continue;
-      supply[e] = below.supply_through(e);
+      supply[e] = below.supply_through(e, scratch);
       ASSERT_EQ(supply[e],
                 flow_with_extra_edge(counts, holders, num_ranks, floor - 1, -1, e) - before)
           << "seed " << seed << " expert " << e;
