@@ -429,11 +429,11 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
   int64_t floor = lowest_bound(feasible, search.lower_bound());
   result.floor_before = floor;
   const auto swaps_left = [&] { return options.max_swaps - static_cast<int>(result.swaps.size()); };
-  // Every trial change is made on this network, assigned from the one it changes (its buffers
-  // are reused: most trials allocate nothing).
-  detail::RankBoundNetwork trial = feasible;
   while (swaps_left() > 0 && floor > search.target()) {
     detail::RankBoundNetwork below = feasible;
+    // The round's trial changes are made on this network, assigned from the one they change (its
+    // buffers are reused: most trials allocate nothing).
+    detail::RankBoundNetwork trial = below;
     below.set_bound(floor - 1);
     COBALT_CHECK_INTERNAL(!below.fits(), "floor swaps: the floor {} is not the lowest bound",
                           floor);
