@@ -59,16 +59,32 @@ class Headroom {
       : below_(&below), rank_(below.num_ranks(), -1), expert_(below.num_experts(), -1) {}
 
   int64_t rank(RankId r) {  // r outside N(X)
-    if (rank_[r] < 0) rank_[r] = below_->room_through(r, scratch_);
+    if (rank_[r] < 0) {
+      rank_[r] = below_->room_through(r, scratch_);
+      ++num_flows_;
+    }
     return rank_[r];
   }
   int64_t expert(ExpertId e) {  // e tight
-    if (expert_[e] < 0) expert_[e] = below_->supply_through(e, scratch_);
+    if (expert_[e] < 0) {
+      expert_[e] = below_->supply_through(e, scratch_);
+      ++num_flows_;
+    }
     return expert_[e];
   }
 
+  // Steps 3-4 consult the bounds while they pay: for their first kBoundFlowsOnTrial flows, and
+  // then while they rule out at least one change per two flows. (On large steps where swaps fail
+  // because of the replica they replace, which the bounds ignore, they rule out nothing.)
+  bool worth_consulting() const {
+    return num_flows_ < kBoundFlowsOnTrial || 2 * num_ruled_out_ >= num_flows_;
+  }
+  void note_ruled_out() { ++num_ruled_out_; }
+
  private:
+  static constexpr int kBoundFlowsOnTrial = 4;
   const detail::RankBoundNetwork* below_;
+  int num_flows_ = 0, num_ruled_out_ = 0;
   detail::RankBoundNetwork scratch_{*below_};  // each bound's copy of below (buffers reused)
   std::vector<int64_t> rank_, expert_;
 };
@@ -445,20 +461,23 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     // Step 3's shortfalls at floor - 1 by candidate, which a group's first swap reuses.
     std::vector<std::pair<uint64_t, int64_t>> measured;
     // Steps 3-4 check their first kChecksBeforeBounds changes as they are, the rest only where
-    // may_close. Either way the same change is applied: may_close is false only where the check
-    // fails. (Step 5 reuses the bounds on the same network.)
+    // may_close while the bounds pay. Either way the same change is applied: may_close is false
+    // only where the check fails. (Step 5 reuses the bounds on the same network.)
     std::optional<Headroom> headroom;
     int num_failed = 0;
+    const auto ruled_out = [&](const auto& change, int64_t missing) {
+      if (num_failed < kChecksBeforeBounds || !headroom->worth_consulting()) return false;
+      if (search.may_close(change, tight, missing, floor, *headroom)) return false;
+      headroom->note_ruled_out();
+      return true;
+    };
     // One more holder adds at most floor - 1 of capacity to any cut: a larger shortfall needs
     // more than one swap, so none of steps 3-4's candidates can pass.
     if (below.total() - below.routed() <= floor - 1) {
       headroom.emplace(below);
       const int64_t missing = below.total() - below.routed();
       for (const Candidate& c : search.candidates(tight, floor)) {
-        if (num_failed >= kChecksBeforeBounds &&
-            !search.may_close(c, tight, missing, floor, *headroom)) {
-          continue;
-        }
+        if (ruled_out(c, missing)) continue;
         trial = below;
         trial.add_holder(c.expert, c.rank);
         if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
@@ -479,10 +498,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
     if (!applied && headroom) {
       const int64_t missing = below.total() - below.routed();
       for (const Exchange& x : search.exchanges(tight, floor)) {
-        if (num_failed >= kChecksBeforeBounds &&
-            !search.may_close(x, tight, missing, floor, *headroom)) {
-          continue;
-        }
+        if (ruled_out(x, missing)) continue;
         trial = below;
         trial.add_holder(x.e, x.r);
         trial.remove_holder(x.f, x.r);
