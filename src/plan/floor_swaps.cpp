@@ -39,6 +39,14 @@ struct Exchange {
   auto key() const { return std::tie(price, f_count, neg_e_count, r, s, a, e); }
 };
 
+// Whether a > b * k, for a >= 0 and b, k >= 0, without forming the product (it can exceed
+// int64 where a floor near 2^52 meets thousands of ranks or a large group).
+bool exceeds_product(int64_t a, int64_t b, int64_t k) {
+  if (a <= 0) return false;
+  if (b == 0 || k == 0) return true;
+  return (a - 1) / b >= k;
+}
+
 void remove_rank(std::vector<RankId>& ranks, RankId r) {
   ranks.erase(std::find(ranks.begin(), ranks.end(), r));
 }
@@ -57,17 +65,19 @@ class Headroom {
  public:
   explicit Headroom(const detail::RankBoundNetwork& below)
       : below_(&below), rank_(below.num_ranks(), -1), expert_(below.num_experts(), -1) {}
+  Headroom(const Headroom&) = delete;
+  Headroom& operator=(const Headroom&) = delete;
 
   int64_t rank(RankId r) {  // r outside N(X)
     if (rank_[r] < 0) {
-      rank_[r] = below_->room_through(r, scratch_);
+      rank_[r] = below_->room_through(r, scratch());
       ++num_flows_;
     }
     return rank_[r];
   }
   int64_t expert(ExpertId e) {  // e tight
     if (expert_[e] < 0) {
-      expert_[e] = below_->supply_through(e, scratch_);
+      expert_[e] = below_->supply_through(e, scratch());
       ++num_flows_;
     }
     return expert_[e];
@@ -83,9 +93,14 @@ class Headroom {
 
  private:
   static constexpr int kBoundFlowsOnTrial = 4;
+  // Each bound's copy of below, made at the first bound (its buffers reused after it).
+  detail::RankBoundNetwork& scratch() {
+    if (!scratch_) scratch_.emplace(*below_);
+    return *scratch_;
+  }
   const detail::RankBoundNetwork* below_;
   int num_flows_ = 0, num_ruled_out_ = 0;
-  detail::RankBoundNetwork scratch_{*below_};  // each bound's copy of below (buffers reused)
+  std::optional<detail::RankBoundNetwork> scratch_;
   std::vector<int64_t> rank_, expert_;
 };
 
@@ -225,7 +240,7 @@ class SwapSearch {
                  Headroom& headroom) const {
     const auto f_outside = std::count_if(holders_[x.f].begin(), holders_[x.f].end(),
                                          [&](RankId h) { return !tight.ranks[h]; });
-    if (missing + counts_[x.f] > (floor - 1) * f_outside) return false;
+    if (exceeds_product(missing + counts_[x.f], floor - 1, f_outside)) return false;
     const int slots = layout_.slots_per_rank();
     const auto a_slots = std::span(slots_).subspan(static_cast<size_t>(x.a) * slots, slots);
     const auto num_tight_on_a = std::count_if(a_slots.begin(), a_slots.end(), [&](ExpertId y) {
@@ -527,7 +542,7 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
       // Each swap lowers the shortfall at floor - 1 by at most floor - 1 (one more holder's
       // capacity; see step 3), so `reachable(k)`: k more swaps can still close a shortfall.
       const auto reachable = [&](int64_t left, int num_swaps) {
-        return left <= static_cast<int64_t>(num_swaps) * (floor - 1);
+        return !exceeds_product(left, floor - 1, num_swaps);
       };
       for (int depth = 0; depth < group_size && !applied; ++depth) {
         const int64_t missing = below.total() - below.routed();

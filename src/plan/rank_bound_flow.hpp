@@ -156,15 +156,21 @@ class RankBoundNetwork {
   // Upper bounds on what a change can add to a maximum flow (after fits() returned false), where
   // the change gives a rank r outside the tight ranks a replica of a tight expert e and may also
   // take replicas off ranks or move a replica of an expert off the tight side onto a tight rank.
-  // With F the flow and (S, T) the minimum cut of tight_set(), such a changed network still has a
-  // cut of capacity F + room_through(r) (S and the part of T that r reaches in the residual
-  // graph) and one of F + supply_through(e) (S less the part from which the source reaches e):
-  // the new edge e -> r and an expert's edge into S cross neither, removed edges only lower a
-  // cut. So the change routes at most min(room_through(r), supply_through(e)) more tasks.
-  // room_through(r): the tasks the residual graph can carry from r to the sink (r's free bound
-  // and the load its experts can shift to other ranks); supply_through(e): the unrouted tasks of
-  // the tight experts that the residual graph can bring to e. Each is one max flow on `scratch`,
-  // which becomes a copy of this network (its buffers reused) with one more edge.
+  // room_through(r): the growth of the maximum flow when an uncapped edge source -> r is added
+  // (the tasks the residual graph can carry from r to the sink: r's free bound and the load its
+  // experts can shift to other ranks); supply_through(e): the same with an uncapped edge
+  // e -> sink (the unrouted tasks of the tight experts the residual graph can bring to e).
+  // Why they bound the change: let S be the source side of tight_set() (a minimum cut of this
+  // network, value F) and A a minimum cut of the network with the edge source -> r (value
+  // F + room_through(r)). Cut capacities are submodular and S is a minimum cut of this network,
+  // so A u S is a minimum cut of the network with the extra edge too; it holds r and all of S,
+  // so the changed network's new edges (e -> r, and an expert's edge into a rank of S) do not
+  // cross it, and removed edges only lower it: a cut of value <= F + room_through(r). Likewise,
+  // with A a minimum cut of the network with e -> sink, A n S is one too; it leaves out e and
+  // every expert outside S, so the new edges do not leave it: a cut of value <= F +
+  // supply_through(e). So the change routes at most min(room_through(r), supply_through(e)) more
+  // tasks. Each is one max flow on `scratch`, which becomes a copy of this network (its buffers
+  // reused) with one more edge.
   int64_t room_through(RankId r, RankBoundNetwork& scratch) const {
     scratch = *this;
     scratch.flow_.add_edge(source(), num_experts_ + r, kUncapped);
