@@ -39,6 +39,39 @@ std::vector<double> random_costs(SplitMix64& rng, int num_nodes, int num_experts
   return cost;
 }
 
+// [E] sorted holder lists without a layout: each rank holds each expert with probability
+// 1 / one_in, and an expert with none gets one random rank.
+std::vector<std::vector<RankId>> random_holders(SplitMix64& rng, int num_experts, int num_ranks,
+                                                uint64_t one_in) {
+  std::vector<std::vector<RankId>> holders(num_experts);
+  for (auto& h : holders) {
+    for (RankId r = 0; r < num_ranks; ++r) {
+      if (rng.below(one_in) == 0) h.push_back(r);
+    }
+    if (h.empty()) h.push_back(static_cast<RankId>(rng.below(num_ranks)));
+  }
+  return holders;
+}
+
+// The fast and reference results agree swap for swap, bit for bit.
+void expect_same_result(const FloorSwapResult& fast, const FloorSwapResult& reference,
+                        uint64_t seed) {
+  ASSERT_EQ(fast.floor_before, reference.floor_before) << "seed " << seed;
+  ASSERT_EQ(fast.floor_after, reference.floor_after) << "seed " << seed;
+  ASSERT_EQ(fast.swaps.size(), reference.swaps.size()) << "seed " << seed;
+  for (size_t i = 0; i < fast.swaps.size(); ++i) {
+    const ReplicaSwap &a = fast.swaps[i], &b = reference.swaps[i];
+    ASSERT_EQ(a.rank, b.rank) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.slot, b.slot) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.added, b.added) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.removed, b.removed) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.floor_after, b.floor_after) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.exchange_rank, b.exchange_rank) << "seed " << seed << " swap " << i;
+    ASSERT_EQ(a.exchange_slot, b.exchange_slot) << "seed " << seed << " swap " << i;
+  }
+  ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
+}
+
 // A small random instance: 1 to max_nodes nodes of 1 to max_per_node ranks, 1 to max_slots
 // slots per rank, some of them filled, and skewed counts up to about 5 x 12 tasks per expert.
 struct SmallInstance {
@@ -383,23 +416,13 @@ TEST(FloorSwaps, WarmStartedFlowsMakeTheReferenceSwaps) {
                                    static_cast<int>(rng.below(80)), static_cast<int>(rng.below(5))};
     const auto fast = swap_toward_floor(layout, counts, costs, options);
     const auto reference = swap_toward_floor_reference(layout, counts, costs, options);
-    ASSERT_EQ(fast.floor_before, reference.floor_before) << "seed " << seed;
-    ASSERT_EQ(fast.floor_after, reference.floor_after) << "seed " << seed;
-    ASSERT_EQ(fast.swaps.size(), reference.swaps.size()) << "seed " << seed;
+    ASSERT_NO_FATAL_FAILURE(expect_same_result(fast, reference, seed));
     for (size_t i = 0; i < fast.swaps.size(); ++i) {
-      ASSERT_EQ(fast.swaps[i].rank, reference.swaps[i].rank) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].slot, reference.swaps[i].slot) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].added, reference.swaps[i].added) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].removed, reference.swaps[i].removed) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].floor_after, reference.swaps[i].floor_after) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].exchange_rank, reference.swaps[i].exchange_rank) << "seed " << seed;
-      ASSERT_EQ(fast.swaps[i].exchange_slot, reference.swaps[i].exchange_slot) << "seed " << seed;
       num_exchanges += fast.swaps[i].is_exchange();
       // A group's swaps before its last keep the floor.
       const int64_t previous = i == 0 ? fast.floor_before : fast.swaps[i - 1].floor_after;
       num_in_groups += fast.swaps[i].floor_after == previous;
     }
-    ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
     num_swaps += static_cast<int>(fast.swaps.size());
   }
   EXPECT_GT(num_swaps, 100);
@@ -503,14 +526,7 @@ TEST(FloorSwaps, GroupsLowerTheFloorAsAWhole) {
     const auto plain = swap_toward_floor(layout, counts, costs, without_groups);
     // The reference (fresh flows, every candidate measured, no bounds) makes the same swaps.
     const auto reference = swap_toward_floor_reference(layout, counts, costs, with_groups);
-    ASSERT_EQ(result.layout, reference.layout) << "seed " << seed;
-    ASSERT_EQ(result.swaps.size(), reference.swaps.size()) << "seed " << seed;
-    for (size_t i = 0; i < result.swaps.size(); ++i) {
-      ASSERT_EQ(result.swaps[i].rank, reference.swaps[i].rank) << "seed " << seed;
-      ASSERT_EQ(result.swaps[i].slot, reference.swaps[i].slot) << "seed " << seed;
-      ASSERT_EQ(result.swaps[i].added, reference.swaps[i].added) << "seed " << seed;
-      ASSERT_EQ(result.swaps[i].floor_after, reference.swaps[i].floor_after) << "seed " << seed;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_same_result(result, reference, seed));
     std::vector<ExpertId> slots_now(layout.slots().begin(), layout.slots().end());
     int64_t floor = result.floor_before;
     int kept_in_a_row = 0;
@@ -563,13 +579,7 @@ TEST(FloorSwaps, KeptNetworkAgreesWithFreshFlows) {
     const int num_ranks = 1 + static_cast<int>(rng.below(12));
     const int experts = 1 + static_cast<int>(rng.below(16));
     const auto counts = random_counts(rng, experts, 30);
-    std::vector<std::vector<RankId>> holders(experts);
-    for (auto& h : holders) {
-      for (RankId r = 0; r < num_ranks; ++r) {
-        if (rng.below(3) == 0) h.push_back(r);
-      }
-      if (h.empty()) h.push_back(static_cast<RankId>(rng.below(num_ranks)));
-    }
+    auto holders = random_holders(rng, experts, num_ranks, 3);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     int64_t bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) + 2));
     detail::RankBoundNetwork network(counts, num_ranks, holders, bound);
@@ -618,13 +628,7 @@ TEST(FloorSwaps, OneMoreHolderRoutesAtMostOneRanksBound) {
     const int num_ranks = 1 + static_cast<int>(rng.below(10));
     const int experts = 1 + static_cast<int>(rng.below(14));
     const auto counts = random_counts(rng, experts, 30);
-    std::vector<std::vector<RankId>> holders(experts);
-    for (auto& h : holders) {
-      for (RankId r = 0; r < num_ranks; ++r) {
-        if (rng.below(4) == 0) h.push_back(r);
-      }
-      if (h.empty()) h.push_back(static_cast<RankId>(rng.below(num_ranks)));
-    }
+    const auto holders = random_holders(rng, experts, num_ranks, 4);
     const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
     const int64_t bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) / 2 + 2));
     detail::RankBoundNetwork before(counts, num_ranks, holders, bound);
