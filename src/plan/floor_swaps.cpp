@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <optional>
-#include <queue>
 #include <tuple>
 
 #include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/error.hpp"
+#include "lazy_order.hpp"
 #include "rank_bound_flow.hpp"
 
 namespace cobalt::plan {
@@ -558,10 +557,9 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
         // The swap taken is the first, in order of (shortfall left, index), that leaves less
         // than `missing`, little enough for the rest of the group, and keeps every task under
         // the floor (not checked where it closes the shortfall). The reference measures every
-        // candidate (up to the first that closes it) and sorts; here they are measured in order
-        // of their lower bound missing - min(supply, room), which is exact for most candidates,
-        // and only while one could still come before the best measured: a candidate whose bound
-        // is above the best's shortfall left cannot.
+        // candidate (up to the first that closes it) and sorts; here detail::LazyOrder measures
+        // them in order of their lower bound missing - min(supply, room), which is exact for
+        // most candidates, and only while one could still come before the best measured.
         const auto lowers_enough = [&](int64_t most) {
           return most > 0 && reachable(missing - most, group_size - depth - 1);
         };
@@ -571,43 +569,30 @@ FloorSwapResult swap_toward_floor(const ExpertLayout& layout,
               std::min(headroom->expert(candidates[i].expert), headroom->rank(candidates[i].rank));
           if (lowers_enough(most)) by_bound.emplace_back(std::max<int64_t>(0, missing - most), i);
         }
-        std::sort(by_bound.begin(), by_bound.end());
-        // (shortfall left, index) of the measured candidates that qualify, smallest on top.
-        std::priority_queue<std::pair<int64_t, size_t>, std::vector<std::pair<int64_t, size_t>>,
-                            std::greater<>>
-            improving;
-        size_t num_measured = 0;
-        const auto next_best = [&]() -> std::optional<std::pair<int64_t, size_t>> {
-          while (num_measured < by_bound.size() &&
-                 (improving.empty() || by_bound[num_measured].first <= improving.top().first)) {
-            const Candidate& c = candidates[by_bound[num_measured++].second];
-            const size_t i = by_bound[num_measured - 1].second;
-            // The first swap's shortfall as step 3 measured it, on the same layout, if it did.
-            const auto known = depth > 0
-                                   ? measured.end()
-                                   : std::lower_bound(measured.begin(), measured.end(),
-                                                      std::pair{search.key_of(c), int64_t{-1}});
-            int64_t left = 0;
-            if (known != measured.end() && known->first == search.key_of(c)) {
-              left = known->second;
-            } else {
-              trial = below;
-              trial.add_holder(c.expert, c.rank);
-              if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
-              trial.fits();
-              left = trial.total() - trial.routed();
-            }
-            // The rest of the group must be able to close what a swap leaves (the last: all).
-            if (left < missing && reachable(left, group_size - depth - 1))
-              improving.emplace(left, i);
+        // A candidate's shortfall left, if it qualifies: below `missing`, and little enough for
+        // the rest of the group to close (the last swap: all of it).
+        const auto shortfall_left = [&](size_t i) -> std::optional<int64_t> {
+          const Candidate& c = candidates[i];
+          // The first swap's shortfall as step 3 measured it, on the same layout, if it did.
+          const auto known = depth > 0 ? measured.end()
+                                       : std::lower_bound(measured.begin(), measured.end(),
+                                                          std::pair{search.key_of(c), int64_t{-1}});
+          int64_t left = 0;
+          if (known != measured.end() && known->first == search.key_of(c)) {
+            left = known->second;
+          } else {
+            trial = below;
+            trial.add_holder(c.expert, c.rank);
+            if (search.replaced(c) != kEmptySlot) trial.remove_holder(search.replaced(c), c.rank);
+            trial.fits();
+            left = trial.total() - trial.routed();
           }
-          if (improving.empty()) return std::nullopt;
-          const auto best = improving.top();
-          improving.pop();
-          return best;
+          if (left >= missing || !reachable(left, group_size - depth - 1)) return std::nullopt;
+          return left;
         };
+        detail::LazyOrder in_order(std::move(by_bound), shortfall_left);
         bool chosen = false;
-        while (const auto best = next_best()) {
+        while (const auto best = in_order.next()) {
           const auto [left, i] = *best;
           const Candidate c = candidates[i];
           const ExpertId removed = search.replaced(c);
