@@ -2,8 +2,8 @@
 // a swap is found exactly when a brute-force search over all single-slot changes and all exchanges
 // of two slots finds one (an exchange only when no single change does), a group of two is found
 // only where a brute-force search over all pairs of changes finds one, groups lower the floor as
-// a whole, one more holder routes at most one rank's bound more (what groups are pruned by), the
-// cheapest candidate wins, the target stops it, and bad input is refused.
+// a whole and make the reference's swaps, the cheapest candidate wins, the target stops it, and
+// bad input is refused. The bounds that skip flow checks: swap_search_test.cpp.
 #include "cobalt/plan/floor_swaps.hpp"
 
 #include <gtest/gtest.h>
@@ -16,42 +16,14 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
-#include "plan/max_flow.hpp"
+#include "plan/floor_swaps_testing.hpp"
 #include "plan/rank_bound_flow.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::plan {
 namespace {
 
-std::vector<int64_t> random_counts(SplitMix64& rng, int num_experts, int64_t max_count) {
-  std::vector<int64_t> counts(num_experts);
-  for (auto& c : counts) c = static_cast<int64_t>(rng.below(static_cast<uint64_t>(max_count) + 1));
-  // A few hot experts, so that layouts have floors above the mean.
-  for (int i = 0; i < std::max(1, num_experts / 4); ++i) {
-    counts[rng.below(num_experts)] += static_cast<int64_t>(rng.below(4 * max_count + 1));
-  }
-  return counts;
-}
-
-std::vector<double> random_costs(SplitMix64& rng, int num_nodes, int num_experts) {
-  std::vector<double> cost(static_cast<size_t>(num_nodes) * num_experts);
-  for (auto& c : cost) c = static_cast<double>(rng.below(100));
-  return cost;
-}
-
-// [E] sorted holder lists without a layout: each rank holds each expert with probability
-// 1 / one_in, and an expert with none gets one random rank.
-std::vector<std::vector<RankId>> random_holders(SplitMix64& rng, int num_experts, int num_ranks,
-                                                uint64_t one_in) {
-  std::vector<std::vector<RankId>> holders(num_experts);
-  for (auto& h : holders) {
-    for (RankId r = 0; r < num_ranks; ++r) {
-      if (rng.below(one_in) == 0) h.push_back(r);
-    }
-    if (h.empty()) h.push_back(static_cast<RankId>(rng.below(num_ranks)));
-  }
-  return holders;
-}
+using namespace testing_floor_swaps;
 
 // The fast and reference results agree swap for swap, bit for bit.
 void expect_same_result(const FloorSwapResult& fast, const FloorSwapResult& reference,
@@ -70,28 +42,6 @@ void expect_same_result(const FloorSwapResult& fast, const FloorSwapResult& refe
     ASSERT_EQ(a.exchange_slot, b.exchange_slot) << "seed " << seed << " swap " << i;
   }
   ASSERT_EQ(fast.layout, reference.layout) << "seed " << seed;
-}
-
-// A small random instance: 1 to max_nodes nodes of 1 to max_per_node ranks, 1 to max_slots
-// slots per rank, some of them filled, and skewed counts up to about 5 x 12 tasks per expert.
-struct SmallInstance {
-  Topology topo;
-  ExpertLayout layout;
-  std::vector<int64_t> counts;
-  std::vector<double> costs;
-};
-
-SmallInstance small_instance(uint64_t seed, SplitMix64& rng, int max_nodes, int max_per_node,
-                             int max_slots) {
-  const int nodes = 1 + static_cast<int>(rng.below(max_nodes)),
-            per_node = 1 + static_cast<int>(rng.below(max_per_node));
-  const Topology topo(nodes, nodes * per_node);
-  const int slots = 1 + static_cast<int>(rng.below(max_slots));
-  const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
-  auto layout = testing::random_layout(seed, topo, experts, slots, 0.8);
-  auto counts = random_counts(rng, experts, 12);
-  auto costs = random_costs(rng, nodes, experts);
-  return {topo, std::move(layout), std::move(counts), std::move(costs)};
 }
 
 // Every single slot change of `layout`, applied: an expert not yet on the rank replacing an empty
@@ -185,135 +135,6 @@ TEST(FloorSwaps, FindsASwapExactlyWhenOneLowersTheFloor) {
   EXPECT_GT(num_found, 30);
   EXPECT_GT(num_none, 30);
   EXPECT_GT(num_exchanges, 0);
-}
-
-// The maximum flow of the floor's network at `bound` (source -> expert: its count -> its holders ->
-// sink: bound per rank), built from scratch, with one more uncapped edge from the source to rank
-// extra_rank (if >= 0) or from expert extra_expert to the sink (if >= 0): the independent
-// computation of RankBoundNetwork::room_through and supply_through (their flow grows by these).
-int64_t flow_with_extra_edge(const std::vector<int64_t>& counts,
-                             const std::vector<std::vector<RankId>>& holders, int num_ranks,
-                             int64_t bound, RankId extra_rank, ExpertId extra_expert) {
-  const int num_experts = static_cast<int>(counts.size());
-  const int source = num_experts + num_ranks, sink = source + 1;
-  MaxFlow flow(num_experts + num_ranks + 2);
-  const double uncapped = 1e15;
-  for (ExpertId e = 0; e < num_experts; ++e) {
-    flow.add_edge(source, e, static_cast<double>(counts[e]));
-    for (RankId r : holders[e]) flow.add_edge(e, num_experts + r, uncapped);
-  }
-  for (RankId r = 0; r < num_ranks; ++r) {
-    flow.add_edge(num_experts + r, sink, static_cast<double>(bound));
-  }
-  if (extra_rank >= 0) flow.add_edge(source, num_experts + extra_rank, uncapped);
-  if (extra_expert >= 0) flow.add_edge(extra_expert, sink, uncapped);
-  return std::llround(flow.run(source, sink, 0.5));
-}
-
-// The bounds by which swaps and exchanges are left out untried, against brute force. At floor - 1
-// with the tight set X, N(X): room_through(r) and supply_through(e) equal the growth of a flow
-// built from scratch with one more uncapped edge (source -> r, e -> sink), and every single change
-// and every exchange that gives a tight e a rank r outside N(X) routes at most min(room, supply)
-// more tasks (reached with equality on some). Every such change that lowers the floor also passes
-// an exchange's further conditions: Hall's condition for X and the moved expert f (missing +
-// count(f) <= (floor - 1) x f's holders outside N(X), met with equality by some), and its rank a
-// keeps another tight replica. The reference, which checks each change the bounds rule out with
-// its own flow, runs on every instance.
-TEST(FloorSwaps, BoundsRuleOutOnlyChangesThatFail) {
-  int num_changes = 0, num_lowering = 0, num_gain_at_bound = 0, num_hall_at_limit = 0,
-      num_reference_rounds = 0;
-  for (uint64_t seed = 1; seed <= 3000; ++seed) {
-    SplitMix64 rng(seed * 15485863);
-    const auto [topo, layout, counts, costs] = small_instance(seed, rng, 3, 3, 3);
-    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    if (total == 0) continue;
-    const int64_t floor = eval::min_max_rank_load(counts, layout);
-    const int num_ranks = layout.num_ranks(), slots = layout.slots_per_rank();
-    std::vector<std::vector<RankId>> holders(layout.num_experts());
-    for (ExpertId e = 0; e < layout.num_experts(); ++e) {
-      holders[e].assign(layout.ranks_of(e).begin(), layout.ranks_of(e).end());
-    }
-    detail::RankBoundNetwork below(counts, num_ranks, holders, floor - 1);
-    ASSERT_FALSE(below.fits()) << "seed " << seed;
-    const detail::TightSet tight = below.tight_set();
-    const int64_t missing = below.total() - below.routed();
-    const int64_t before = flow_with_extra_edge(counts, holders, num_ranks, floor - 1, -1, -1);
-    ASSERT_EQ(before, below.routed()) << "seed " << seed;
-    std::vector<int64_t> room(num_ranks, -1), supply(layout.num_experts(), -1);
-    detail::RankBoundNetwork scratch = below;
-    for (RankId r = 0; r < num_ranks; ++r) {
-      if (tight.ranks[r]) continue;
-      room[r] = below.room_through(r, scratch);
-      ASSERT_EQ(room[r],
-                flow_with_extra_edge(counts, holders, num_ranks, floor - 1, r, -1) - before)
-          << "seed " << seed << " rank " << r;
-    }
-    for (ExpertId e = 0; e < layout.num_experts(); ++e) {
-      if (!tight.experts[e]) continue;
-      supply[e] = below.supply_through(e, scratch);
-      ASSERT_EQ(supply[e],
-                flow_with_extra_edge(counts, holders, num_ranks, floor - 1, -1, e) - before)
-          << "seed " << seed << " expert " << e;
-    }
-    // The tasks routed under floor - 1 on a changed layout, and what the bounds allow.
-    const auto check = [&](const std::vector<ExpertId>& changed, ExpertId e, RankId r) {
-      const ExpertLayout after(topo, layout.num_experts(), slots, changed);
-      std::vector<std::vector<RankId>> after_holders(layout.num_experts());
-      for (ExpertId x = 0; x < layout.num_experts(); ++x) {
-        after_holders[x].assign(after.ranks_of(x).begin(), after.ranks_of(x).end());
-      }
-      const int64_t gain =
-          flow_with_extra_edge(counts, after_holders, num_ranks, floor - 1, -1, -1) - before;
-      EXPECT_LE(gain, std::min(room[r], supply[e])) << "seed " << seed;
-      ++num_changes;
-      num_gain_at_bound += gain > 0 && gain == std::min(room[r], supply[e]);
-      return gain == missing;  // the floor drops
-    };
-    for (RankId r = 0; r < num_ranks; ++r) {
-      if (tight.ranks[r]) continue;
-      for (int s = 0; s < slots; ++s) {
-        const ExpertId f = layout.slots_of(r)[s];
-        int64_t f_outside = 0;
-        if (f != kEmptySlot) {
-          for (RankId h : layout.ranks_of(f)) f_outside += !tight.ranks[h];
-        }
-        for (ExpertId e = 0; e < layout.num_experts(); ++e) {
-          if (!tight.experts[e] || counts[e] == 0) continue;
-          std::vector<ExpertId> changed(layout.slots().begin(), layout.slots().end());
-          changed[static_cast<size_t>(r) * slots + s] = e;
-          // A single change (f keeps a replica) ...
-          if (f == kEmptySlot || layout.num_replicas_of(f) > 1) {
-            num_lowering += check(changed, e, r);
-          }
-          // ... and every exchange with a replica of e on a rank a.
-          if (f == kEmptySlot) continue;
-          for (RankId a : layout.ranks_of(e)) {
-            if (layout.holds(a, f)) continue;
-            std::vector<ExpertId> traded = changed;
-            int num_tight_on_a = 0;
-            for (int sa = 0; sa < slots; ++sa) {
-              const ExpertId x = layout.slots_of(a)[sa];
-              num_tight_on_a += x != kEmptySlot && tight.experts[x];
-              if (x == e) traded[static_cast<size_t>(a) * slots + sa] = f;
-            }
-            if (!check(traded, e, r)) continue;
-            ++num_lowering;
-            EXPECT_LE(missing + counts[f], (floor - 1) * f_outside) << "seed " << seed;
-            EXPECT_GE(num_tight_on_a, 2) << "seed " << seed;
-            num_hall_at_limit += missing + counts[f] == (floor - 1) * f_outside;
-          }
-        }
-      }
-    }
-    ASSERT_NO_THROW(swap_toward_floor_reference(layout, counts, costs, {0.0, 1, 1 << 20, 1 << 20}))
-        << "seed " << seed;
-    num_reference_rounds += floor > assign::balance_cap(total, num_ranks, 0.0);  // it searched
-  }
-  EXPECT_GT(num_reference_rounds, 1000);
-  EXPECT_GT(num_changes, 10000);
-  EXPECT_GT(num_lowering, 100);
-  EXPECT_GT(num_gain_at_bound, 100);
-  EXPECT_GT(num_hall_at_limit, 0);
 }
 
 // One node of three ranks, full: no single change helps (expert 3's 13 tasks would stay on one
@@ -569,94 +390,6 @@ TEST(FloorSwaps, GroupsLowerTheFloorAsAWhole) {
   }
   EXPECT_GE(num_groups, 8);
   EXPECT_GE(num_stopped_after_swaps, 2);
-}
-
-// The kept network against a flow built from scratch after every change: whether the tasks fit,
-// and the tight set when they do not.
-TEST(FloorSwaps, KeptNetworkAgreesWithFreshFlows) {
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
-    SplitMix64 rng(seed * 40503);
-    const int num_ranks = 1 + static_cast<int>(rng.below(12));
-    const int experts = 1 + static_cast<int>(rng.below(16));
-    const auto counts = random_counts(rng, experts, 30);
-    auto holders = random_holders(rng, experts, num_ranks, 3);
-    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    int64_t bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) + 2));
-    detail::RankBoundNetwork network(counts, num_ranks, holders, bound);
-    for (int op = 0; op < 12; ++op) {
-      const auto holders_of = [&](ExpertId e) -> const std::vector<RankId>& { return holders[e]; };
-      detail::TightSet tight;
-      const bool want = detail::fits_under(counts, num_ranks, holders_of, bound, total, &tight);
-      ASSERT_EQ(network.fits(), want) << "seed " << seed << " op " << op;
-      if (!want) {
-        const auto got = network.tight_set();
-        ASSERT_EQ(got.experts, tight.experts) << "seed " << seed << " op " << op;
-        ASSERT_EQ(got.ranks, tight.ranks) << "seed " << seed << " op " << op;
-      }
-      const auto e = static_cast<ExpertId>(rng.below(experts));
-      const auto r = static_cast<RankId>(rng.below(num_ranks));
-      const bool held = std::find(holders[e].begin(), holders[e].end(), r) != holders[e].end();
-      switch (rng.below(3)) {
-        case 0:
-          if (!held) {
-            network.add_holder(e, r);
-            holders[e].push_back(r);
-          }
-          break;
-        case 1:
-          if (held) {
-            network.remove_holder(e, r);
-            holders[e].erase(std::find(holders[e].begin(), holders[e].end(), r));
-          }
-          break;
-        default:
-          bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) + 2));
-          network.set_bound(bound);
-      }
-    }
-  }
-}
-
-// What the group search's pruning rests on: one more holder (e on a rank r) routes at most
-// min(bound, count(e)) more tasks under a bound (the minimum cut grows by r's capacity with r
-// moved to the source side, or by count(e) with e moved to the sink side), and a change that also
-// removes a replica from r routes no more. So k swaps lower a shortfall by at most k x bound.
-TEST(FloorSwaps, OneMoreHolderRoutesAtMostOneRanksBound) {
-  int num_added = 0, num_at_bound = 0;
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
-    SplitMix64 rng(seed * 7919);
-    const int num_ranks = 1 + static_cast<int>(rng.below(10));
-    const int experts = 1 + static_cast<int>(rng.below(14));
-    const auto counts = random_counts(rng, experts, 30);
-    const auto holders = random_holders(rng, experts, num_ranks, 4);
-    const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-    const int64_t bound = static_cast<int64_t>(rng.below(static_cast<uint64_t>(total) / 2 + 2));
-    detail::RankBoundNetwork before(counts, num_ranks, holders, bound);
-    before.fits();
-    for (ExpertId e = 0; e < experts; ++e) {
-      for (RankId r = 0; r < num_ranks; ++r) {
-        if (std::find(holders[e].begin(), holders[e].end(), r) != holders[e].end()) continue;
-        detail::RankBoundNetwork added = before;
-        added.add_holder(e, r);
-        added.fits();
-        const int64_t gain = added.routed() - before.routed();
-        ASSERT_LE(gain, std::min(bound, counts[e])) << "seed " << seed << " e " << e << " r " << r;
-        ++num_added;
-        num_at_bound += gain == bound && gain > 0;
-        // Replacing a replica on r instead gains no more.
-        for (ExpertId f = 0; f < experts; ++f) {
-          if (f == e || holders[f].size() < 2) continue;
-          if (std::find(holders[f].begin(), holders[f].end(), r) == holders[f].end()) continue;
-          detail::RankBoundNetwork swapped = added;
-          swapped.remove_holder(f, r);
-          swapped.fits();
-          ASSERT_LE(swapped.routed(), added.routed()) << "seed " << seed;
-        }
-      }
-    }
-  }
-  EXPECT_GT(num_added, 1000);
-  EXPECT_GT(num_at_bound, 10);  // the bound is reached, so it is the tightest of its kind
 }
 
 // Two nodes of two ranks; expert 0 (40 tasks against a mean of 14) alone on rank 0, every other
