@@ -182,6 +182,43 @@ BENCHMARK(BM_Stats_CountRouting)
     ->Args({1 << 20, 1024})
     ->Unit(benchmark::kMillisecond);
 
+// The definition (every ordered pair, one thread) on the same inputs: the fast path's gain in one
+// run.
+void BM_Stats_CountRouting_Reference(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int num_experts = static_cast<int>(state.range(1));
+  auto w = make_workload(num_tokens, 8, num_experts, 32);
+  auto batch = RoutingBatch::trusted(w.ids, w.src, 8, num_experts, 32);
+  std::vector<int64_t> loads(num_experts), coact(static_cast<size_t>(num_experts) * num_experts);
+  for (auto _ : state) {
+    count_routing_reference(batch, loads, coact);
+    benchmark::DoNotOptimize(coact.data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+}
+BENCHMARK(BM_Stats_CountRouting_Reference)
+    ->Args({1 << 20, 128})
+    ->Args({1 << 20, 1024})
+    ->Unit(benchmark::kMillisecond);
+
+// What a Cobalt policy pays per step and layer for its statistics: counts plus the EMA update.
+void BM_Stats_Update(benchmark::State& state) {
+  const int64_t num_tokens = state.range(0);
+  const int num_experts = static_cast<int>(state.range(1));
+  auto w = make_workload(num_tokens, 8, num_experts, 32);
+  auto batch = RoutingBatch::trusted(w.ids, w.src, 8, num_experts, 32);
+  RoutingStats stats(num_experts, 0.9);
+  for (auto _ : state) {
+    stats.update(batch, 1);
+    benchmark::DoNotOptimize(stats.coactivation().data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+}
+BENCHMARK(BM_Stats_Update)
+    ->Args({1 << 18, 128})
+    ->Args({1 << 18, 1024})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_GlobalPlan_Heuristic(benchmark::State& state) {
   const int num_experts = static_cast<int>(state.range(0)),
             num_nodes = static_cast<int>(state.range(1));

@@ -13,53 +13,6 @@
 
 namespace cobalt {
 
-void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
-                   std::span<int64_t> coactivation, int num_threads) {
-  const int num_experts = batch.num_experts();
-  const size_t matrix_size = static_cast<size_t>(num_experts) * num_experts;
-  COBALT_CHECK_ARG(expert_counts.size() == static_cast<size_t>(num_experts) &&
-                       coactivation.size() == matrix_size,
-                   "count_routing: outputs sized {} and {}, need [E]={} and [E,E]={}",
-                   expert_counts.size(), coactivation.size(), num_experts, matrix_size);
-  const int top_k = batch.top_k();
-  const int64_t num_tokens = batch.num_tokens();
-  num_threads = resolve_threads(num_threads);
-  // Each chunk accumulates into its own matrices; chunk 0 writes straight into the outputs.
-  const int num_chunks = static_cast<int>(std::clamp<int64_t>(num_tokens / 65536, 1, num_threads));
-  std::vector<std::vector<int64_t>> partial_loads(num_chunks - 1,
-                                                  std::vector<int64_t>(num_experts));
-  std::vector<std::vector<int64_t>> partial_coact(num_chunks - 1,
-                                                  std::vector<int64_t>(matrix_size));
-  std::fill(expert_counts.begin(), expert_counts.end(), 0);
-  std::fill(coactivation.begin(), coactivation.end(), 0);
-  const ExpertId* ids = batch.topk_ids().data();
-  parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
-    int64_t* loads = c == 0 ? expert_counts.data() : partial_loads[c - 1].data();
-    int64_t* coact = c == 0 ? coactivation.data() : partial_coact[c - 1].data();
-    for (int64_t t = begin; t < end; ++t) {
-      const ExpertId* row = ids + t * top_k;
-      for (int a = 0; a < top_k; ++a) {
-        ++loads[row[a]];
-        int64_t* coact_row = coact + static_cast<size_t>(row[a]) * num_experts;
-        for (int b = a + 1; b < top_k; ++b) ++coact_row[row[b]];
-      }
-    }
-  });
-  for (int c = 0; c + 1 < num_chunks; ++c) {
-    for (int e = 0; e < num_experts; ++e) expert_counts[e] += partial_loads[c][e];
-    for (size_t i = 0; i < matrix_size; ++i) coactivation[i] += partial_coact[c][i];
-  }
-  // Each pair was counted at (row[a], row[b]) in selection order; fold into a symmetric matrix.
-  for (int i = 0; i < num_experts; ++i) {
-    for (int j = i + 1; j < num_experts; ++j) {
-      int64_t& upper = coactivation[static_cast<size_t>(i) * num_experts + j];
-      int64_t& lower = coactivation[static_cast<size_t>(j) * num_experts + i];
-      upper += lower;
-      lower = upper;
-    }
-  }
-}
-
 RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
     : num_experts_(num_experts), decay_(decay), exact_(exact) {
   COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= 65536,
@@ -81,7 +34,7 @@ void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
   scratch_loads_.resize(num_experts_);
   scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
   count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
-  update_counts(scratch_loads_, scratch_coact_);
+  add_counts(scratch_loads_, scratch_coact_);  // count_routing's counts need no validation
 }
 
 void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
@@ -95,17 +48,38 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
     COBALT_CHECK_ARG(expert_counts[e] >= 0, "stats: expert {} has count {} (must be >= 0)", e,
                      expert_counts[e]);
   }
+  // Square tiles, so that the transposed reads stay within a few cache lines per row; the first
+  // bad entry in row-major order of the upper triangle is the one named.
+  constexpr size_t kTile = 64;
   const size_t num_experts = expert_counts.size();
-  for (size_t i = 0; i < num_experts; ++i) {
-    for (size_t j = i; j < num_experts; ++j) {
-      const int64_t upper = coactivation[i * num_experts + j];
-      const int64_t lower = coactivation[j * num_experts + i];
-      COBALT_CHECK_ARG(upper >= 0 && upper == lower,
-                       "stats: co-activation counts must be symmetric and >= 0: [{}][{}] = {}, "
-                       "[{}][{}] = {}",
-                       i, j, upper, j, i, lower);
+  bool bad = false;
+  for (size_t i0 = 0; i0 < num_experts && !bad; i0 += kTile) {
+    for (size_t j0 = i0; j0 < num_experts && !bad; j0 += kTile) {
+      for (size_t i = i0; i < std::min(num_experts, i0 + kTile); ++i) {
+        for (size_t j = std::max(j0, i); j < std::min(num_experts, j0 + kTile); ++j) {
+          const int64_t upper = coactivation[i * num_experts + j];
+          bad = bad || upper < 0 || upper != coactivation[j * num_experts + i];
+        }
+      }
     }
   }
+  if (bad) {  // name the first offending entry (a second, plain pass: only on the error path)
+    for (size_t i = 0; i < num_experts; ++i) {
+      for (size_t j = i; j < num_experts; ++j) {
+        const int64_t upper = coactivation[i * num_experts + j];
+        const int64_t lower = coactivation[j * num_experts + i];
+        COBALT_CHECK_ARG(upper >= 0 && upper == lower,
+                         "stats: co-activation counts must be symmetric and >= 0: [{}][{}] = {}, "
+                         "[{}][{}] = {}",
+                         i, j, upper, j, i, lower);
+      }
+    }
+  }
+  add_counts(expert_counts, coactivation);
+}
+
+void RoutingStats::add_counts(std::span<const int64_t> expert_counts,
+                              std::span<const int64_t> coactivation) {
   // A step without tasks is no observation (an EMA started from it would begin at zero).
   if (std::all_of(expert_counts.begin(), expert_counts.end(), [](int64_t c) { return c == 0; })) {
     return;

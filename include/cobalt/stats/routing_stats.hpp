@@ -20,6 +20,10 @@ namespace cobalt {
 // Multithreaded over tokens; integer sums, so the result is identical for any thread count.
 void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
                    std::span<int64_t> coactivation, int num_threads = 1);
+// The same counts by the definition (every ordered pair of a token's experts, one thread): what
+// count_routing is tested against.
+void count_routing_reference(const RoutingBatch& batch, std::span<int64_t> expert_counts,
+                             std::span<int64_t> coactivation);
 
 class RoutingStats {
  public:
@@ -47,6 +51,9 @@ class RoutingStats {
   double ochiai(ExpertId i, ExpertId j) const;
 
  private:
+  // The EMA (or exact sum) step of update and update_counts, on counts known to be valid.
+  void add_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
+
   int num_experts_;
   double decay_;
   bool exact_;

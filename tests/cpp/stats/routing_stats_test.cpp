@@ -41,6 +41,39 @@ TEST(RoutingStats, CountsMatchBruteForceForAnyThreadCount) {
   }
 }
 
+// The fast path (uint32 upper-triangle chunks, unrolled common K, tiled mirroring) against the
+// definition on random shapes: K from 1 to 16, E from K to 300 (tiles cut at odd places), skewed
+// and uniform routing, batches from empty to several chunks, any thread count.
+TEST(RoutingStats, CountRoutingEqualsTheReferenceOnRandomShapes) {
+  SplitMix64 shapes(2026);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int top_k = 1 + static_cast<int>(shapes.below(16));
+    const int num_experts = top_k + static_cast<int>(shapes.below(300 - top_k));
+    const int64_t num_tokens =
+        trial % 10 == 0 ? static_cast<int64_t>(shapes.below(3))
+                        : static_cast<int64_t>(shapes.below(trial % 3 == 0 ? 200000 : 3000));
+    const double skew = trial % 2 == 0 ? 0.0 : 3.0;
+    auto owned = testing::random_batch(trial + 100, num_tokens, top_k, num_experts, 4, skew);
+    auto batch = owned.view();
+    std::vector<int64_t> ref_loads(num_experts), ref_coact(num_experts * num_experts);
+    count_routing_reference(batch, ref_loads, ref_coact);
+    for (int threads : {1, 2, 3}) {
+      std::vector<int64_t> loads(num_experts, -7), coact(num_experts * num_experts, -7);
+      count_routing(batch, loads, coact, threads);  // outputs poisoned: every entry is written
+      ASSERT_EQ(loads, ref_loads) << "trial " << trial << " threads " << threads;
+      ASSERT_EQ(coact, ref_coact) << "trial " << trial << " K " << top_k << " E " << num_experts
+                                  << " T " << num_tokens << " threads " << threads;
+    }
+  }
+}
+
+TEST(RoutingStats, CountRoutingRejectsMisSizedOutputs) {
+  auto owned = testing::random_batch(1, 10, 2, 6, 2);
+  std::vector<int64_t> loads(6), coact(35);
+  EXPECT_THROW(count_routing(owned.view(), loads, coact), Error);
+  EXPECT_THROW(count_routing_reference(owned.view(), loads, coact), Error);
+}
+
 TEST(RoutingStats, EmaArithmetic) {
   // Two experts, one token choosing both, then one token choosing expert 0 and 2.
   std::vector<ExpertId> ids1 = {0, 1}, ids2 = {0, 2};
@@ -125,6 +158,35 @@ TEST(RoutingStats, UpdateCountsRejectsCountsCountRoutingCannotMake) {
                                    std::vector<int64_t>{0, 1, 1, 1, 0, 0, 1, 0, 0}),
                Error);
   EXPECT_EQ(stats.num_updates(), 1);  // nothing was added by the rejected calls
+}
+
+// The tiled check over several tiles (E = 130: two full 64-wide tiles and a partial one): every
+// single bad entry is caught wherever it lies, and of two the first in row-major order of the upper
+// triangle is named.
+TEST(RoutingStats, UpdateCountsFindsBadEntriesInEveryTile) {
+  const int num_experts = 130;
+  auto owned = testing::random_batch(5, 2000, 4, num_experts, 2, 1.0);
+  std::vector<int64_t> loads(num_experts), coact(num_experts * num_experts);
+  count_routing(owned.view(), loads, coact);
+  RoutingStats stats(num_experts, 0.5);
+  stats.update_counts(loads, coact);
+  const std::vector<std::pair<int, int>> cells = {{0, 0},     {0, 129},   {63, 64}, {64, 63},
+                                                  {127, 128}, {129, 129}, {5, 70},  {129, 1}};
+  for (auto [i, j] : cells) {
+    auto bad = coact;
+    bad[i * num_experts + j] = i == j ? -1 : bad[i * num_experts + j] + 1;
+    EXPECT_THROW(stats.update_counts(loads, bad), Error) << i << ", " << j;
+  }
+  auto two = coact;
+  two[100 * num_experts + 120] += 3;  // later in row-major order of the upper triangle
+  two[70 * num_experts + 5] += 2;     // [5][70] != [70][5]: named first
+  try {
+    stats.update_counts(loads, two);
+    ADD_FAILURE() << "accepted an asymmetric matrix";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[5][70] = "), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(stats.num_updates(), 1);
 }
 
 TEST(RoutingStats, ReplicaTaskCountsBeyondInt16Slots) {
