@@ -55,8 +55,7 @@ void run_bench(const BenchArgs& args) {
   if (!args.model.empty()) {  // a bad name fails before the workload is generated
     as_usage_error([&] { return eval::model_preset(args.model); });
   }
-  WorkloadInput input =
-      load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks, args.threads);
+  WorkloadInput input = load_workload(args.trace_path, args.preset, overrides, "bench", {}, chunks);
   const eval::StepSource& source = *input.source;
   if (!source.has_tokens()) {
     throw UsageError("bench: the trace is load-only (counts): the timed operations need tokens");
@@ -205,7 +204,7 @@ void register_bench_command(CLI::App& app) {
                   "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)");
   cmd->add_option("--threads", args->threads,
                   "worker threads (statistics, planner restarts, assignments; the other calls run "
-                  "on one)")
+                  "on one; a preset is generated on every core, before anything is timed)")
       ->capture_default_str()
       ->transform(integer_in(1, kMaxThreads));
   cmd->add_option("--reps", args->reps, "timed runs of each row (after one untimed run)")

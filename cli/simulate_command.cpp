@@ -100,7 +100,7 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
     overrides.seed = args.seed;
   }
   WorkloadInput input =
-      load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks, args.threads);
+      load_workload(args.trace_path, args.preset, overrides, "simulate", {}, chunks);
   const eval::ChunkInfo info = input.source->chunk_info();  // a copy: the source may be replaced
   if (is_trace && input.source->has_tokens() && input.source->num_steps() < 2 && !args.steps &&
       !args.tokens_per_step && info.trace_tokens >= 2) {
@@ -380,7 +380,9 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
       ->capture_default_str()
       ->transform(seed_value());
-  cmd->add_option("--threads", args->threads, "worker threads (results do not depend on it)")
+  cmd->add_option("--threads", args->threads,
+                  "worker threads of the policies (results do not depend on it; a preset is "
+                  "generated on every core)")
       ->capture_default_str()
       ->transform(integer_in(1, kMaxThreads));
   cmd->add_flag("--async-planning", args->async_planning,

@@ -35,7 +35,7 @@ void require_generation_memory(const workload::WorkloadSpec& spec, const std::st
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
                             const std::function<void(workload::WorkloadSpec&)>& adjust,
-                            const eval::ChunkOptions& chunks, int num_threads) {
+                            const eval::ChunkOptions& chunks) {
   if (trace_path.empty() == preset.empty()) {
     throw UsageError(fmt::format("{}: give exactly one of --trace FILE or --preset NAME", command));
   }
@@ -54,7 +54,7 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
   if (adjust) adjust(spec);
   require_generation_memory(spec, command);
   workload::GenerateOptions generate;
-  generate.num_threads = num_threads;
+  generate.num_threads = 0;  // every core (see the header)
   input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec, generate));
   input.source = eval::make_step_source(*input.data);
   return input;

@@ -34,12 +34,12 @@ void require_generation_memory(const workload::WorkloadSpec& spec, const std::st
 // Exactly one of trace_path / preset must be non-empty (UsageError otherwise). `adjust` may edit
 // the preset's spec before generation (e.g. a smaller instance). `chunks` re-chunks or cycles a
 // trace file's steps (eval/step_source.hpp; presets take their sizes from `overrides` instead);
-// chunk options that do not fit the trace are usage errors. A preset is generated on
-// `num_threads` threads (the trace does not depend on it).
+// chunk options that do not fit the trace are usage errors. A preset is generated on every core
+// (the trace does not depend on the thread count, and generation precedes anything timed).
 WorkloadInput load_workload(const std::string& trace_path, const std::string& preset,
                             const workload::PresetOverrides& overrides, const std::string& command,
                             const std::function<void(workload::WorkloadSpec&)>& adjust = {},
-                            const eval::ChunkOptions& chunks = {}, int num_threads = 1);
+                            const eval::ChunkOptions& chunks = {});
 
 // The metadata of the loaded trace (the file's extra keys or the generated trace's).
 const std::map<std::string, std::string>& workload_metadata(const WorkloadInput& input);
