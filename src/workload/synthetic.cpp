@@ -11,6 +11,7 @@
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
 #include "layer_model.hpp"
+#include "local_group.hpp"
 
 namespace cobalt::workload {
 
@@ -22,52 +23,6 @@ constexpr int64_t kTokensPerChunk = 16384;
 // Groups up to this size are drawn from a per-token copy of their weights (exact sampling without
 // replacement in O(size) per pick); larger groups use rejection on their alias table.
 constexpr int kMaxLocalGroup = 64;
-
-// Weighted draws without replacement from one group, for one token: the group's weights [m] with
-// the drawn members masked out (m <= 64), and their running total.
-class LocalGroup {
- public:
-  // total: the group's weights summed in order from 0 (the same double every token starts from).
-  LocalGroup(const AliasTable& table, double total)
-      : table_(table), weights_(table.weights().data()), size_(table.size()), total_(total) {}
-  // A member not drawn yet, or -1 when none is left.
-  ExpertId draw(uint64_t hash) {
-    if (!(total_ > 0)) return -1;
-    const double target = uniform_unit(hash) * total_;
-    double acc = 0;
-    int pick = -1;
-    for (int i = 0; i < size_; ++i) {
-      if (weights_[i] <= 0 || ((removed_ >> i) & 1)) continue;
-      pick = i;
-      acc += weights_[i];
-      if (target < acc) break;
-    }
-    if (pick < 0) {
-      total_ = 0;
-      return -1;
-    }
-    remove(pick);
-    return table_.items()[pick];
-  }
-  void remove(int slot) {
-    if ((removed_ >> slot) & 1) return;  // its weight already left the total
-    total_ -= weights_[slot];
-    removed_ |= uint64_t{1} << slot;
-  }
-
-  static double total_of(const AliasTable& table) {
-    double total = 0;
-    for (double w : table.weights()) total += w;
-    return total;
-  }
-
- private:
-  const AliasTable& table_;
-  const double* weights_;
-  int size_;
-  double total_;
-  uint64_t removed_ = 0;
-};
 
 // Draws the K experts of tokens [begin, end) of one (step, layer).
 //   ids: [T_s, K] of this step; sources: [T_s].
