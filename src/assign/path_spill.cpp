@@ -21,7 +21,7 @@ class PathSpill {
 
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
             std::span<RankId> exec_rank, std::vector<uint64_t>& reach, std::vector<uint32_t>& tasks,
-            ReachCounting counting)
+            ReachCounting counting, SpillScan scan)
       : batch_(batch),
         layout_(layout),
         load_(load),
@@ -31,7 +31,8 @@ class PathSpill {
         top_k_(batch.top_k()),
         per_node_(layout.topology().ranks_per_node()),
         num_nodes_(layout.num_nodes()),
-        num_reps_(layout.num_replicas()) {
+        num_reps_(layout.num_replicas()),
+        use_cursors_(scan == SpillScan::kCursors) {
     rep_rank_.assign(layout.replica_ranks().begin(), layout.replica_ranks().end());
     rep_expert_.resize(num_reps_);
     for (ExpertId e = 0; e < layout.num_experts(); ++e) {
@@ -104,6 +105,10 @@ class PathSpill {
       tasks_[cursor[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
     scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
     moved_in_.resize(num_reps_);
+    if (use_cursors_) {
+      free_cursor_.resize(static_cast<size_t>(num_reps_) * num_nodes_);
+      for (int a = 0; a < num_reps_; ++a) reset_cursors(a);
+    }
   }
 
   void run(int64_t cap) {
@@ -141,6 +146,18 @@ class PathSpill {
   }
   int64_t free_tasks(int rep, int node) const {
     return reach_count_[static_cast<size_t>(rep) * num_nodes_ + node];
+  }
+  // Where the free pass of replica `rep` towards `node` resumes: a position in its original list
+  // (offsets_) and, once that list is exhausted, an index into moved_in_[rep].
+  struct Cursor {
+    int64_t list = 0;
+    size_t moved_in = 0;
+  };
+  Cursor& cursor_of(int rep, int node) {
+    return free_cursor_[static_cast<size_t>(rep) * num_nodes_ + node];
+  }
+  void reset_cursors(int rep) {
+    for (int n = 0; n < num_nodes_; ++n) cursor_of(rep, n) = Cursor{offsets_[rep], 0};
   }
 
   // One augmentation from `source`; false when no target is reachable.
@@ -227,9 +244,18 @@ class PathSpill {
       // Stale entries at the front of the original list are skipped for good.
       int64_t& begin = scan_begin_[from];
       while (begin < offsets_[from + 1] && exec_rank_[tasks_[begin]] != rep_rank_[from]) ++begin;
-      for (int64_t pos = begin; pos < offsets_[from + 1] && wanted(); ++pos) visit(tasks_[pos]);
+      // The free pass resumes where the last one for this node stopped: the entries before are
+      // moved away or have no token reaching the node (see SpillScan).
+      Cursor* cursor = want_free && use_cursors_ ? &cursor_of(from, to_node) : nullptr;
+      int64_t pos = cursor ? std::max(begin, cursor->list) : begin;
+      for (; pos < offsets_[from + 1] && wanted(); ++pos) visit(tasks_[pos]);
       const auto& extra = moved_in_[from];  // visit() appends to other replicas' lists only
-      for (size_t i = 0; i < extra.size() && wanted(); ++i) visit(extra[i]);
+      size_t i = cursor && pos == offsets_[from + 1] ? cursor->moved_in : 0;
+      for (; i < extra.size() && wanted(); ++i) visit(extra[i]);
+      if (cursor) {
+        cursor->list = pos;
+        if (pos == offsets_[from + 1]) cursor->moved_in = i;
+      }
     }
   }
 
@@ -242,6 +268,8 @@ class PathSpill {
     add_reach(from, reach_[t], -1);
     exec_rank_[task] = rep_rank_[to];
     moved_in_[to].push_back(task);
+    // An entry of `to`'s lists may be live again (the task moved back): its searches restart.
+    if (use_cursors_) reset_cursors(to);
     // Update the token's reach and, for its other tasks, their replicas' per-node counts.
     uint64_t new_reach = node_bit(src_node);
     for (int k = 0; k < top_k_; ++k) new_reach |= node_bit(node_of_rank_[exec_rank_[row + k]]);
@@ -252,6 +280,12 @@ class PathSpill {
         const int rep = rep_of(batch_.topk_ids()[row + k], exec_rank_[row + k]);
         add_reach(rep, changed & reach_[t], -1);
         add_reach(rep, changed & new_reach, +1);
+        // The token now reaches these nodes: its task on `rep` may qualify for them again.
+        if (use_cursors_) {
+          for (uint64_t m = changed & new_reach; m; m &= m - 1) {
+            cursor_of(rep, std::countr_zero(m)) = Cursor{offsets_[rep], 0};
+          }
+        }
       }
       reach_[t] = new_reach;
     }
@@ -266,6 +300,8 @@ class PathSpill {
   std::vector<uint64_t>& reach_;  // [T] nodes each token reaches (caller's scratch)
   std::vector<uint32_t>& tasks_;  // [T K] task indices grouped by original replica (scratch)
   const int top_k_, per_node_, num_nodes_, num_reps_;
+  const bool use_cursors_;
+  std::vector<Cursor> free_cursor_;             // [reps, N] (SpillScan::kCursors)
   std::vector<RankId> rep_rank_;                // [reps]
   std::vector<ExpertId> rep_expert_;            // [reps]
   std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
@@ -328,21 +364,22 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
-                                 ReachCounting counting) {
+                                 ReachCounting counting, SpillScan scan) {
   std::vector<uint64_t> per_token;
   std::vector<uint32_t> per_task;
-  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task, counting);
+  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task, counting,
+                              scan);
 }
 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                                 ReachCounting counting) {
+                                 ReachCounting counting, SpillScan scan) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",
                exec_rank.size());
-  PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting).run(cap);
+  PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting, scan).run(cap);
 }
 
 }  // namespace cobalt::assign::detail

@@ -48,15 +48,25 @@ void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, in
 // force one way, for the tests that compare them (kByReachSet needs N <= 8).
 enum class ReachCounting { kAuto, kPerTask, kByReachSet };
 
+// How a move finds a replica's tasks whose token already reaches the destination node: kCursors
+// resumes, per (replica, node), where its last search ended (the entries before it are known
+// not to qualify; a cursor goes back to the start of its list whenever an entry could qualify
+// again: the token of one of its tasks gains that node, or a task moves onto the replica); kPlain
+// searches from the start of the list every time. The same tasks are found either way (the tests
+// compare them); kPlain is the reference.
+enum class SpillScan { kCursors, kPlain };
+
 // spill_along_paths without its two shortcuts (nothing above the cap, spill_target_reachable):
 // always builds the bookkeeping and runs. The same result; for tests of the shortcuts.
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
-                                 ReachCounting counting = ReachCounting::kAuto);
+                                 ReachCounting counting = ReachCounting::kAuto,
+                                 SpillScan scan = SpillScan::kCursors);
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                                 ReachCounting counting = ReachCounting::kAuto);
+                                 ReachCounting counting = ReachCounting::kAuto,
+                                 SpillScan scan = SpillScan::kCursors);
 
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
 // could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an

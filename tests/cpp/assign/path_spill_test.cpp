@@ -123,5 +123,42 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
   EXPECT_GT(num_moved, 50);  // the spill had work to do on many of them
 }
 
+// The cursors that resume each free search (SpillScan::kCursors) find the same tasks as searching
+// from the start every time (kPlain): same assignment and loads on random instances of 1 to 8
+// nodes (both reach countings) and of up to 12 nodes, with batches large enough for many
+// augmentations through the same replicas, tasks moving back, and tokens gaining nodes.
+TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
+  int num_moved = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed * 77);
+    const int nodes = 1 + static_cast<int>(rng.below(seed % 3 == 0 ? 12 : 8)),
+              per_node = 1 + static_cast<int>(rng.below(4));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 1 + static_cast<int>(rng.below(4));
+    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+    auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 6)));
+    auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(1500)), top_k,
+                                       experts, topo.num_ranks(), 2.0);
+    auto batch = owned.view();
+    std::vector<RankId> exec;
+    std::vector<int64_t> load;
+    random_valid_assignment(batch, layout, rng, exec, load);
+    const int64_t cap = batch.num_tasks() / topo.num_ranks();
+    for (auto counting : {ReachCounting::kAuto, ReachCounting::kPerTask}) {
+      auto cursor_exec = exec, plain_exec = exec;
+      auto cursor_load = load, plain_load = load;
+      spill_along_paths_unchecked(batch, layout, cap, cursor_load, cursor_exec, counting,
+                                  SpillScan::kCursors);
+      spill_along_paths_unchecked(batch, layout, cap, plain_load, plain_exec, counting,
+                                  SpillScan::kPlain);
+      ASSERT_EQ(cursor_exec, plain_exec) << "seed " << seed;
+      ASSERT_EQ(cursor_load, plain_load) << "seed " << seed;
+      num_moved += plain_exec != exec;
+    }
+  }
+  EXPECT_GT(num_moved, 200);
+}
+
 }  // namespace
 }  // namespace cobalt::assign::detail
