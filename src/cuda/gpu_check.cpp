@@ -1,8 +1,10 @@
 // cobalt_gpu_check: checks every CUDA kernel against its CPU reference and times it.
 //
-//   cobalt_gpu_check [--traces DIR] [--tokens N] [--reps N] [--quick] [--dry-run] [--csv FILE]
+//   cobalt_gpu_check [--traces DIR] [--tokens N] [--reps N] [--quick] [--no-timing] [--dry-run]
+//                    [--csv FILE]
 //
-// --dry-run builds the inputs and runs the CPU references only (no CUDA call), to test this
+// --no-timing checks each case once and times nothing (what the runs under compute-sanitizer
+// need). --dry-run builds the inputs and runs the CPU references only (no CUDA call), to test this
 // program where there is no GPU.
 // Correctness: each checked run writes into outputs pre-filled with a poison byte pattern, copies
 // them back and compares every element with the CPU reference (bitwise; integers only), so an
@@ -356,6 +358,8 @@ int main(int argc, char** argv) {
       opt.reps = std::max(1, std::stoi(value()));
     } else if (a == "--quick") {
       opt.quick = true;
+    } else if (a == "--no-timing") {
+      opt.timing = false;
     } else if (a == "--dry-run") {
       opt.dry_run = true;
     } else if (a == "--csv") {
@@ -363,7 +367,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: cobalt_gpu_check [--traces DIR] [--tokens N] [--reps N] [--quick] "
-                   "[--dry-run] [--csv FILE]\n");
+                   "[--no-timing] [--dry-run] [--csv FILE]\n");
       return 64;
     }
   }

@@ -241,6 +241,10 @@ void check_topoep(Context& ctx, const std::string& name, const plan::TopoEpInput
     din.token_bytes = in.token_bytes;
     din.expert_param_bytes = in.expert_param_bytes;
     din.demand = demand.get();
+    // The CPU solver has no cap on refinement moves; the GPU's move log holds max_moves_per_node
+    // per node (status 2 beyond): room for every move the CPU made, so the two are comparable.
+    din.max_moves_per_node =
+        std::max<int>(din.max_moves_per_node, static_cast<int>(cpu.stats.num_refinement_moves) + 1);
     const int64_t capacity = topoep_quota_capacity(G, S);
     DeviceBuffer<int32_t> slots(static_cast<size_t>(G) * S), status(1);
     DeviceBuffer<int64_t> offsets(G + 1), loads(G), stats(4);

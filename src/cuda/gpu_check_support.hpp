@@ -91,6 +91,7 @@ struct Options {
   int64_t tokens = 1000000;
   int reps = 20;
   bool quick = false;
+  bool timing = true;    // false: check each case once, time nothing (runs under sanitizers)
   bool dry_run = false;  // inputs and CPU references only (no CUDA call): tests this program
   std::string csv;
 };
@@ -225,7 +226,7 @@ template <typename Call, typename Compare>
 void check_then_time(Context& ctx, Row& row, const Call& call, const Compare& compare, bool timed) {
   call();
   row.mismatches = compare();
-  if (timed) {
+  if (timed && ctx.opt.timing) {
     time_calls(ctx, row, call);
     try {
       time_graph_replays(ctx, row, call);

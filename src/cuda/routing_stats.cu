@@ -112,9 +112,8 @@ int count_blocks(int64_t num_tokens, int top_k, int num_experts, StatsMethod met
   if (is_shared(method)) {
     detail::allow_dynamic_shared(kernel, smem, "routing count kernel");
   }
-  int per_sm = 0;
-  detail::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
-                "cudaOccupancyMaxActiveBlocksPerMultiprocessor (count_kernel)");
+  const int per_sm = detail::max_active_blocks_per_sm(
+      kernel, kThreads, smem, "cudaOccupancyMaxActiveBlocksPerMultiprocessor (count_kernel)");
   const int64_t by_device = static_cast<int64_t>(info.num_sms) * (per_sm > 0 ? per_sm : 1);
   const int64_t by_tokens = (num_tokens + kThreads - 1) / kThreads;
   const int64_t blocks = by_tokens < by_device ? by_tokens : by_device;

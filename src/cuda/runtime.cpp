@@ -6,6 +6,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "cobalt/core/error.hpp"
@@ -84,6 +85,22 @@ void allow_dynamic_shared(const void* kernel, size_t bytes, const char* what) {
          "cuda: {} needs {} bytes of shared memory per block, the device allows {}", what, bytes,
          kernel_limits.dynamic_limit);
   }
+}
+
+int max_active_blocks_per_sm(const void* kernel, int block_threads, size_t shared_bytes,
+                             const char* what) {
+  const int device = current_device_info().device;
+  using Key = std::tuple<const void*, int, int, size_t>;  // (kernel, device, threads, bytes)
+  static std::mutex mutex;
+  static std::map<Key, int> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  const Key key{kernel, device, block_threads, shared_bytes};
+  if (const auto it = cache.find(key); it != cache.end()) return it->second;
+  int per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_threads, shared_bytes),
+        what);
+  cache.emplace(key, per_sm);
+  return per_sm;
 }
 
 }  // namespace detail

@@ -31,6 +31,12 @@ const DeviceInfo& current_device_info();
 // that, kInternal when the runtime refuses.
 void allow_dynamic_shared(const void* kernel, size_t bytes, const char* what);
 
+// cudaOccupancyMaxActiveBlocksPerMultiprocessor for (kernel, block threads, dynamic shared bytes)
+// on the current device, asked once and cached (thread-safe): a launcher that sizes its grid by
+// occupancy pays a map lookup per call instead of a runtime query.
+int max_active_blocks_per_sm(const void* kernel, int block_threads, size_t shared_bytes,
+                             const char* what);
+
 inline cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 // Throws kInvalidArgument with `message` unless p is a multiple of `alignment` bytes.

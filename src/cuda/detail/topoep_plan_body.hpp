@@ -353,6 +353,10 @@ COBALT_HD inline void topo_refine_node(const Warp& warp, const TopoShape& s, con
       break;
     }
     const int t = best.target;
+    // Every lane's reads of the node state (the busiest-rank scan and the candidates) end before
+    // the leader writes it: shuffles order the values, but for racecheck only a barrier orders
+    // the shared-memory accesses.
+    warp.sync();
     if (warp.leader()) {
       int to_slot = best.to_slot;
       if (to_slot < 0) {
