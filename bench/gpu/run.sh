@@ -16,12 +16,13 @@
 #
 # Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
-# With COBALT_GPU_SANITIZE=1, when the checks ran (passed or failed: the tools may say why),
-# compute-sanitizer's memcheck and then racecheck also run the quick check on 20000 tokens, each
-# case checked once and nothing timed (--no-timing; not yet timed on a GPU; at most 150 s each):
-# exit 8 when either reports an error, fails a check under the tool or times out (exit 1 stays 1);
-# a tool that cannot run on this machine (e.g. "Device not supported") is reported and does not
-# fail the run. Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT). Worst case 240 + 2 x 160 s:
+# With COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
+# failure the tools may say why), compute-sanitizer's memcheck and then racecheck also run the
+# quick check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet
+# timed on a GPU; at most 150 s each): exit 8 when either reports an error, fails a check under
+# the tool, times out or exits 0 without the program's summary line (a failed main run keeps its
+# own status); a tool that cannot run on this machine (e.g. "Device not supported") is reported
+# and does not fail the run. Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT). Worst case 240 + 2 x 160 s:
 # give the device call timeout_s=600.
 # Designed to finish in well under 3 minutes of device time with the bundle (no build there)
 # without COBALT_GPU_SANITIZE.
@@ -116,8 +117,11 @@ set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
   "(0 all checks passed, 1 a check failed, 2 no GPU, 3 a CUDA error outside a check," \
   "124 timeout)" | tee -a "$log"
-# Sanitizers only where the check program ran its cases (0 passed, 1 a check failed).
-if [[ -z ${COBALT_GPU_SANITIZE:-} || ($status -ne 0 && $status -ne 1) ]]; then exit "$status"; fi
+# Sanitizers only where the check program reached the device (0 passed, 1 a check failed, 3 a CUDA
+# error outside a check: memcheck may say which access).
+if [[ -z ${COBALT_GPU_SANITIZE:-} || ($status -ne 0 && $status -ne 1 && $status -ne 3) ]]; then
+  exit "$status"
+fi
 
 # What the host emulation cannot see: out-of-bounds or misaligned device accesses (memcheck),
 # shared-memory races (racecheck). (Unwritten outputs are caught by the poisoned outputs.)
@@ -138,12 +142,21 @@ for tool in memcheck racecheck; do
   set -e
   tail -3 "$tool_log" 2>/dev/null | sed "s/^/  $tool: /" | tee -a "$log"
   case $tool_status in
-    0) verdict="clean" ;;
+    0)
+      # Clean only if the check program ran to its end under the tool (its last line).
+      if grep -q 'all checks passed' "$tool_log"; then
+        verdict="clean"
+      else
+        verdict="exit 0 but the check program's summary is missing (see $tool_log)"; found=1
+      fi
+      ;;
     9) verdict="errors reported"; found=1 ;;
     1) verdict="a check failed under the tool"; found=1 ;;
     124 | 137) verdict="timed out"; found=1 ;;
     *)
-      if grep -qiE 'not supported|unable to (start|attach)|failed to initialize' "$tool_log"; then
+      # The tool's own lines start with '========='; a CUDA error of the program does not.
+      if grep -E '^=========' "$tool_log" |
+        grep -qiE 'not supported|unable to (start|attach)|failed to initiali[sz]e'; then
         verdict="the tool could not run here (not a kernel error; see $tool_log)"
       else
         verdict="the check program failed under the tool"; found=1

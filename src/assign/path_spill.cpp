@@ -256,6 +256,11 @@ class PathSpill {
         cursor->list = pos;
         if (pos == offsets_[from + 1]) cursor->moved_in = i;
       }
+      // The free pass stops only when it has moved enough or no free task is left: one it did not
+      // find (a cursor past a task that qualifies again) would be replaced silently by pass 1.
+      COBALT_CHECK_INTERNAL(!want_free || num == 0 || free_tasks(from, to_node) == 0,
+                            "chain spill: {} free tasks of replica {} towards node {} not found",
+                            free_tasks(from, to_node), from, to_node);
     }
   }
 

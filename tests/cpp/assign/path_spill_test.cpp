@@ -124,9 +124,10 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
 }
 
 // The cursors that resume each free search (SpillScan::kCursors) find the same tasks as searching
-// from the start every time (kPlain): same assignment and loads on random instances of 1 to 8
-// nodes (both reach countings) and of up to 12 nodes, with batches large enough for many
-// augmentations through the same replicas, tasks moving back, and tokens gaining nodes.
+// from the start every time (kPlain): same assignment and loads on random instances of 1 to 12
+// nodes, counting reach by pairs (up to 8 nodes) and per task, with batches of up to 1500 tokens
+// and caps at the mean, so that many augmentations pass through the same replicas. (A free search
+// that missed a task would also trip the spill's own check that the free pass found them all.)
 TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
   int num_moved = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
@@ -145,7 +146,8 @@ TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
     std::vector<int64_t> load;
     random_valid_assignment(batch, layout, rng, exec, load);
     const int64_t cap = batch.num_tasks() / topo.num_ranks();
-    for (auto counting : {ReachCounting::kAuto, ReachCounting::kPerTask}) {
+    const auto pairs = nodes <= 8 ? ReachCounting::kByReachSet : ReachCounting::kPerTask;
+    for (auto counting : {pairs, ReachCounting::kPerTask}) {
       auto cursor_exec = exec, plain_exec = exec;
       auto cursor_load = load, plain_load = load;
       spill_along_paths_unchecked(batch, layout, cap, cursor_load, cursor_exec, counting,
