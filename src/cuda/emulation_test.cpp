@@ -273,7 +273,9 @@ struct TopoResult {
   int32_t status;
 };
 
-TopoResult emulate_topoep(const plan::TopoEpInput& in) {
+// sort: rank each node's candidates as the kernel does (a bitonic sort where the keys fit in
+// shared memory, counting beyond); false: always by counting (the kernel's path for E > 2048).
+TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true) {
   const int G = in.topology.num_ranks(), E = in.num_experts, N = in.topology.num_nodes();
   const int mains = (E + G - 1) / G;
   const detail::TopoShape s{G,
@@ -300,9 +302,22 @@ TopoResult emulate_topoep(const plan::TopoEpInput& in) {
   std::fill(r.stats, r.stats + 4, 0);
   r.status = 0;
   // The kernels in launch order; within a kernel, blocks / warps / threads one after another.
+  const int sort_size = sort ? detail::topo_place_sort_size(s) : 0;
+  std::vector<detail::TopoSortKey> keys(sort_size);
   for (int d = 0; d < N; ++d) {
     detail::topo_place_phase_a(0, 1, s, w, d);
-    detail::topo_place_phase_b(0, 1, s, w, d);
+    if (sort_size == 0) {
+      detail::topo_place_phase_b(0, 1, s, w, d);
+      continue;
+    }
+    // The kernel's barrier-separated stages, each run by every thread (here: one thread doing
+    // all of a stage's work; within a stage the threads touch disjoint pairs).
+    detail::topo_sort_keys(0, 1, s, w, d, keys.data(), sort_size);
+    for (int k = 2; k <= sort_size; k <<= 1) {
+      for (int j = k >> 1; j > 0; j >>= 1)
+        detail::topo_sort_stage(0, 1, keys.data(), sort_size, k, j);
+    }
+    detail::topo_place_sorted(0, 1, s, w, d, keys.data(), sort_size);
   }
   for (int e = 0; e < E; ++e) detail::topo_route_expert(s, w, e);
   const HostWarp warp;
@@ -333,24 +348,42 @@ TopoResult emulate_topoep(const plan::TopoEpInput& in) {
   return r;
 }
 
+// Both ways of ranking stage (1)'s candidates (sorted, counted) against the CPU solver.
 void expect_topoep_equal(const plan::TopoEpInput& in) {
   const plan::TopoEpPlan cpu = plan::solve_topoep(in);
-  const TopoResult gpu = emulate_topoep(in);
-  ASSERT_EQ(gpu.status, 0);
-  EXPECT_EQ(gpu.slots, cpu.slots);
-  EXPECT_EQ(gpu.source_offsets, cpu.source_offsets);
-  ASSERT_EQ(gpu.quotas.size(), cpu.quotas.size());
-  for (size_t i = 0; i < cpu.quotas.size(); ++i) {
-    ASSERT_TRUE(gpu.quotas[i].expert == cpu.quotas[i].expert &&
-                gpu.quotas[i].dst == cpu.quotas[i].dst &&
-                gpu.quotas[i].count == cpu.quotas[i].count)
-        << "quota " << i;
+  for (const bool sort : {true, false}) {
+    SCOPED_TRACE(sort ? "candidates sorted" : "candidates counted");
+    const TopoResult gpu = emulate_topoep(in, sort);
+    ASSERT_EQ(gpu.status, 0);
+    EXPECT_EQ(gpu.slots, cpu.slots);
+    EXPECT_EQ(gpu.source_offsets, cpu.source_offsets);
+    ASSERT_EQ(gpu.quotas.size(), cpu.quotas.size());
+    for (size_t i = 0; i < cpu.quotas.size(); ++i) {
+      ASSERT_TRUE(gpu.quotas[i].expert == cpu.quotas[i].expert &&
+                  gpu.quotas[i].dst == cpu.quotas[i].dst &&
+                  gpu.quotas[i].count == cpu.quotas[i].count)
+          << "quota " << i;
+    }
+    EXPECT_EQ(gpu.rank_loads, cpu.rank_loads);
+    EXPECT_EQ(gpu.stats[0], cpu.stats.num_inter_node_replicas);
+    EXPECT_EQ(gpu.stats[1], cpu.stats.num_intra_node_replicas);
+    EXPECT_EQ(gpu.stats[2], cpu.stats.num_refinement_moves);
+    EXPECT_EQ(gpu.stats[3], cpu.stats.num_dropped_replicas);
   }
-  EXPECT_EQ(gpu.rank_loads, cpu.rank_loads);
-  EXPECT_EQ(gpu.stats[0], cpu.stats.num_inter_node_replicas);
-  EXPECT_EQ(gpu.stats[1], cpu.stats.num_intra_node_replicas);
-  EXPECT_EQ(gpu.stats[2], cpu.stats.num_refinement_moves);
-  EXPECT_EQ(gpu.stats[3], cpu.stats.num_dropped_replicas);
+}
+
+// The place kernel sorts where the padded keys fit its 32 KB of shared memory, counts beyond.
+TEST(TopoEpEmulation, CandidatesAreSortedUpTo2048Experts) {
+  auto shape = [](int experts) {
+    return detail::TopoShape{16, experts, 2, 8, 200, 1, 4096, 1.0, 0.0};
+  };
+  EXPECT_EQ(detail::topo_place_sort_size(shape(1)), 1);
+  EXPECT_EQ(detail::topo_place_sort_size(shape(640)), 1024);
+  EXPECT_EQ(detail::topo_place_sort_size(shape(1024)), 1024);
+  EXPECT_EQ(detail::topo_place_sort_size(shape(1025)), 2048);
+  EXPECT_EQ(detail::topo_place_sort_size(shape(2048)), 2048);
+  EXPECT_EQ(detail::topo_place_sort_size(shape(2049)), 0);
+  EXPECT_LE(2048 * sizeof(detail::TopoSortKey), 32u * 1024u);
 }
 
 TEST(TopoEpEmulation, MatchesTheCpuSolver) {

@@ -18,10 +18,28 @@ constexpr int kPlaceThreads = 256;
 constexpr int kRouteThreads = 128;
 constexpr int kWarpsPerBlock = 4;  // quota kernels: one warp per expert or source rank
 
-__global__ void __launch_bounds__(kPlaceThreads) place_kernel(TopoShape s, TopoWork w) {
-  detail::topo_place_phase_a(threadIdx.x, kPlaceThreads, s, w, blockIdx.x);
+// One block per node. The node's candidates are ranked by a bitonic sort of their keys in shared
+// memory when `sort_size` > 0 (topo_place_sort_size), else by counting (topo_place_phase_b).
+__global__ void __launch_bounds__(kPlaceThreads)
+    place_kernel(TopoShape s, TopoWork w, int sort_size) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = threadIdx.x, node = blockIdx.x;
+  detail::topo_place_phase_a(tid, kPlaceThreads, s, w, node);
   __syncthreads();
-  detail::topo_place_phase_b(threadIdx.x, kPlaceThreads, s, w, blockIdx.x);
+  if (sort_size == 0) {
+    detail::topo_place_phase_b(tid, kPlaceThreads, s, w, node);
+    return;
+  }
+  auto* keys = reinterpret_cast<detail::TopoSortKey*>(smem);
+  detail::topo_sort_keys(tid, kPlaceThreads, s, w, node, keys, sort_size);
+  __syncthreads();
+  for (int k = 2; k <= sort_size; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      detail::topo_sort_stage(tid, kPlaceThreads, keys, sort_size, k, j);
+      __syncthreads();
+    }
+  }
+  detail::topo_place_sorted(tid, kPlaceThreads, s, w, node, keys, sort_size);
 }
 
 __global__ void __launch_bounds__(kRouteThreads) route_kernel(TopoShape s, TopoWork w) {
@@ -174,7 +192,8 @@ void solve_topoep(const TopoEpDeviceInput& in, const TopoEpDeviceOutput& out, vo
   detail::check(cudaMemsetAsync(out.status, 0, sizeof(int32_t), st),
                 "cudaMemsetAsync (topoep status)");
 
-  place_kernel<<<N, kPlaceThreads, 0, st>>>(s, w);
+  const int sort_size = detail::topo_place_sort_size(s);
+  place_kernel<<<N, kPlaceThreads, sort_size * sizeof(detail::TopoSortKey), st>>>(s, w, sort_size);
   detail::check(cudaGetLastError(), "topoep place_kernel");
   route_kernel<<<(E + kRouteThreads - 1) / kRouteThreads, kRouteThreads, 0, st>>>(s, w);
   detail::check(cudaGetLastError(), "topoep route_kernel");

@@ -178,13 +178,42 @@ COBALT_HD inline void topo_place_phase_a(int tid, int num_threads, const TopoSha
 
 // Phase B: candidate i in (D desc, id asc) order, if i < M * N_slot, goes to local rank i mod M,
 // the (i div M)-th temporary slot there: the CPU's "least occupied rank, ties lower rank" on a node
-// whose ranks all start with no temporary replica.
-COBALT_HD inline void topo_place_phase_b(int tid, int num_threads, const TopoShape& s,
-                                         const TopoWork& w, int d) {
+// whose ranks all start with no temporary replica. Two ways to find the order: each candidate
+// counts the candidates before it (topo_place_phase_b, O(E^2) over the block: E = 640 is 640
+// dependent steps for the threads of the hottest candidates), or the node's candidates are sorted
+// in shared memory (topo_sort_*, then topo_place_sorted: O(E log^2 E) over the block), when the
+// padded key array fits (topo_place_sort_size).
+COBALT_HD inline void topo_place_one(const TopoShape& s, const TopoWork& w, int d, int e,
+                                     int64_t rank) {
+  const int first = d * s.per_node;
+  const int64_t row = static_cast<int64_t>(d) * s.num_experts;
+  const int r = first + static_cast<int>(rank % s.per_node);
+  const int slot = topo_num_mains(r, s) + static_cast<int>(rank / s.per_node);
+  w.slot_expert[static_cast<int64_t>(r) * s.slots + slot] = e;
+  w.rep_rank[row + e] = r;
+  w.rep_slot[row + e] = slot;
+  atomic_add_i32(&w.extra_count[e], 1);
+}
+
+// The replica counts of the node's ranks and the stats, once its candidates are placed.
+COBALT_HD inline void topo_place_counts(int tid, int num_threads, const TopoShape& s,
+                                        const TopoWork& w, int d) {
   const int first = d * s.per_node;
   const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
-  const int64_t row = static_cast<int64_t>(d) * s.num_experts;
   const int64_t placed = hd_min<int64_t>(w.num_candidates[d], capacity);
+  for (int i = tid; i < s.per_node; i += num_threads) {
+    const int r = first + i;
+    const int reps = static_cast<int>(placed / s.per_node + (i < placed % s.per_node ? 1 : 0));
+    w.replicas_used[r] = reps;
+    w.slot_used[r] = topo_num_mains(r, s) + reps;
+  }
+  if (tid == 0 && placed > 0) atomic_add_i64(&w.stats[0], placed);
+}
+
+COBALT_HD inline void topo_place_phase_b(int tid, int num_threads, const TopoShape& s,
+                                         const TopoWork& w, int d) {
+  const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
+  const int64_t row = static_cast<int64_t>(d) * s.num_experts;
   for (int e = tid; e < s.num_experts; e += num_threads) {
     if (!w.candidate[row + e]) continue;
     const int64_t mine = w.node_demand[row + e];
@@ -194,21 +223,62 @@ COBALT_HD inline void topo_place_phase_b(int tid, int num_threads, const TopoSha
       const int64_t other = w.node_demand[row + j];
       rank += (other > mine || (other == mine && j < e)) ? 1 : 0;
     }
-    if (rank >= capacity) continue;
-    const int r = first + static_cast<int>(rank % s.per_node);
-    const int slot = topo_num_mains(r, s) + static_cast<int>(rank / s.per_node);
-    w.slot_expert[static_cast<int64_t>(r) * s.slots + slot] = e;
-    w.rep_rank[row + e] = r;
-    w.rep_slot[row + e] = slot;
-    atomic_add_i32(&w.extra_count[e], 1);
+    if (rank < capacity) topo_place_one(s, w, d, e, rank);
   }
-  for (int i = tid; i < s.per_node; i += num_threads) {
-    const int r = first + i;
-    const int reps = static_cast<int>(placed / s.per_node + (i < placed % s.per_node ? 1 : 0));
-    w.replicas_used[r] = reps;
-    w.slot_used[r] = topo_num_mains(r, s) + reps;
+  topo_place_counts(tid, num_threads, s, w, d);
+}
+
+// A sort key: a candidate's D and id; non-candidates and padding sort last (D = -1; a
+// candidate's D is > 0: its benefit 2 D S_tok - |W_e| is > 0 with |W_e| >= 0).
+struct TopoSortKey {
+  int64_t demand;
+  int32_t expert;
+  int32_t pad;
+};
+// (D desc, id asc): a before b.
+COBALT_HD inline bool topo_key_before(const TopoSortKey& a, const TopoSortKey& b) {
+  return a.demand > b.demand || (a.demand == b.demand && a.expert < b.expert);
+}
+// The padded key count (a power of two >= E) when it is at most kTopoSortMaxKeys (E <= 2048: 32
+// KB of shared memory); 0 when it is more (phase B counts ranks instead).
+inline constexpr int kTopoSortMaxKeys = 2048;  // 32 KB of keys
+COBALT_HD inline int topo_place_sort_size(const TopoShape& s) {
+  int size = 1;
+  while (size < s.num_experts && size <= kTopoSortMaxKeys) size <<= 1;
+  return size <= kTopoSortMaxKeys ? size : 0;
+}
+COBALT_HD inline void topo_sort_keys(int tid, int num_threads, const TopoShape& s,
+                                     const TopoWork& w, int d, TopoSortKey* keys, int size) {
+  const int64_t row = static_cast<int64_t>(d) * s.num_experts;
+  for (int i = tid; i < size; i += num_threads) {
+    const bool cand = i < s.num_experts && w.candidate[row + i];
+    keys[i] = TopoSortKey{cand ? w.node_demand[row + i] : -1, i, 0};
   }
-  if (tid == 0 && placed > 0) atomic_add_i64(&w.stats[0], placed);
+}
+// One stage (k, j) of a bitonic sort of keys [size] into topo_key_before order; the stages run
+// for k = 2, 4, .., size and, within each, j = k / 2, .., 1, with a barrier after each.
+COBALT_HD inline void topo_sort_stage(int tid, int num_threads, TopoSortKey* keys, int size, int k,
+                                      int j) {
+  for (int i = tid; i < size; i += num_threads) {
+    const int l = i ^ j;
+    if (l <= i) continue;
+    const bool ascending = (i & k) == 0;
+    if (ascending ? topo_key_before(keys[l], keys[i]) : topo_key_before(keys[i], keys[l])) {
+      const TopoSortKey t = keys[i];
+      keys[i] = keys[l];
+      keys[l] = t;
+    }
+  }
+}
+// After the sort: the candidate at position i < M * N_slot is placed with rank i.
+COBALT_HD inline void topo_place_sorted(int tid, int num_threads, const TopoShape& s,
+                                        const TopoWork& w, int d, const TopoSortKey* keys,
+                                        int size) {
+  const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
+  for (int64_t i = tid; i < capacity && i < size; i += num_threads) {
+    if (keys[i].demand >= 0) topo_place_one(s, w, d, keys[i].expert, i);
+  }
+  topo_place_counts(tid, num_threads, s, w, d);
 }
 
 // --- Kernel 2: per expert e (route) ----------------------------------------------------------
