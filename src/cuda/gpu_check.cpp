@@ -294,6 +294,11 @@ int run_cases(Context& ctx) {
     wide.name = "random";
     check_topoep(ctx, "E256 S64 unstaged", topoep_input(t2x64, 256, 62, 4096, 1e6, demand_of(wide)),
                  false);
+    // Stage 1 ranked by counting (E > 2048: the sort's keys would not fit); below, by the sort.
+    Batch many = random_batch(24, 64 * 512, 8, 2304, 64, 1.0);
+    many.name = "random";
+    check_topoep(ctx, "E2304 counted ranking",
+                 topoep_input(t8x8, 2304, 2, 7168 * 2, 1e6, demand_of(many)), false);
     int random_cases = 0, random_bad = 0;
     for (uint64_t seed = 1; seed <= (opt.quick ? 20u : 200u); ++seed) {
       SplitMix64 rng(seed);
