@@ -67,7 +67,7 @@ test-cuda-compile: build-python
 bench: build
 	$(BUILD)/bench/cobalt_bench --benchmark_counters_tabular=true
 
-FORMAT_SOURCES = find include src cli tests bench python \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' \) -print0
+FORMAT_SOURCES = find include src cli tests bench python examples \( -name '*.hpp' -o -name '*.cpp' -o -name '*.cu' \) -print0
 
 format:
 	$(FORMAT_SOURCES) | xargs -0 clang-format -i
