@@ -12,6 +12,7 @@ packages=(
   coinor-libcbc-dev coinor-libclp-dev coinor-libcoinutils-dev coinor-libosi-dev coinor-libcgl-dev
   libmetis-dev
   pybind11-dev python3-dev python3-numpy python3-torch python3-pytest
+  python3-pip python3-setuptools python3-wheel
   chromium
 )
 
