@@ -27,6 +27,33 @@ void random_valid_assignment(const RoutingBatch& batch, const ExpertLayout& layo
   }
 }
 
+// A random spill instance: up to max_nodes nodes of up to max_per_node ranks, up to max_slots
+// slots, top-k up to max_top_k, 1 to max_tokens tokens drawn with `skew`, a random valid
+// assignment and the cap at the mean load.
+struct SpillInstance {
+  ExpertLayout layout;
+  testing::OwnedBatch owned;
+  std::vector<RankId> exec;
+  std::vector<int64_t> load;
+  int64_t cap = 0;
+};
+SpillInstance random_spill_instance(uint64_t seed, SplitMix64& rng, int max_nodes, int max_per_node,
+                                    int max_slots, int max_top_k, int max_tokens, double skew,
+                                    uint64_t batch_seed) {
+  const int nodes = 1 + static_cast<int>(rng.below(max_nodes)),
+            per_node = 1 + static_cast<int>(rng.below(max_per_node));
+  const Topology topo(nodes, nodes * per_node);
+  const int slots = 1 + static_cast<int>(rng.below(max_slots));
+  const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
+  SpillInstance in{testing::random_layout(seed, topo, experts, slots, rng.unit()), {}, {}, {}, 0};
+  const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, max_top_k)));
+  in.owned = testing::random_batch(batch_seed, 1 + static_cast<int64_t>(rng.below(max_tokens)),
+                                   top_k, experts, topo.num_ranks(), skew);
+  random_valid_assignment(in.owned.view(), in.layout, rng, in.exec, in.load);
+  in.cap = in.owned.view().num_tasks() / topo.num_ranks();
+  return in;
+}
+
 // 3 nodes x 1 rank: expert 0 on ranks 0 and 1, expert 1 on ranks 1 and 2, expert 2 on rank 2.
 ExpertLayout chain_layout() { return ExpertLayout(Topology(3, 3), 3, 2, {0, -1, 0, 1, 1, 2}); }
 
@@ -96,20 +123,9 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
   int num_moved = 0;
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     SplitMix64 rng(seed * 31);
-    const int nodes = 1 + static_cast<int>(rng.below(8)),
-              per_node = 1 + static_cast<int>(rng.below(3));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 1 + static_cast<int>(rng.below(3));
-    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
-    auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
-    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 4)));
-    auto owned = testing::random_batch(seed * 5, 1 + static_cast<int64_t>(rng.below(200)), top_k,
-                                       experts, topo.num_ranks(), 1.5);
-    auto batch = owned.view();
-    std::vector<RankId> exec;
-    std::vector<int64_t> load;
-    random_valid_assignment(batch, layout, rng, exec, load);
-    const int64_t cap = batch.num_tasks() / topo.num_ranks();
+    const SpillInstance in = random_spill_instance(seed, rng, 8, 3, 3, 4, 200, 1.5, seed * 5);
+    const auto batch = in.owned.view();
+    const auto& [layout, owned, exec, load, cap] = in;
     auto pairs_exec = exec, per_task_exec = exec;
     auto pairs_load = load, per_task_load = load;
     spill_along_paths_unchecked(batch, layout, cap, pairs_load, pairs_exec,
@@ -132,20 +148,11 @@ TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
   int num_moved = 0;
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     SplitMix64 rng(seed * 77);
-    const int nodes = 1 + static_cast<int>(rng.below(seed % 3 == 0 ? 12 : 8)),
-              per_node = 1 + static_cast<int>(rng.below(4));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 1 + static_cast<int>(rng.below(4));
-    const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
-    auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
-    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 6)));
-    auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(1500)), top_k,
-                                       experts, topo.num_ranks(), 2.0);
-    auto batch = owned.view();
-    std::vector<RankId> exec;
-    std::vector<int64_t> load;
-    random_valid_assignment(batch, layout, rng, exec, load);
-    const int64_t cap = batch.num_tasks() / topo.num_ranks();
+    const SpillInstance in =
+        random_spill_instance(seed, rng, seed % 3 == 0 ? 12 : 8, 4, 4, 6, 1500, 2.0, seed * 3);
+    const auto batch = in.owned.view();
+    const auto& [layout, owned, exec, load, cap] = in;
+    const int nodes = layout.num_nodes();
     const auto pairs = nodes <= 8 ? ReachCounting::kByReachSet : ReachCounting::kPerTask;
     for (auto counting : {pairs, ReachCounting::kPerTask}) {
       auto cursor_exec = exec, plain_exec = exec;
