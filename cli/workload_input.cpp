@@ -55,7 +55,11 @@ WorkloadInput load_workload(const std::string& trace_path, const std::string& pr
   require_generation_memory(spec, command);
   workload::GenerateOptions generate;
   generate.num_threads = 0;  // every core (see the header)
+  Progress progress("generating " + spec.name,
+                    static_cast<int64_t>(spec.num_layers) * spec.num_steps);
+  generate.progress = [&progress](int64_t, int64_t) { progress.advance(); };
   input.data = std::make_unique<io::TraceData>(workload::generate_trace(spec, generate));
+  progress.finish();
   input.source = eval::make_step_source(*input.data);
   return input;
 }
