@@ -26,6 +26,11 @@
 # give the device call timeout_s=600.
 # Designed to finish in well under 3 minutes of device time with the bundle (no build there)
 # without COBALT_GPU_SANITIZE.
+# With COBALT_GPU_PROFILE=1, after the checks (and the sanitizers, if asked for), Nsight Compute
+# profiles the first launch of each kernel of the check (SpeedOfLight, Occupancy, LaunchStats,
+# MemoryWorkloadAnalysis; at most 180 s) into $OUT/ncu_profile.txt: where the time goes, for the
+# session that tunes the kernels. Written without ncu at hand (the development machines have
+# none): its failure is reported and changes no exit status.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle=build/gpu-bundle
@@ -117,9 +122,35 @@ set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
   "(0 all checks passed, 1 a check failed, 2 no GPU, 3 a CUDA error outside a check," \
   "124 timeout)" | tee -a "$log"
+# Optional: Nsight Compute on one launch of each kernel (COBALT_GPU_PROFILE=1; see the header).
+profile() {
+  [[ -n ${COBALT_GPU_PROFILE:-} && ($status -eq 0 || $status -eq 1) ]] || return 0
+  local ncu
+  ncu=$(command -v ncu || true)
+  [[ -z $ncu && -x /usr/local/cuda/bin/ncu ]] && ncu=/usr/local/cuda/bin/ncu
+  if [[ -z $ncu ]]; then
+    echo "run.sh: COBALT_GPU_PROFILE set but ncu not found" | tee -a "$log"
+    return 0
+  fi
+  local out=${OUT:-/tmp}/ncu_profile.txt
+  set +e
+  # The first launch of each kernel (--kernel-id ::regex:NAME:1 profiles each match's first
+  # invocation): the first cases of each kind are the large ones (10^6 tokens, E = 640).
+  timeout -k 10 180 "$ncu" --kernel-name-base function \
+    --kernel-id '::regex:^(assign_kernel|assign_deferred_kernel|count_kernel|finalize_kernel|dispatch_count_kernel|dispatch_scan_kernel|dispatch_slot_kernel|place_kernel|route_kernel|refine_kernel|emit_kernel|write_kernel|slots_kernel)$:1' \
+    --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis \
+    "$bin" --traces "$traces" --no-timing >"$out" 2>&1
+  local ncu_status=$?
+  set -e
+  echo "run.sh: ncu exit status $ncu_status (profile in $out; not part of the verdict)" |
+    tee -a "$log"
+}
+
 # Sanitizers only where the check program reached the device (0 passed, 1 a check failed, 3 a CUDA
 # error outside a check: memcheck may say which access).
 if [[ -z ${COBALT_GPU_SANITIZE:-} || ($status -ne 0 && $status -ne 1 && $status -ne 3) ]]; then
+  profile
   exit "$status"
 fi
 
@@ -130,6 +161,7 @@ sanitizer=$(command -v compute-sanitizer || true)
   sanitizer=/usr/local/cuda/bin/compute-sanitizer
 if [[ -z $sanitizer ]]; then
   echo "run.sh: COBALT_GPU_SANITIZE set but compute-sanitizer not found" | tee -a "$log"
+  profile
   exit "$status"
 fi
 found=0
@@ -165,6 +197,7 @@ for tool in memcheck racecheck; do
   esac
   echo "run.sh: compute-sanitizer --tool $tool exit status $tool_status: $verdict" | tee -a "$log"
 done
+profile
 if [[ $status -ne 0 ]]; then exit "$status"; fi
 if [[ $found -ne 0 ]]; then exit 8; fi
 exit 0
