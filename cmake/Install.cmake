@@ -6,7 +6,7 @@
 include(CMakePackageConfigHelpers)
 
 set(COBALT_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/cobalt)
-set(cobalt_install_targets cobalt cobalt_metis)
+set(cobalt_install_targets cobalt)
 if(COBALT_HAVE_CUDA)
   list(APPEND cobalt_install_targets cobalt_cuda)
   set_target_properties(cobalt_cuda PROPERTIES EXPORT_NAME cuda)
@@ -27,4 +27,5 @@ configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/cobaltConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/cobaltConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/cobaltConfig.cmake ${PROJECT_BINARY_DIR}/cobaltConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/FindMetisTarget.cmake
         DESTINATION ${COBALT_INSTALL_CMAKEDIR})
