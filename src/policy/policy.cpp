@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <limits>
 
 #include "cobalt/core/error.hpp"
 #include "policy_registry.hpp"
@@ -46,6 +47,7 @@ std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const R
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "policy {}: output holds {} ranks for {} tasks", name(), exec_rank.size(),
                    batch.num_tasks());
+  check_step_order(step, layer);
   return do_run(step, layer, batch, exec_rank);
 }
 
@@ -64,7 +66,18 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
     COBALT_CHECK_ARG(counts[i] >= 0, "policy {}: counts[{}][{}] = {} is negative", name(),
                      i / num_experts_, i % num_experts_, counts[i]);
   }
+  check_step_order(step, layer);
   return do_run_loads(step, layer, counts, rank_loads);
+}
+
+void Policy::check_step_order(int64_t step, int layer) {
+  COBALT_CHECK_ARG(step >= 0, "policy {}: step {} must be >= 0", name(), step);
+  int64_t& last = last_step_[layer];
+  COBALT_CHECK_ARG(step >= last,
+                   "policy {}: step {} of layer {} after step {} (steps must not decrease per "
+                   "layer)",
+                   name(), step, layer, last);
+  last = step;
 }
 
 std::shared_ptr<const ExpertLayout> Policy::do_run_loads(int64_t, int, std::span<const int64_t>,
@@ -89,6 +102,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig&
       policy->top_k_ = config.top_k;
       policy->num_ranks_ = config.topology.num_ranks();
       policy->num_layers_ = config.num_layers;
+      policy->last_step_.assign(config.num_layers, std::numeric_limits<int64_t>::min());
       return policy;
     }
   }

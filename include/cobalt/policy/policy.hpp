@@ -32,8 +32,12 @@ struct PolicyConfig {
   int num_threads = 1;          // results are identical for any value
   bool async_planning = false;  // plan on a background thread; the layout applies one step later
   int planner_restarts = 8;
-  double token_bytes = 14336;  // bytes of one token's hidden state (hidden * bytes_per_element)
-  double expert_param_bytes = 4.2e7;  // bytes of one expert's parameters
+  // Sizes for TopoEP's benefit rule 2 D S_tok - |W_e| (the `topoep` policy reads them; layout
+  // pricing reads the cost model's own): one token's hidden state (hidden * bytes per element;
+  // default 7168 x 2) and one expert's parameters (default 42 MB). `cobalt simulate` sets both from
+  // its model preset.
+  double token_bytes = 14336;
+  double expert_param_bytes = 4.2e7;
   // The cluster and model as the simulator's cost model sees them. When set, cobalt+ prices its
   // candidate layouts in modelled step time (replica gradient sync and migration included) and
   // also plans with smaller replica budgets, keeping replicas only where they pay for themselves
@@ -62,9 +66,16 @@ class Policy {
   // Token-level policies need per-token expert ids; load-based ones also run on load-only traces.
   virtual bool needs_token_ids() const { return true; }
 
-  // Decides (step, layer): returns the layout in force and writes exec_rank [T, K]. Steps must
-  // arrive in non-decreasing order per layer. Throws kInvalidArgument when the batch's E, K or
-  // ranks, the layer or the output size disagree with the policy's configuration.
+  // Decides (step, layer): returns the layout in force and writes exec_rank [T, K], the rank
+  // that runs each task; every rank written holds the task's expert in the returned layout. The
+  // returned pointer is the policy's current layout: the same object until the policy changes
+  // layouts (compare pointers to detect a change, ExpertLayout::diff for the moves). Steps start
+  // at 0 and must not decrease per layer (a step may repeat: several micro-batches of one step).
+  // Throws kInvalidArgument, changing nothing, when the batch's E, K or ranks, the layer or the
+  // output size disagree with the policy's configuration, or a step is negative or earlier than
+  // the layer's previous one. With async_planning, a call may wait for the layer's background
+  // plan, whose layout applies from the call after the one that started it. Not thread-safe:
+  // one thread calls run() for all layers (the policy may run threads of its own).
   std::shared_ptr<const ExpertLayout> run(int64_t step, int layer, const RoutingBatch& batch,
                                           std::span<RankId> exec_rank);
 
@@ -91,7 +102,10 @@ class Policy {
 
  private:
   friend std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
+  // Throws unless step >= 0 and step >= the layer's last step; then records it.
+  void check_step_order(int64_t step, int layer);
   int num_experts_ = 0, top_k_ = 0, num_ranks_ = 0, num_layers_ = 0;  // set by make_policy
+  std::vector<int64_t> last_step_;                                    // [L]
 };
 
 // Known policy names, in display order.

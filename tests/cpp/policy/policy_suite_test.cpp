@@ -289,5 +289,42 @@ TEST(PolicyRun, RejectsBatchesThatDoNotMatchTheConfiguration) {
   }
 }
 
+// Steps start at 0 and never go back within a layer (a step may repeat: micro-batches); a step
+// out of order is refused with its layer and the previous step named, and changes nothing: the
+// next in-order step gives what it gives without the refused call.
+TEST(PolicyRun, StepsMustNotDecreasePerLayer) {
+  PolicyConfig config;
+  config.topology = Topology(2, 4);
+  config.num_experts = 8;
+  config.top_k = 2;
+  config.num_layers = 2;
+  config.slots_per_rank = 3;
+  config.steps_per_global_plan = 2;
+  const auto batch = testing::random_batch(3, 40, 2, 8, 4);
+  for (const auto& name : policy_names()) {
+    auto policy = make_policy(name, config), twin = make_policy(name, config);
+    std::vector<RankId> exec(80), twin_exec(80);
+    for (int64_t step : {0, 0, 1, 3}) {  // repeats and gaps are fine
+      policy->run(step, 0, batch.view(), exec);
+      twin->run(step, 0, batch.view(), twin_exec);
+    }
+    policy->run(0, 1, batch.view(), exec);  // layers keep their own order
+    twin->run(0, 1, batch.view(), twin_exec);
+    try {
+      policy->run(2, 0, batch.view(), exec);
+      ADD_FAILURE() << name << ": accepted step 2 after step 3";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << name;
+      EXPECT_NE(std::string(e.what()).find("step 2 of layer 0 after step 3"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(policy->run(-1, 1, batch.view(), exec), Error) << name;
+    const auto layout = policy->run(4, 0, batch.view(), exec);
+    const auto twin_layout = twin->run(4, 0, batch.view(), twin_exec);
+    EXPECT_EQ(exec, twin_exec) << name;
+    EXPECT_TRUE(*layout == *twin_layout) << name;
+  }
+}
+
 }  // namespace
 }  // namespace cobalt::policy
