@@ -13,11 +13,13 @@
 
 namespace cobalt {
 
-// Slots per rank for Cobalt's budget: S = floor((1 + rho) * E / G). Throws kFailedPrecondition when
-// S * G < E (not every expert can have a replica) and kInvalidArgument when rho < 0.
+// Slot budgets. Both are capped at E: a rank never holds two replicas of one expert, so more slots
+// cannot be used.
+// Cobalt's: S = floor((1 + rho) * E / G). Throws kFailedPrecondition when S * G < E (not every
+// expert can have a replica: e.g. rho = 0 with G not dividing E, as E = 60 on G = 16) and
+// kInvalidArgument when rho < 0.
 int slots_for_rho(int num_experts, int num_ranks, double rho);
-// Slots per rank for TopoEP's budget: S = ceil(E / G) + extra_slots (extra_slots >= 0). Both are
-// capped at E: a rank never holds two replicas of one expert, so more slots cannot be used.
+// TopoEP's: S = ceil(E / G) + extra_slots (extra_slots >= 0).
 int slots_for_extra(int num_experts, int num_ranks, int extra_slots);
 
 class ExpertLayout {
@@ -39,6 +41,9 @@ class ExpertLayout {
   int slots_per_rank() const { return slots_per_rank_; }
   int num_replicas() const { return static_cast<int>(replica_ranks_.size()); }
 
+  // The accessors below take ids in range (rank in [0, G), e in [0, E), n in [0, N)) and do not
+  // check them: the hot loops call them per task. Inputs are range-checked where they enter
+  // (RoutingBatch, the constructors, the policies).
   // [G, slots_per_rank]
   std::span<const ExpertId> slots() const { return slots_; }
   std::span<const ExpertId> slots_of(RankId rank) const {
@@ -91,7 +96,8 @@ class ExpertLayout {
 };
 
 // One replica a new layout needs that the old one did not have on that rank. The parameters come
-// from src_rank (a holder in the old layout, same node preferred, lowest rank on ties).
+// from src_rank: a holder in the old layout, or the destination of an earlier move of the same
+// expert on dst_rank's node (see diff()).
 struct ReplicaMove {
   ExpertId expert;
   RankId src_rank;

@@ -1,5 +1,9 @@
 // RoutingBatch: a non-owning view of one step of one MoE layer's routing — T tokens, each with K
-// distinct expert ids in [0, E), and the rank each token comes from.
+// distinct expert ids in [0, E), and the rank each token comes from. It holds spans, not copies:
+// the arrays must outlive the batch and every call it is passed to (policies and planners read it
+// during the call and keep nothing of it). T = 0 is a valid, empty batch. Routers that drop tokens
+// over an expert's capacity or pad rows with -1 must pass only the kept (token, expert) rows: a
+// -1 id is refused like any other id out of range.
 #pragma once
 
 #include <cstdint>
