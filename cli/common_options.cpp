@@ -26,7 +26,7 @@ void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_
           ->capture_default_str()
           ->check(non_negative());
   auto* extra = cmd->add_option("--replica-slots", replica_slots,
-                                "replica budget: S = ceil(E/G) + N slots per rank")
+                                "replica budget: S = ceil(E/G) + EXTRA slots per rank")
                     ->transform(integer_in(0, kMaxInt));
   rho_option->excludes(extra);
 }

@@ -340,8 +340,8 @@ void register_simulate_command(CLI::App& app) {
       "simulate", "Replay a routing trace through policies on a modelled cluster (times modelled)");
   add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster,
-                  "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: the "
-                  "preset's shape)");
+                  "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: "
+                  "the --cluster-preset's own shape)");
   cmd->add_option("--cluster-preset", args->cluster_preset,
                   "modelled hardware: 4x8-b200 (default) or 4x8-h800");
   cmd->add_option(
@@ -387,9 +387,11 @@ void register_simulate_command(CLI::App& app) {
       ->transform(integer_in(1, kMaxThreads));
   cmd->add_flag("--async-planning", args->async_planning,
                 "plan on a background thread; layouts apply one step later (planning overlapped)");
-  cmd->add_flag("--layout-pricing", args->layout_pricing,
-                "cobalt+ prices layouts with the cost model: also plans smaller replica budgets, "
-                "keeps the lowest modelled step time, applies stage-2 moves only when they pay");
+  cmd->add_flag(
+      "--layout-pricing", args->layout_pricing,
+      "cobalt+ prices layouts with the cost model: also plans smaller replica budgets, "
+      "keeps the lowest modelled step time, applies stage-2 moves and stage-2b swaps only "
+      "when they pay");
   cmd->add_option("--json", args->json_path, "write the comparison as JSON (DESIGN.md §3.2)")
       ->check(non_empty_path());
   cmd->add_option("--report", args->report_path, "write a self-contained HTML report")

@@ -194,7 +194,8 @@ void register_trace_commands(CLI::App& app) {
 
   auto gen_args = std::make_shared<GenArgs>();
   CLI::App* gen = trace->add_subcommand("gen", "Generate a synthetic trace from a workload preset");
-  gen->add_option("--preset", gen_args->preset, "Workload preset (see --list-presets)");
+  gen->add_option("--preset", gen_args->preset,
+                  "Workload preset (see --list-presets; required unless --list-presets)");
   gen->add_flag("--list-presets", gen_args->list_presets, "List the workload presets and exit");
   gen->add_option("--steps", gen_args->num_steps, "Steps S (default: the preset's)")
       ->transform(integer_in(1, kMaxInt));
@@ -210,7 +211,8 @@ void register_trace_commands(CLI::App& app) {
                   "Generator threads, 0 = all cores; the output does not depend on it")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxThreads));
-  gen->add_option("--out", gen_args->out, "Output trace file (cobalt-trace v1 safetensors)")
+  gen->add_option("--out", gen_args->out,
+                  "Output trace file (cobalt-trace v1 safetensors; required)")
       ->check(non_empty_path());
   gen->callback([gen_args] { run_gen(*gen_args); });
 
@@ -226,7 +228,8 @@ void register_trace_commands(CLI::App& app) {
       info->add_option("--hot-count", info_args->hot_count, "H of the hot-set churn (at most E)")
           ->capture_default_str()
           ->transform(integer_in(1, 65536));
-  info->add_option("--threads", info_args->num_threads, "Threads for co-activation counting")
+  info->add_option("--threads", info_args->num_threads,
+                   "Threads for co-activation counting, 0 = all cores")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxThreads));
   info->callback([info_args, hot_count] {
