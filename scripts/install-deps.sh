@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent installation of every Debian package Cobalt needs to build, test and run.
-# Usage: scripts/install-deps.sh [--with-browser]
-#   Installs build tools, C++ libraries, Python (numpy, torch CPU, pytest) and, for the
-#   report rendering test, Chromium. Skips apt entirely when everything is already present.
+# Usage: scripts/install-deps.sh
+#   Installs build tools, C++ libraries, Python (numpy, torch CPU, pytest, pip/setuptools/wheel for
+#   the wheel test) and, for the report rendering test, Chromium. Skips apt entirely when
+#   everything is already present; otherwise runs apt-get as root or through sudo.
 set -euo pipefail
 
 packages=(
