@@ -1,6 +1,8 @@
 // A training step's view of Cobalt, from C++: a policy (cobalt+ by default) decides the expert
 // layout and, for every token-expert task, the rank that runs it; the step then measures the
-// cross-node token transfers and the rank imbalance of that decision.
+// cross-node token transfers and the rank imbalance of that decision. When the layout changes, the
+// step also works out what a runtime must copy: the new replicas (ExpertLayout diff) and the
+// experts whose main instance, holding the parameters and optimizer state, moves.
 //
 //   policy_steps [POLICY] [STEPS]      e.g. policy_steps cobalt+ 12
 //
@@ -11,11 +13,13 @@
 #include <cobalt/core/expert_layout.hpp>
 #include <cobalt/core/routing_batch.hpp>
 #include <cobalt/core/topology.hpp>
+#include <cobalt/eval/cost_model.hpp>
 #include <cobalt/eval/metrics.hpp>
 #include <cobalt/policy/policy.hpp>
 #include <cobalt/workload/presets.hpp>
 #include <cobalt/workload/synthetic.hpp>
 #include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +51,8 @@ int main(int argc, char** argv) try {
               policy->name().c_str(), topology.num_nodes(), topology.ranks_per_node(),
               config.num_experts, config.top_k, config.slots_per_rank);
   std::printf("step  tokens  cross-node  imbalance\n");
+  std::shared_ptr<const ExpertLayout> previous;  // the layout in force before this step
+  std::vector<RankId> main_ranks;                // [E] where each expert's main instance lives
   for (int step = 0; step < num_steps; ++step) {
     const int64_t begin = trace.step_offsets[step], end = trace.step_offsets[step + 1];
     const size_t k = static_cast<size_t>(trace.top_k);
@@ -57,6 +63,24 @@ int main(int argc, char** argv) try {
 
     std::vector<RankId> exec_rank(ids.size());  // [T, K]: the rank that runs each task
     const auto layout = policy->run(step, /*layer=*/0, batch, exec_rank);
+
+    if (!previous) {
+      main_ranks = eval::initial_main_ranks(*layout);
+    } else if (layout !=
+               previous) {  // a new layout: what the runtime copies before the experts run
+      const LayoutDiff copies = diff(*previous, *layout);
+      const std::vector<RankId> next_mains = eval::next_main_ranks(*layout, main_ranks);
+      int moved_mains = 0;
+      for (size_t e = 0; e < next_mains.size(); ++e) moved_mains += next_mains[e] != main_ranks[e];
+      std::printf(
+          "      layout change: %lld replica copies across nodes, %lld over NVLink, "
+          "%lld dropped; %d main instances (with optimizer state) move\n",
+          static_cast<long long>(copies.num_cross_node),
+          static_cast<long long>(copies.num_intra_node), static_cast<long long>(copies.num_removed),
+          moved_mains);
+      main_ranks = next_mains;
+    }
+    previous = layout;
 
     const eval::StepMetrics m = eval::step_metrics(batch, exec_rank, layout->topology());
     std::printf("%4d  %6lld  %10lld  %9.3f\n", step, static_cast<long long>(end - begin),

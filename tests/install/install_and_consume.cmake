@@ -20,11 +20,12 @@ run("${CMAKE_COMMAND}" -S "${SOURCE}/examples/cpp" -B "${WORK}/example" -G "${GE
     "-DCMAKE_CXX_COMPILER=${CXX}" "-DCMAKE_PREFIX_PATH=${WORK}/prefix" -DCMAKE_BUILD_TYPE=Release)
 run("${CMAKE_COMMAND}" --build "${WORK}/example")
 
-# The program runs a policy over four steps and prints one line per step.
+# The program runs a policy over four steps and prints one line per step, and what a layout change
+# copies (cobalt+ re-plans after its first step).
 execute_process(COMMAND "${WORK}/example/policy_steps" cobalt+ 4
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0 OR NOT out MATCHES "cobalt\\+ on 2 nodes x 4 GPUs" OR
-   NOT out MATCHES "\n   3    4096 ")
+   NOT out MATCHES "\n   3    4096 " OR NOT out MATCHES "layout change: [0-9]+ replica copies")
   message(FATAL_ERROR "policy_steps cobalt+ 4: exit ${rc}\n${out}\n${err}")
 endif()
 # A bad policy name is the library's one-line error, and a non-zero exit.

@@ -69,7 +69,9 @@ class Policy {
   // Decides (step, layer): returns the layout in force and writes exec_rank [T, K], the rank
   // that runs each task; every rank written holds the task's expert in the returned layout. The
   // returned pointer is the policy's current layout: the same object until the policy changes
-  // layouts (compare pointers to detect a change, ExpertLayout::diff for the moves). Steps start
+  // layouts (compare pointers to detect a change; diff() in core/expert_layout.hpp gives the
+  // replica copies, eval::initial_main_ranks / next_main_ranks in eval/cost_model.hpp where each
+  // expert's main instance, with its optimizer state, lives; examples/cpp). Steps start
   // at 0 and must not decrease per layer (a step may repeat: several micro-batches of one step).
   // Throws kInvalidArgument, changing nothing, when the batch's E, K or ranks, the layer or the
   // output size disagree with the policy's configuration, or a step is negative or earlier than
