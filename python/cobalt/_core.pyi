@@ -393,9 +393,11 @@ class Policy:
     @property
     def config(self) -> PolicyConfig: ...
     def run(self, step: int, layer: int, batch: RoutingBatch) -> tuple[ExpertLayout, I32]:
-        """(layout in force, exec_rank [T, K] int32)."""
+        """(layout in force, exec_rank [T, K] int32). Steps start at 0 and must not decrease per
+        layer (a step may repeat); InvalidArgumentError otherwise (Policy::run in
+        include/cobalt/policy/policy.hpp)."""
     def run_loads(self, step: int, layer: int, counts: ArrayLike) -> tuple[ExpertLayout, I64]:
-        """counts [G, E] -> (layout, rank_loads [G])."""
+        """counts [G, E] -> (layout, rank_loads [G]); steps as for run()."""
     @property
     def counters(self) -> PolicyCounters: ...
 
