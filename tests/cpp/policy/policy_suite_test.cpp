@@ -143,12 +143,18 @@ TEST(CobaltPolicy, AsyncPlanningIsDeterministic) {
   }
 }
 
-TEST(PolicyRegistry, UnknownNameListsValidOnes) {
+// 2 nodes x 4 ranks, E = 8, top-2, 3 slots per rank: the small shape of the tests below.
+PolicyConfig small_config() {
   PolicyConfig config;
   config.topology = Topology(2, 4);
   config.num_experts = 8;
   config.top_k = 2;
   config.slots_per_rank = 3;
+  return config;
+}
+
+TEST(PolicyRegistry, UnknownNameListsValidOnes) {
+  PolicyConfig config = small_config();
   try {
     make_policy("nope", config);
     FAIL();
@@ -272,11 +278,7 @@ TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
 }
 
 TEST(PolicyRun, RejectsBatchesThatDoNotMatchTheConfiguration) {
-  PolicyConfig config;
-  config.topology = Topology(2, 4);
-  config.num_experts = 8;
-  config.top_k = 2;
-  config.slots_per_rank = 3;
+  PolicyConfig config = small_config();
   for (const auto& name : policy_names()) {
     auto policy = make_policy(name, config);
     auto wrong_experts = testing::random_batch(1, 10, 2, 16, 4);  // E = 16, configured 8
@@ -293,12 +295,8 @@ TEST(PolicyRun, RejectsBatchesThatDoNotMatchTheConfiguration) {
 // out of order is refused with its layer and the previous step named, and changes nothing: the
 // next in-order step gives what it gives without the refused call.
 TEST(PolicyRun, StepsMustNotDecreasePerLayer) {
-  PolicyConfig config;
-  config.topology = Topology(2, 4);
-  config.num_experts = 8;
-  config.top_k = 2;
+  PolicyConfig config = small_config();
   config.num_layers = 2;
-  config.slots_per_rank = 3;
   config.steps_per_global_plan = 2;
   const auto batch = testing::random_batch(3, 40, 2, 8, 4);
   for (const auto& name : policy_names()) {
