@@ -49,7 +49,7 @@ test: test-release test-debug test-python test-cuda-compile format-check
 # CUDA targets (a compile and link check; nothing runs on a GPU): the kernels, cobalt_gpu_check,
 # the host emulation test and the Python module cobalt._cuda. Then run the host emulation of the
 # kernel bodies against the CPU references and the Python tests of cobalt.cuda (both need no GPU;
-# the GPU comparisons in test_cuda.py skip without one). Skipped without nvcc.
+# the GPU comparisons in test_cuda.py skip without one), then test-gpu-bundle. Skipped without nvcc.
 NVCC ?= /usr/local/cuda/bin/nvcc
 .PHONY: test-cuda-compile
 test-cuda-compile: build-python
@@ -59,10 +59,21 @@ test-cuda-compile: build-python
 	    -DPython3_EXECUTABLE=$(PYTHON) >/dev/null && \
 	  cmake --build --preset cuda --target cobalt_cuda_all -j $(JOBS) && \
 	  build/cuda/bin/cobalt_cuda_emulation_test --gtest_brief=1 && \
-	  COBALT_EXPECT_CUDA_MODULE=1 $(PYTHON) -m pytest python/tests/test_cuda.py -q; \
+	  COBALT_EXPECT_CUDA_MODULE=1 $(PYTHON) -m pytest python/tests/test_cuda.py -q && \
+	  $(MAKE) --no-print-directory test-gpu-bundle; \
 	else \
 	  echo "test-cuda-compile: $(NVCC) not found: CUDA kernels not compiled"; \
 	fi
+
+# What a GPU run depends on, checked here (no GPU): pack the GPU bundle, build the Python extensions
+# from it as bench/gpu/run.sh does on the GPU machine for that machine's Python (every shared
+# library from the bundle, as there), and run the tests that run there against that build.
+.PHONY: test-gpu-bundle
+test-gpu-bundle:
+	bash bench/gpu/run.sh --bundle
+	PYTHON=$(PYTHON) bash bench/gpu/build_python.sh --bundle-libs-only --out build/gpu-python
+	COBALT_PYTHON_PACKAGE_DIR=build/gpu-python COBALT_EXPECT_CUDA_MODULE=1 \
+	  $(PYTHON) -m pytest -q -p no:cacheprovider python/tests/test_cuda.py python/tests/test_ops.py
 
 bench: build
 	$(BUILD)/bench/cobalt_bench --benchmark_counters_tabular=true

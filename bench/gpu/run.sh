@@ -6,8 +6,9 @@
 #
 #   bash bench/gpu/run.sh --bundle [JOBS=n]   on a machine with nvcc (no GPU needed): build
 #                                            cobalt_gpu_check and pack it, the shared libraries it
-#                                            needs beyond libc/libstdc++, and the real traces into
-#                                            build/gpu-bundle (about 12 MB)
+#                                            needs beyond libc/libstdc++, the real traces, and the
+#                                            parts bench/gpu/build_python.sh builds the Python
+#                                            extensions from, into build/gpu-bundle (about 25 MB)
 #   bash bench/gpu/run.sh [check options]    on the GPU machine: run the bundle when it is there
 #                                            (carry build/gpu-bundle; refused with exit 5 when it
 #                                            was built from other sources than this tree's), else
@@ -16,21 +17,28 @@
 #
 # Check options go to cobalt_gpu_check: --quick, --reps N, --tokens N (default 10^6).
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
-# With COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
-# failure the tools may say why), compute-sanitizer's memcheck and then racecheck also run the
-# quick check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet
-# timed on a GPU; at most 150 s each): exit 8 when either reports an error, fails a check under
-# the tool, times out or exits 0 without the program's summary line (a failed main run keeps its
-# own status); a tool that cannot run on this machine (e.g. "Device not supported") is reported
-# and does not fail the run. Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT). Worst case 240 + 2 x 160 s:
-# give the device call timeout_s=600.
-# Designed to finish in well under 3 minutes of device time with the bundle (no build there)
-# without COBALT_GPU_SANITIZE.
-# With COBALT_GPU_PROFILE=1, after the checks (and the sanitizers, if asked for), Nsight Compute
-# profiles the first launch of each kernel of the check (SpeedOfLight, Occupancy, LaunchStats,
-# MemoryWorkloadAnalysis; at most 180 s) into $OUT/ncu_profile.txt: where the time goes, for the
-# session that tunes the kernels. Written without ncu at hand (the development machines have
-# none): its failure is reported and changes no exit status.
+# Stages after the main check, each asked for by a variable, in this order:
+# - COBALT_GPU_PYTHON=1 (needs the bundle): build cobalt._core and cobalt._cuda for this machine's
+#   python3 (bench/gpu/build_python.sh; at most 240 s) and run python/tests/test_cuda.py and
+#   test_ops.py on the GPU with them (at most 180 s; the device must be usable, or the tests
+#   fail): the torch integration on CUDA tensors, bit for bit against the CPU paths. Log in
+#   $OUT/python_cuda.txt. Exit 10 when it fails (the build, the import or a test).
+# - COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
+#   failure the tools may say why): compute-sanitizer's memcheck and then racecheck run the quick
+#   check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet timed on
+#   a GPU; at most 150 s each): exit 8 when either reports an error, fails a check under the
+#   tool, times out or exits 0 without the program's summary line (a failed main run keeps its
+#   own status); a tool that cannot run on this machine (e.g. "Device not supported") is reported
+#   and does not fail the run. Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT).
+# - COBALT_GPU_PROFILE=1: Nsight Compute profiles the first launch of each kernel of the check
+#   (SpeedOfLight, Occupancy, LaunchStats, MemoryWorkloadAnalysis; at most 180 s) into
+#   $OUT/ncu_profile.txt: where the time goes, for the session that tunes the kernels. Written
+#   without ncu at hand (the development machines have none): its failure is reported and changes
+#   no exit status.
+# The whole run keeps to COBALT_GPU_BUDGET_S seconds (default 570, for a device call's 600): a
+# later stage gets at most what is left, and one with under 30 s left is skipped and reported
+# (exit 11 when nothing worse happened). The main check alone is designed to finish in well under
+# 3 minutes of device time with the bundle (no build there); give the device call timeout_s=600.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bundle=build/gpu-bundle
@@ -44,22 +52,49 @@ source_digest() {
     xargs -0 sha256sum | sha256sum | cut -c1-16
 }
 
-build() {
+build() {  # TARGETS...
   cmake --preset cuda -DCOBALT_BUILD_TESTS=OFF -DCOBALT_BUILD_BENCHMARKS=OFF >/dev/null
-  cmake --build --preset cuda --target cobalt_gpu_check -j "${JOBS:-$(nproc)}"
+  cmake --build --preset cuda --target "$@" -j "${JOBS:-$(nproc)}"
+}
+
+# Shared libraries BINARY needs other than the C/C++ runtime, copied into DIR under their sonames.
+copy_shared_libs() {  # BINARY DIR
+  ldd "$1" | awk '/=> \// {print $3}' |
+    grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
+    xargs -r cp -L -t "$2/"
+}
+
+# What bench/gpu/build_python.sh needs to build cobalt._core and cobalt._cuda on a machine without
+# this project's dependencies: the static libraries (built with -fPIC, no LTO), the static CUDA
+# runtime they were built against, fmt's headers (include/cobalt/core/error.hpp uses fmt), Debian's
+# pybind11 headers (used when that machine's Python has no pybind11), and the shared libraries of
+# the library's dependencies (CBC, METIS, fmt, ...; read off the CLI, which links all of them).
+pack_python_parts() {
+  local parts=$bundle/python cudart
+  mkdir -p "$parts/lib" "$parts/deps" "$parts/include"
+  cp build/cuda/src/libcobalt.a build/cuda/src/cuda/libcobalt_cuda.a "$parts/lib/"
+  cudart=$(awk -F= '/^CUDA_cudart_static_LIBRARY:/ {print $2}' build/cuda/CMakeCache.txt)
+  [[ -f $cudart ]] || { echo "run.sh: libcudart_static.a not found ('$cudart')" >&2; exit 7; }
+  cp "$cudart" "$parts/lib/libcudart_static.a"
+  copy_shared_libs build/cuda/bin/cobalt "$parts/deps"
+  cp -r /usr/include/fmt "$parts/include/"
+  if [[ -f /usr/include/pybind11/pybind11.h ]]; then
+    mkdir -p "$parts/pybind11"
+    cp -r /usr/include/pybind11 "$parts/pybind11/"
+    dpkg-query -W -f '${Version}\n' pybind11-dev >"$parts/pybind11/VERSION" 2>/dev/null || true
+  fi
 }
 
 if [[ ${1:-} == --bundle ]]; then
   shift
-  build
+  build cobalt_gpu_check cobalt_cli cobalt cobalt_cuda
   rm -rf "$bundle"
   mkdir -p "$bundle/lib" "$bundle/traces"
   cp build/cuda/bin/cobalt_gpu_check "$bundle/"
-  # Shared libraries other than the C/C++ runtime (libfmt today); the CUDA runtime is static and
-  # the driver (libcuda.so) comes from the GPU machine.
-  ldd build/cuda/bin/cobalt_gpu_check | awk '/=> \// {print $3}' |
-    grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+)\.so' |
-    xargs -r cp -L -t "$bundle/lib/"
+  # The check program's shared libraries (libfmt today); the CUDA runtime is static and the driver
+  # (libcuda.so) comes from the GPU machine.
+  copy_shared_libs build/cuda/bin/cobalt_gpu_check "$bundle/lib"
+  pack_python_parts
   if compgen -G "../shared/data/traces/*.safetensors" >/dev/null; then
     cp ../shared/data/traces/*.safetensors "$bundle/traces/"
   else
@@ -81,6 +116,8 @@ if [[ -f $bundle/cobalt_gpu_check ]]; then
   bin=$bundle/cobalt_gpu_check
   chmod +x "$bin"  # a carried copy may lose the exec bit
   traces=$bundle/traces
+  # For the check program and the tools around it only: the Python stage must not load these.
+  orig_library_path=${LD_LIBRARY_PATH-}
   export LD_LIBRARY_PATH="$PWD/$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "run.sh: using the bundle:"
   sed 's/^/  /' "$bundle/BUILD_INFO"
@@ -99,7 +136,8 @@ if [[ -f $bundle/cobalt_gpu_check ]]; then
   fi
 else
   echo "run.sh: no bundle at $bundle; building with the cuda preset"
-  build
+  build cobalt_gpu_check
+  orig_library_path=${LD_LIBRARY_PATH-}
   bin=build/cuda/bin/cobalt_gpu_check
   traces=../shared/data/traces
 fi
@@ -115,6 +153,21 @@ fi
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
     --format=csv,noheader 2>/dev/null | sed 's/^/nvidia-smi: /' || true
 } | tee "$log"
+# Time left to a stage: at most CAP seconds and what remains of COBALT_GPU_BUDGET_S minus 15 s
+# for the stages' own wrap-up; 0 when under 30 s would be left (the stage is then skipped).
+budget=${COBALT_GPU_BUDGET_S:-570}
+skipped=0
+stage_limit() {  # CAP
+  local left=$((budget - SECONDS - 15))
+  ((left > $1)) && left=$1
+  if ((left < 30)); then echo 0; else echo "$left"; fi
+}
+skip_stage() {  # NAME
+  echo "run.sh: $1 skipped: ${SECONDS} s of the run's ${budget} s budget (COBALT_GPU_BUDGET_S) spent" |
+    tee -a "$log"
+  skipped=1
+}
+
 set +e
 timeout 240 "$bin" --traces "$traces" "${csv[@]}" "$@" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
@@ -122,21 +175,66 @@ set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
   "(0 all checks passed, 1 a check failed, 2 no GPU, 3 a CUDA error outside a check," \
   "124 timeout)" | tee -a "$log"
+reached_device=0
+[[ $status -eq 0 || $status -eq 1 || $status -eq 3 ]] && reached_device=1
+
+# Optional: the Python extensions built for this machine's python3, and the torch integration's
+# tests on CUDA tensors (COBALT_GPU_PYTHON=1; see the header).
+python_failed=0
+python_stage() {
+  [[ -n ${COBALT_GPU_PYTHON:-} && $reached_device -eq 1 ]] || return 0
+  if [[ ! -f $bundle/python/lib/libcobalt.a ]]; then
+    echo "run.sh: COBALT_GPU_PYTHON set but $bundle has no Python parts (bash bench/gpu/run.sh --bundle)" |
+      tee -a "$log"
+    python_failed=1
+    return 0
+  fi
+  local limit py_log=${OUT:-/tmp}/python_cuda.txt py_status
+  limit=$(stage_limit 240)
+  if ((limit == 0)); then skip_stage "the Python stage"; return 0; fi
+  set +e
+  LD_LIBRARY_PATH=$orig_library_path timeout -k 10 "$limit" \
+    bash bench/gpu/build_python.sh --bundle "$bundle" --out build/gpu-python >"$py_log" 2>&1
+  py_status=$?
+  set -e
+  tail -4 "$py_log" | sed 's/^/  build_python: /' | tee -a "$log"
+  if [[ $py_status -ne 0 ]]; then
+    echo "run.sh: building the Python extensions here failed (exit $py_status; see $py_log)" |
+      tee -a "$log"
+    python_failed=1
+    return 0
+  fi
+  limit=$(stage_limit 180)
+  if ((limit == 0)); then skip_stage "the Python tests"; return 0; fi
+  set +e
+  LD_LIBRARY_PATH=$orig_library_path COBALT_PYTHON_PACKAGE_DIR=$PWD/build/gpu-python \
+    COBALT_EXPECT_CUDA_MODULE=1 COBALT_EXPECT_CUDA_DEVICE=1 PYTHONUNBUFFERED=1 \
+    timeout -k 10 "$limit" "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -rfEs \
+    python/tests/test_cuda.py python/tests/test_ops.py >>"$py_log" 2>&1
+  py_status=$?
+  set -e
+  tail -10 "$py_log" | sed "s/^/  pytest: /" | tee -a "$log"
+  echo "run.sh: Python tests on the GPU exit status $py_status (log $py_log)" | tee -a "$log"
+  [[ $py_status -eq 0 ]] || python_failed=1
+}
+
 # Optional: Nsight Compute on one launch of each kernel (COBALT_GPU_PROFILE=1; see the header).
 profile() {
   [[ -n ${COBALT_GPU_PROFILE:-} && ($status -eq 0 || $status -eq 1) ]] || return 0
-  local ncu
+  local ncu limit
   ncu=$(command -v ncu || true)
   [[ -z $ncu && -x /usr/local/cuda/bin/ncu ]] && ncu=/usr/local/cuda/bin/ncu
   if [[ -z $ncu ]]; then
     echo "run.sh: COBALT_GPU_PROFILE set but ncu not found" | tee -a "$log"
     return 0
   fi
+  limit=$(stage_limit 180)
+  if ((limit == 0)); then skip_stage "the profile"; return 0; fi
   local out=${OUT:-/tmp}/ncu_profile.txt
   set +e
   # The first launch of each kernel (--kernel-id ::regex:NAME:1 profiles each match's first
   # invocation): the first cases of each kind are the large ones (10^6 tokens, E = 640).
-  timeout -k 10 180 "$ncu" --kernel-name-base function \
+  timeout -k 10 "$limit" "$ncu" --kernel-name-base function \
     --kernel-id '::regex:^(assign_kernel|assign_deferred_kernel|count_kernel|finalize_kernel|dispatch_count_kernel|dispatch_scan_kernel|dispatch_slot_kernel|place_kernel|route_kernel|refine_kernel|emit_kernel|write_kernel|slots_kernel)$:1' \
     --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section MemoryWorkloadAnalysis \
@@ -147,57 +245,63 @@ profile() {
     tee -a "$log"
 }
 
-# Sanitizers only where the check program reached the device (0 passed, 1 a check failed, 3 a CUDA
-# error outside a check: memcheck may say which access).
-if [[ -z ${COBALT_GPU_SANITIZE:-} || ($status -ne 0 && $status -ne 1 && $status -ne 3) ]]; then
-  profile
-  exit "$status"
-fi
-
 # What the host emulation cannot see: out-of-bounds or misaligned device accesses (memcheck),
-# shared-memory races (racecheck). (Unwritten outputs are caught by the poisoned outputs.)
-sanitizer=$(command -v compute-sanitizer || true)
-[[ -z $sanitizer && -x /usr/local/cuda/bin/compute-sanitizer ]] &&
-  sanitizer=/usr/local/cuda/bin/compute-sanitizer
-if [[ -z $sanitizer ]]; then
-  echo "run.sh: COBALT_GPU_SANITIZE set but compute-sanitizer not found" | tee -a "$log"
-  profile
-  exit "$status"
-fi
+# shared-memory races (racecheck). (Unwritten outputs are caught by the poisoned outputs.) Only
+# where the check program reached the device (0 passed, 1 a check failed, 3 a CUDA error outside
+# a check: memcheck may say which access).
 found=0
-for tool in memcheck racecheck; do
-  tool_log=${OUT:-/tmp}/sanitizer_$tool.txt
-  set +e
-  timeout -k 10 150 "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 100 "$bin" \
-    --traces "$traces" --quick --no-timing --tokens 20000 >"$tool_log" 2>&1
-  tool_status=$?
-  set -e
-  tail -3 "$tool_log" 2>/dev/null | sed "s/^/  $tool: /" | tee -a "$log"
-  case $tool_status in
-    0)
-      # Clean only if the check program ran to its end under the tool (its last line).
-      if grep -q 'all checks passed' "$tool_log"; then
-        verdict="clean"
-      else
-        verdict="exit 0 but the check program's summary is missing (see $tool_log)"; found=1
-      fi
-      ;;
-    9) verdict="errors reported"; found=1 ;;
-    1) verdict="a check failed under the tool"; found=1 ;;
-    124 | 137) verdict="timed out"; found=1 ;;
-    *)
-      # The tool's own lines start with '========='; a CUDA error of the program does not.
-      if grep -E '^=========' "$tool_log" |
-        grep -qiE 'not supported|unable to (start|attach)|failed to initiali[sz]e'; then
-        verdict="the tool could not run here (not a kernel error; see $tool_log)"
-      else
-        verdict="the check program failed under the tool"; found=1
-      fi
-      ;;
-  esac
-  echo "run.sh: compute-sanitizer --tool $tool exit status $tool_status: $verdict" | tee -a "$log"
-done
+sanitize() {
+  [[ -n ${COBALT_GPU_SANITIZE:-} && $reached_device -eq 1 ]] || return 0
+  local sanitizer tool tool_log tool_status verdict limit
+  sanitizer=$(command -v compute-sanitizer || true)
+  [[ -z $sanitizer && -x /usr/local/cuda/bin/compute-sanitizer ]] &&
+    sanitizer=/usr/local/cuda/bin/compute-sanitizer
+  if [[ -z $sanitizer ]]; then
+    echo "run.sh: COBALT_GPU_SANITIZE set but compute-sanitizer not found" | tee -a "$log"
+    return 0
+  fi
+  for tool in memcheck racecheck; do
+    limit=$(stage_limit 150)
+    if ((limit == 0)); then skip_stage "compute-sanitizer --tool $tool"; continue; fi
+    tool_log=${OUT:-/tmp}/sanitizer_$tool.txt
+    set +e
+    timeout -k 10 "$limit" "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 100 \
+      "$bin" --traces "$traces" --quick --no-timing --tokens 20000 >"$tool_log" 2>&1
+    tool_status=$?
+    set -e
+    tail -3 "$tool_log" 2>/dev/null | sed "s/^/  $tool: /" | tee -a "$log"
+    # A tool that cannot run on this machine says so in its own lines (they start with
+    # '========='; a CUDA error of the program does not), whatever its exit status: e.g. gVisor's
+    # "Device not supported", after which the program's first allocation fails (error 999).
+    if [[ $tool_status -ne 0 ]] && grep -E '^=========' "$tool_log" |
+      grep -qiE 'device not supported|unable to (start|attach)|failed to initiali[sz]e'; then
+      verdict="the tool could not run here (not a kernel error; see $tool_log)"
+    else
+      case $tool_status in
+        0)
+          # Clean only if the check program ran to its end under the tool (its last line).
+          if grep -q 'all checks passed' "$tool_log"; then
+            verdict="clean"
+          else
+            verdict="exit 0 but the check program's summary is missing (see $tool_log)"; found=1
+          fi
+          ;;
+        9) verdict="errors reported"; found=1 ;;
+        1) verdict="a check failed under the tool"; found=1 ;;
+        124 | 137) verdict="timed out"; found=1 ;;
+        *) verdict="the check program failed under the tool (exit $tool_status)"; found=1 ;;
+      esac
+    fi
+    echo "run.sh: compute-sanitizer --tool $tool exit status $tool_status: $verdict" | tee -a "$log"
+  done
+}
+
+python_stage
+sanitize
 profile
+echo "run.sh: done in ${SECONDS} s" | tee -a "$log"
 if [[ $status -ne 0 ]]; then exit "$status"; fi
 if [[ $found -ne 0 ]]; then exit 8; fi
+if [[ $python_failed -ne 0 ]]; then exit 10; fi
+if [[ $skipped -ne 0 ]]; then exit 11; fi
 exit 0

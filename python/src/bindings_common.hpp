@@ -79,10 +79,9 @@ std::vector<py::ssize_t> c_strides(const std::vector<py::ssize_t>& shape) {
   return strides;
 }
 
-inline void mark_readonly(py::array& array) {
-  reinterpret_cast<py::detail::PyArray_Proxy*>(array.ptr())->flags &=
-      ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-}
+// Through numpy's public API (ndarray.setflags), not pybind11's internal array proxy: the bindings
+// are also built against other pybind11 and numpy versions (bench/gpu/build_python.sh).
+inline void mark_readonly(py::array& array) { array.attr("setflags")(py::arg("write") = false); }
 
 // A read-only numpy view of `data` with `shape`, kept alive by `owner` (no copy). Empty data gives
 // an empty owned array.

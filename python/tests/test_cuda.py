@@ -3,7 +3,8 @@
 Everywhere: the pointer-level module reports errors through cobalt's exception classes and checks
 shapes before it touches a device; the torch wrappers refuse CPU tensors with a clear message.
 `make test-cuda-compile` runs this file with COBALT_EXPECT_CUDA_MODULE=1, so there the module must
-have been built. Where a GPU and a CUDA build of torch are present (not on the CPU machines this
+have been built; `bench/gpu/run.sh` (COBALT_GPU_PYTHON=1) also sets COBALT_EXPECT_CUDA_DEVICE=1, so
+on the GPU machine the device must be usable rather than the GPU tests skipped. Where a GPU and a CUDA build of torch are present (not on the CPU machines this
 project's CI uses), the CUDA path of cobalt.torch.ops is compared bit for bit with the CPU path.
 """
 
@@ -29,6 +30,15 @@ needs_gpu = pytest.mark.skipif(not cobalt.cuda.is_available(),
 def test_module_built_where_expected() -> None:
     if os.environ.get("COBALT_EXPECT_CUDA_MODULE") == "1":
         assert cobalt.cuda.is_built(), "cobalt._cuda missing although nvcc built the CUDA targets"
+
+
+def test_device_usable_where_expected() -> None:
+    if os.environ.get("COBALT_EXPECT_CUDA_DEVICE") == "1":
+        module = cobalt.cuda._cuda
+        assert cobalt.cuda.is_available(), (
+            "no usable CUDA device although one is expected: cobalt._cuda built "
+            f"{module is not None}, torch {torch.__version__} CUDA {torch.cuda.is_available()}, "
+            f"driver device {bool(module.device_available()) if module is not None else 'n/a'}")
 
 
 def test_wrappers_refuse_cpu_tensors() -> None:

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Build the Python extensions cobalt._core and cobalt._cuda for another interpreter than the one
+# they were built for here (the GPU machine's python3 is 3.12 with a CUDA torch; this project's
+# machines have Debian's 3.11), from the GPU bundle's prebuilt static libraries (docs/gpu.md).
+#
+#   bash bench/gpu/build_python.sh [--bundle DIR] [--out DIR] [--bundle-libs-only]
+#
+# Needs: `bash bench/gpu/run.sh --bundle` run here first (DIR, default build/gpu-bundle, then holds
+# libcobalt.a, libcobalt_cuda.a, the static CUDA runtime, fmt's and pybind11's headers and the
+# shared libraries the extensions need: CBC, METIS, fmt, ...); on the machine it runs on: the
+# interpreter $PYTHON (default python3) with its C headers, and a C++20 compiler $CXX (default c++).
+# Only the binding sources (python/src, python/src_cuda) are compiled there; the interpreter's own
+# pybind11 is used when it has one (numpy 2 needs pybind11 >= 2.12), else the bundle's (Debian's).
+#
+# Writes OUT (default build/gpu-python): OUT/cobalt/ is a copy of python/cobalt's Python files with
+# the two extensions, OUT/lib/ the bundle's shared libraries that this machine does not already
+# have (the extensions find them through their RUNPATH, $ORIGIN/../lib; a library this machine has
+# under the same soname is taken from the machine). Put OUT first on sys.path, or set
+# COBALT_PYTHON_PACKAGE_DIR=OUT for python/tests. --bundle-libs-only takes every shared library
+# from the bundle, as on a machine that has none of them (how this project's test covers that path).
+#
+# Exit status: 0 built and imported; 2 something it needs is missing (the message says what);
+# 3 compiling or linking failed; 4 the built modules do not import.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+bundle=build/gpu-bundle
+out=build/gpu-python
+bundle_libs_only=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --bundle) bundle=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --bundle-libs-only) bundle_libs_only=1; shift ;;
+    *)
+      echo "build_python.sh: unknown argument '$1' (valid: --bundle DIR, --out DIR, --bundle-libs-only)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+missing() { echo "build_python.sh: $*" >&2; exit 2; }
+
+parts=$bundle/python
+for f in lib/libcobalt.a lib/libcobalt_cuda.a lib/libcudart_static.a include/fmt/format.h; do
+  [[ -f $parts/$f ]] ||
+    missing "$parts/$f not found: make the bundle with 'bash bench/gpu/run.sh --bundle' first"
+done
+
+py=${PYTHON:-python3}
+command -v "$py" >/dev/null || missing "Python interpreter '$py' not found (set PYTHON)"
+read -r py_version py_include ext_suffix < <("$py" -c 'import sys, sysconfig
+print(f"{sys.version_info[0]}.{sys.version_info[1]}", sysconfig.get_paths()["include"],
+      sysconfig.get_config_var("EXT_SUFFIX"))')
+[[ -f $py_include/Python.h ]] ||
+  missing "$py (Python $py_version) has no C headers at $py_include (Python.h); install its -dev package"
+
+# The interpreter's pybind11 (pip) when it has one, else Debian's from the bundle.
+if pybind_include=$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null) &&
+  [[ -f $pybind_include/pybind11/pybind11.h ]]; then
+  pybind_from="$py's pybind11 $("$py" -c 'import pybind11; print(pybind11.__version__)')"
+elif [[ -f $parts/pybind11/pybind11/pybind11.h ]]; then
+  pybind_include=$parts/pybind11
+  pybind_from="the bundle's pybind11 ($(cat "$parts/pybind11/VERSION" 2>/dev/null || echo '?'))"
+else
+  missing "no pybind11: neither '$py -c \"import pybind11\"' nor $parts/pybind11"
+fi
+
+cxx=${CXX:-$(command -v c++ || command -v g++ || true)}
+[[ -n $cxx ]] && command -v "$cxx" >/dev/null || missing "no C++ compiler (c++ or g++; set CXX)"
+jobs=${JOBS:-$(nproc)}
+echo "build_python.sh: Python $py_version ($py, $ext_suffix), $pybind_from, $("$cxx" --version | head -1)"
+
+rm -rf "$out"
+mkdir -p "$out/obj/core" "$out/obj/cuda" "$out/lib"
+out=$(cd "$out" && pwd)
+cp -r python/cobalt "$out/"
+find "$out/cobalt" \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+
+# The bundle's shared libraries, except those this machine's loader already knows by soname: a
+# second copy of e.g. libz in the process would shadow the machine's own for every later import.
+link_libs=()
+while IFS= read -r lib; do
+  soname=$(basename "$lib")
+  system_path=
+  if [[ $bundle_libs_only -eq 0 ]]; then
+    system_path=$(ldconfig -p 2>/dev/null |
+      awk -v so="$soname" '$1 == so && /x86-64/ && !found {print $NF; found = 1}')
+  fi
+  if [[ -n $system_path ]]; then
+    link_libs+=("$system_path")
+  else
+    cp "$lib" "$out/lib/"
+    link_libs+=("$out/lib/$soname")
+  fi
+done < <(find "$parts/deps" -maxdepth 1 -type f -name 'lib*.so*' | LC_ALL=C sort)
+echo "build_python.sh: from the bundle: $(ls "$out/lib" | tr '\n' ' ')"
+
+flags=(-std=c++20 -O2 -DNDEBUG -DFMT_SHARED -fPIC -fvisibility=hidden -Iinclude -Ipython/src
+  -isystem "$pybind_include" -isystem "$py_include" -isystem "$parts/include")
+compile() {  # SOURCE OBJECT
+  "$cxx" "${flags[@]}" -c "$1" -o "$2" ||
+    { echo "build_python.sh: compiling $1 failed" >&2; return 1; }
+}
+sources=(python/src/*.cpp python/src_cuda/module.cpp)
+status=0
+for ((first = 0; first < ${#sources[@]}; first += jobs)); do  # batches of $jobs compilers
+  pids=()
+  for src in "${sources[@]:first:jobs}"; do
+    kind=core
+    [[ $src == python/src_cuda/* ]] && kind=cuda
+    compile "$src" "$out/obj/$kind/$(basename "$src" .cpp).o" &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=3; done
+done
+[[ $status -eq 0 ]] || exit 3
+
+# --no-as-needed: every library is a direct dependency, loaded through this RUNPATH before the
+# bundle's libraries ask for each other (their own dependencies resolve to those loaded copies).
+link=(-shared -Wl,--no-as-needed "-Wl,-rpath,\$ORIGIN/../lib" -pthread)
+"$cxx" "${link[@]}" -o "$out/cobalt/_core$ext_suffix" "$out"/obj/core/*.o "$parts/lib/libcobalt.a" \
+  "${link_libs[@]}" -lm || { echo "build_python.sh: linking _core failed" >&2; exit 3; }
+"$cxx" "${link[@]}" -o "$out/cobalt/_cuda$ext_suffix" "$out/obj/cuda/module.o" \
+  "$parts/lib/libcobalt_cuda.a" "$parts/lib/libcobalt.a" "$parts/lib/libcudart_static.a" \
+  "${link_libs[@]}" -ldl -lrt -lm || { echo "build_python.sh: linking _cuda failed" >&2; exit 3; }
+
+if ! (cd "$out" && "$py" -c 'import cobalt, cobalt._cuda as c; print("build_python.sh: imported",
+      cobalt.__file__, "and cobalt._cuda; device_available:", bool(c.device_available()))'); then
+  echo "build_python.sh: the built modules do not import (ldd $out/cobalt/_core$ext_suffix)" >&2
+  exit 4
+fi
+echo "build_python.sh: done: COBALT_PYTHON_PACKAGE_DIR=$out python3 -m pytest python/tests/test_cuda.py"

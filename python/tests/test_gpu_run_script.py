@@ -1,0 +1,178 @@
+"""bench/gpu/run.sh's run mode, without a GPU: its verdicts and exit statuses.
+
+The script spends a GPU session's few minutes of device time, so its logic is checked here on a
+copy of it in a scratch tree with stand-ins: a fake check program (exit status from
+FAKE_CHECK_STATUS), a fake compute-sanitizer (behaviour from FAKE_SANITIZER), a fake
+build_python.sh and a fake interpreter for the Python stage. What they stand in for is tested
+elsewhere (the check program's own logic by its --dry-run and the host emulation, the Python build
+by `make test-gpu-bundle`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[2]
+_RUN_SH = _REPO / "bench" / "gpu" / "run.sh"
+
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("sha256sum") is None,
+                                reason="needs bash and sha256sum")
+
+
+def _script(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class Tree:
+    """A scratch tree with run.sh, the files its source digest covers and a fake bundle."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        _script(root / "bench" / "gpu" / "run.sh", _RUN_SH.read_text())
+        for rel in ("src/a.cpp", "include/a.hpp", "cmake/a.cmake", "CMakeLists.txt",
+                    "CMakePresets.json"):
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(f"// {rel}\n")
+        self.bundle = root / "build" / "gpu-bundle"
+        (self.bundle / "lib").mkdir(parents=True)
+        (self.bundle / "traces").mkdir()
+        _script(self.bundle / "cobalt_gpu_check", """#!/bin/bash
+echo "fake check: $*"
+status=${FAKE_CHECK_STATUS:-0}
+[[ $status -eq 0 ]] && echo "all checks passed"
+exit "$status"
+""")
+        _script(root / "fakebin" / "compute-sanitizer", """#!/bin/bash
+# compute-sanitizer --tool T --error-exitcode 9 --print-limit 100 BIN ARGS...
+case ${FAKE_SANITIZER:-clean} in
+  clean) shift 6; exec "$@" ;;
+  errors) echo "========= Invalid __global__ read of size 4"; echo "========= ERROR SUMMARY: 1 error"; exit 9 ;;
+  unsupported) echo "========= Error: Device not supported"; echo "CUDA error 999"; exit 9 ;;
+  nosummary) exit 0 ;;
+esac
+""")
+        # The Python stage's stand-ins: the build script and the interpreter running pytest.
+        _script(root / "bench" / "gpu" / "build_python.sh",
+                "#!/bin/bash\necho \"fake build_python $*\"\nexit ${FAKE_BUILD_STATUS:-0}\n")
+        _script(root / "fakebin" / "fake-python", """#!/bin/bash
+echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}" > "$FAKE_PYTHON_LOG"
+echo "COBALT_EXPECT_CUDA_DEVICE=${COBALT_EXPECT_CUDA_DEVICE-}" >> "$FAKE_PYTHON_LOG"
+echo "COBALT_PYTHON_PACKAGE_DIR=${COBALT_PYTHON_PACKAGE_DIR-}" >> "$FAKE_PYTHON_LOG"
+echo "fake pytest $*"
+exit ${FAKE_PYTEST_STATUS:-0}
+""")
+        self.write_build_info("0000000000000000")
+        stale = self.run()
+        match = re.search(r"this tree has (\w+)", stale.stdout)
+        assert stale.returncode == 5 and match, stale.stdout
+        self.write_build_info(match.group(1))
+
+    def write_build_info(self, digest: str) -> None:
+        (self.bundle / "BUILD_INFO").write_text(f"sources {digest}\ncommit test\n")
+
+    def add_python_parts(self) -> None:
+        (self.bundle / "python" / "lib").mkdir(parents=True, exist_ok=True)
+        (self.bundle / "python" / "lib" / "libcobalt.a").write_text("")
+
+    def run(self, **env: str) -> subprocess.CompletedProcess[str]:
+        full_env = {k: v for k, v in os.environ.items()
+                    if not k.startswith(("COBALT_GPU_", "FAKE_")) and k not in ("OUT", "PYTHON")}
+        full_env["PATH"] = f"{self.root / 'fakebin'}:{full_env.get('PATH', '/usr/bin:/bin')}"
+        full_env["FAKE_PYTHON_LOG"] = str(self.root / "python_env.txt")
+        full_env["OUT"] = str(self.root / "out")
+        (self.root / "out").mkdir(exist_ok=True)
+        full_env.update(env)
+        return subprocess.run(["bash", str(self.root / "bench" / "gpu" / "run.sh"), "--quick"],
+                              cwd=self.root, env=full_env, capture_output=True, text=True,
+                              timeout=120)
+
+
+@pytest.fixture()
+def tree(tmp_path: Path) -> Tree:
+    return Tree(tmp_path)
+
+
+def test_a_bundle_from_other_sources_is_refused(tree: Tree) -> None:
+    (tree.root / "src" / "a.cpp").write_text("// changed\n")
+    result = tree.run()
+    assert result.returncode == 5 and "stale bundle" in result.stdout
+    assert tree.run(COBALT_GPU_ALLOW_STALE="1").returncode == 0
+
+
+@pytest.mark.parametrize("check_status", [0, 1, 3])
+def test_the_check_programs_status_is_the_runs(tree: Tree, check_status: int) -> None:
+    result = tree.run(FAKE_CHECK_STATUS=str(check_status))
+    assert result.returncode == check_status, result.stdout
+    assert f"cobalt_gpu_check exit status {check_status}" in result.stdout
+    assert (tree.root / "out" / "gpu_check.txt").is_file()
+
+
+def test_no_stage_runs_without_a_device(tree: Tree) -> None:
+    tree.add_python_parts()
+    result = tree.run(FAKE_CHECK_STATUS="2", COBALT_GPU_PYTHON="1", COBALT_GPU_SANITIZE="1",
+                      PYTHON=str(tree.root / "fakebin" / "fake-python"))
+    assert result.returncode == 2
+    assert "compute-sanitizer" not in result.stdout and "Python" not in result.stdout
+
+
+@pytest.mark.parametrize("mode,status,verdict", [
+    ("clean", 0, "clean"),
+    ("errors", 8, "errors reported"),
+    ("unsupported", 0, "the tool could not run here"),
+    ("nosummary", 8, "summary is missing"),
+])
+def test_sanitizer_verdicts(tree: Tree, mode: str, status: int, verdict: str) -> None:
+    result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER=mode)
+    assert result.returncode == status, result.stdout
+    verdicts = [line for line in result.stdout.splitlines()
+                if line.startswith("run.sh: compute-sanitizer --tool")]
+    assert len(verdicts) == 2 and all(verdict in line for line in verdicts), result.stdout
+
+
+def test_a_failed_check_keeps_its_status_under_the_sanitizers(tree: Tree) -> None:
+    result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER="errors", FAKE_CHECK_STATUS="1")
+    assert result.returncode == 1 and "errors reported" in result.stdout
+
+
+def test_python_stage_needs_the_bundles_python_parts(tree: Tree) -> None:
+    result = tree.run(COBALT_GPU_PYTHON="1")
+    assert result.returncode == 10 and "no Python parts" in result.stdout
+
+
+@pytest.mark.parametrize("build_status,pytest_status,status", [(0, 0, 0), (3, 0, 10), (0, 1, 10)])
+def test_python_stage(tree: Tree, build_status: int, pytest_status: int, status: int) -> None:
+    tree.add_python_parts()
+    result = tree.run(COBALT_GPU_PYTHON="1", PYTHON=str(tree.root / "fakebin" / "fake-python"),
+                      FAKE_BUILD_STATUS=str(build_status), FAKE_PYTEST_STATUS=str(pytest_status),
+                      LD_LIBRARY_PATH="/machine/lib")
+    assert result.returncode == status, result.stdout
+    if build_status == 0:
+        seen = (tree.root / "python_env.txt").read_text()
+        # The interpreter sees the machine's library path, not the bundle's (kept for the check).
+        assert "LD_LIBRARY_PATH=/machine/lib\n" in seen
+        assert "COBALT_EXPECT_CUDA_DEVICE=1" in seen
+        assert f"COBALT_PYTHON_PACKAGE_DIR={tree.root / 'build' / 'gpu-python'}" in seen
+    else:
+        assert not (tree.root / "python_env.txt").exists()
+        assert "building the Python extensions here failed" in result.stdout
+
+
+def test_stages_past_the_time_budget_are_skipped(tree: Tree) -> None:
+    tree.add_python_parts()
+    result = tree.run(COBALT_GPU_PYTHON="1", COBALT_GPU_SANITIZE="1", COBALT_GPU_BUDGET_S="40",
+                      PYTHON=str(tree.root / "fakebin" / "fake-python"))
+    assert result.returncode == 11, result.stdout
+    assert "the Python stage skipped" in result.stdout
+    assert "compute-sanitizer --tool memcheck skipped" in result.stdout
+    # A skip does not hide a worse verdict.
+    failed = tree.run(COBALT_GPU_SANITIZE="1", COBALT_GPU_BUDGET_S="40", FAKE_CHECK_STATUS="1")
+    assert failed.returncode == 1
