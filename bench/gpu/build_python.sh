@@ -10,7 +10,8 @@
 # shared libraries the extensions need: CBC, METIS, fmt, ...); on the machine it runs on: the
 # interpreter $PYTHON (default python3) with its C headers, and a C++20 compiler $CXX (default c++).
 # Only the binding sources (python/src, python/src_cuda) are compiled there; the interpreter's own
-# pybind11 is used when it has one (numpy 2 needs pybind11 >= 2.12), else the bundle's (Debian's).
+# pybind11 is used when it has one (numpy 2 needs pybind11 >= 2.12), else the bundle's (Debian's
+# 2.10); PYBIND11_INCLUDE=DIR picks another.
 #
 # Writes OUT (default build/gpu-python): OUT/cobalt/ is a copy of python/cobalt's Python files with
 # the two extensions, OUT/lib/ the bundle's shared libraries that this machine does not already
@@ -55,8 +56,14 @@ print(f"{sys.version_info[0]}.{sys.version_info[1]}", sysconfig.get_paths()["inc
 [[ -f $py_include/Python.h ]] ||
   missing "$py (Python $py_version) has no C headers at $py_include (Python.h); install its -dev package"
 
-# The interpreter's pybind11 (pip) when it has one, else Debian's from the bundle.
-if pybind_include=$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null) &&
+# $PYBIND11_INCLUDE when set, else the interpreter's pybind11 (pip) when it has one, else Debian's
+# from the bundle.
+if [[ -n ${PYBIND11_INCLUDE:-} ]]; then
+  [[ -f $PYBIND11_INCLUDE/pybind11/pybind11.h ]] ||
+    missing "PYBIND11_INCLUDE=$PYBIND11_INCLUDE has no pybind11/pybind11.h"
+  pybind_include=$PYBIND11_INCLUDE
+  pybind_from="pybind11 from $PYBIND11_INCLUDE"
+elif pybind_include=$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null) &&
   [[ -f $pybind_include/pybind11/pybind11.h ]]; then
   pybind_from="$py's pybind11 $("$py" -c 'import pybind11; print(pybind11.__version__)')"
 elif [[ -f $parts/pybind11/pybind11/pybind11.h ]]; then
