@@ -19,9 +19,10 @@
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
 # Stages after the main check, each asked for by a variable, in this order:
 # - COBALT_GPU_PYTHON=1 (needs the bundle): build cobalt._core and cobalt._cuda for this machine's
-#   python3 (bench/gpu/build_python.sh; at most 240 s) and run python/tests/test_cuda.py and
-#   test_ops.py on the GPU with them (at most 180 s; the device must be usable, or the tests
-#   fail): the torch integration on CUDA tensors, bit for bit against the CPU paths. Log in
+#   python3 (bench/gpu/build_python.sh; at most 240 s) and run python/tests/test_cuda.py on the GPU
+#   with them (the device must be usable, or it fails): the torch integration on CUDA tensors, bit
+#   for bit against the CPU paths; with it the quick tests of the rest of the package, against that
+#   machine's newer Python, numpy and torch (at most 180 s in all; python_tests below). Log in
 #   $OUT/python_cuda.txt. Exit 10 when it fails (the build, the import or a test).
 # - COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
 #   failure the tools may say why): compute-sanitizer's memcheck and then racecheck run the quick
@@ -181,6 +182,10 @@ reached_device=0
 # Optional: the Python extensions built for this machine's python3, and the torch integration's
 # tests on CUDA tensors (COBALT_GPU_PYTHON=1; see the header).
 python_failed=0
+# The CUDA integration, then the quick tests of the rest of the package: that machine's Python,
+# numpy and torch are newer than Debian's (about 40 s here on 2 cores, the eight files).
+python_tests=(test_cuda.py test_ops.py test_bindings.py test_exchange_plan.py test_main_placement.py
+  test_recorder.py test_bf16.py test_runtime_robustness.py)
 python_stage() {
   [[ -n ${COBALT_GPU_PYTHON:-} && $reached_device -eq 1 ]] || return 0
   if [[ ! -f $bundle/python/lib/libcobalt.a ]]; then
@@ -210,7 +215,7 @@ python_stage() {
   LD_LIBRARY_PATH=$orig_library_path COBALT_PYTHON_PACKAGE_DIR=$PWD/build/gpu-python \
     COBALT_EXPECT_CUDA_MODULE=1 COBALT_EXPECT_CUDA_DEVICE=1 PYTHONUNBUFFERED=1 \
     timeout -k 10 "$limit" "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -rfEs \
-    python/tests/test_cuda.py python/tests/test_ops.py >>"$py_log" 2>&1
+    "${python_tests[@]/#/python/tests/}" >>"$py_log" 2>&1
   py_status=$?
   set -e
   tail -10 "$py_log" | sed "s/^/  pytest: /" | tee -a "$log"
