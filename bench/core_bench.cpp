@@ -15,6 +15,7 @@
 #include "cobalt/core/rng.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/stats/routing_stats.hpp"
+#include "core/topk_rows_check.hpp"
 
 namespace cobalt {
 namespace {
@@ -95,6 +96,25 @@ void BM_Memcpy_SameBytes(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * num_tokens * (top_k * 8 + 4));
 }
 BENCHMARK(BM_Memcpy_SameBytes)->Args({1 << 20, 8})->Unit(benchmark::kMillisecond);
+
+// Validating a batch (what RoutingBatch's constructor, and so every RoutingBatch made from Python,
+// pays on top of its copy): the branch-free accept test (/0) against the plain loop (/1) on
+// 2^20 valid tokens, K = 8, E = 256; read against BM_Memcpy_SameBytes in the same run.
+void BM_RoutingBatch_Validate(benchmark::State& state) {
+  const bool reference = state.range(0) != 0;
+  auto w = make_workload(1 << 20, 8, 256, 32);
+  for (auto _ : state) {
+    if (reference) {
+      detail::validate_topk_rows_reference(w.ids, 8, 256, "bench");
+    } else {
+      validate_topk_rows(w.ids, 8, 256, "bench");
+    }
+    benchmark::DoNotOptimize(w.ids.data());
+  }
+  state.SetItemsProcessed(state.iterations() * (1 << 20));
+  state.SetLabel(reference ? "reference loop" : "branch-free");
+}
+BENCHMARK(BM_RoutingBatch_Validate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 // The dispatch layout of an Algorithm 1 assignment (2^20 tokens, K = 8, 4 x 8 ranks): into a fresh
 // DispatchLayout every call (/0) or into one reused across calls as a runtime keeps it (/1).

@@ -1,8 +1,10 @@
 #include "cobalt/core/routing_batch.hpp"
 
+#include <cstdint>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "topk_rows_check.hpp"
 
 namespace cobalt {
 
@@ -12,19 +14,9 @@ void validate_topk_rows(std::span<const ExpertId> topk_ids, int top_k, int num_e
                    top_k, num_experts);
   COBALT_CHECK_ARG(topk_ids.size() % static_cast<size_t>(top_k) == 0,
                    "{}: {} expert ids is not a multiple of top-k {}", what, topk_ids.size(), top_k);
-  const size_t num_tokens = topk_ids.size() / top_k;
-  for (size_t t = 0; t < num_tokens; ++t) {
-    const ExpertId* row = topk_ids.data() + t * top_k;
-    for (int k = 0; k < top_k; ++k) {
-      COBALT_CHECK_ARG(row[k] >= 0 && row[k] < num_experts,
-                       "{}: token {} slot {} has expert id {} out of range [0, {})", what, t, k,
-                       row[k], num_experts);
-      for (int j = 0; j < k; ++j) {
-        COBALT_CHECK_ARG(row[j] != row[k], "{}: token {} selects expert {} twice (slots {} and {})",
-                         what, t, row[k], j, k);
-      }
-    }
-  }
+  if (detail::topk_rows_valid(topk_ids, top_k, num_experts)) return;
+  detail::validate_topk_rows_reference(topk_ids, top_k, num_experts, what);
+  COBALT_CHECK_INTERNAL(false, "{}: the fast check refused rows the reference accepts", what);
 }
 
 void contiguous_source_ranks(TokenIdx num_tokens, int num_ranks, std::span<RankId> out) {
@@ -45,10 +37,13 @@ RoutingBatch::RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const R
   const size_t num_tokens = topk_ids.size() / top_k;
   COBALT_CHECK_ARG(source_rank.size() == num_tokens, "routing batch: {} source ranks for {} tokens",
                    source_rank.size(), num_tokens);
-  for (size_t t = 0; t < num_tokens; ++t) {
-    COBALT_CHECK_ARG(source_rank[t] >= 0 && source_rank[t] < num_ranks,
-                     "routing batch: token {} has source rank {} out of range [0, {})", t,
-                     source_rank[t], num_ranks);
+  if (!detail::ranks_valid(source_rank, num_ranks)) {
+    for (size_t t = 0; t < num_tokens; ++t) {
+      COBALT_CHECK_ARG(source_rank[t] >= 0 && source_rank[t] < num_ranks,
+                       "routing batch: token {} has source rank {} out of range [0, {})", t,
+                       source_rank[t], num_ranks);
+    }
+    COBALT_CHECK_INTERNAL(false, "routing batch: the fast check refused source ranks in range");
   }
   *this = trusted(topk_ids, source_rank, top_k, num_experts, num_ranks);
 }
