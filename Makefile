@@ -67,7 +67,8 @@ test-cuda-compile: build-python
 
 # What a GPU run depends on, checked here (no GPU): pack the GPU bundle, build the Python extensions
 # from it as bench/gpu/run.sh does on the GPU machine for that machine's Python (every shared
-# library from the bundle, as there), and run the tests that run there against that build.
+# library from the bundle, as there), and run test_cuda.py and test_ops.py against that build (the
+# GPU run adds the package's other quick tests and bench/gpu/torch_ops_bench.py).
 .PHONY: test-gpu-bundle
 test-gpu-bundle:
 	bash bench/gpu/run.sh --bundle

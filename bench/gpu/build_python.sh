@@ -50,9 +50,11 @@ done
 
 py=${PYTHON:-python3}
 command -v "$py" >/dev/null || missing "Python interpreter '$py' not found (set PYTHON)"
-read -r py_version py_include ext_suffix < <("$py" -c 'import sys, sysconfig
+py_info=$("$py" -c 'import sys, sysconfig
 print(f"{sys.version_info[0]}.{sys.version_info[1]}", sysconfig.get_paths()["include"],
-      sysconfig.get_config_var("EXT_SUFFIX"))')
+      sysconfig.get_config_var("EXT_SUFFIX"))') || missing "'$py' could not report its version and paths"
+read -r py_version py_include ext_suffix <<<"$py_info"
+[[ -n $ext_suffix ]] || missing "'$py' reported no extension suffix (got: $py_info)"
 [[ -f $py_include/Python.h ]] ||
   missing "$py (Python $py_version) has no C headers at $py_include (Python.h); install its -dev package"
 
@@ -91,7 +93,7 @@ while IFS= read -r lib; do
   soname=$(basename "$lib")
   system_path=
   if [[ $bundle_libs_only -eq 0 ]]; then
-    system_path=$(ldconfig -p 2>/dev/null |
+    system_path=$({ ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true; } |
       awk -v so="$soname" '$1 == so && /x86-64/ && !found {print $NF; found = 1}')
   fi
   if [[ -n $system_path ]]; then

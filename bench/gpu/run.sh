@@ -8,7 +8,8 @@
 #                                            cobalt_gpu_check and pack it, the shared libraries it
 #                                            needs beyond libc/libstdc++, the real traces, and the
 #                                            parts bench/gpu/build_python.sh builds the Python
-#                                            extensions from, into build/gpu-bundle (about 25 MB)
+#                                            extensions from, into build/gpu-bundle (about 50 MB
+#                                            of the 64 MiB a device call may carry)
 #   bash bench/gpu/run.sh [check options]    on the GPU machine: run the bundle when it is there
 #                                            (carry build/gpu-bundle; refused with exit 5 when it
 #                                            was built from other sources than this tree's), else
@@ -19,18 +20,21 @@
 # With $OUT set (the device tool), the log and a CSV of the table are also written there.
 # Stages after the main check, each asked for by a variable, in this order:
 # - COBALT_GPU_PYTHON=1 (needs the bundle): build cobalt._core and cobalt._cuda for this machine's
-#   python3 (bench/gpu/build_python.sh; at most 240 s) and run python/tests/test_cuda.py on the GPU
-#   with them (the device must be usable, or it fails): the torch integration on CUDA tensors, bit
-#   for bit against the CPU paths; with it the quick tests of the rest of the package, against that
-#   machine's newer Python, numpy and torch (at most 180 s in all; python_tests below). Log in
-#   $OUT/python_cuda.txt. Exit 10 when it fails (the build, the import or a test).
+#   python3 (bench/gpu/build_python.sh; at most 240 s), run python/tests/test_cuda.py on the GPU
+#   with them (the device must be usable, or it fails: the torch integration on CUDA tensors, bit
+#   for bit against the CPU paths; at most 90 s), then the quick tests of the rest of the package
+#   against that machine's newer Python, numpy and torch (python_tests below; at most 120 s), then
+#   bench/gpu/torch_ops_bench.py (at most 90 s; $OUT/torch_ops.txt). Log in $OUT/python_cuda.txt.
+#   Exit 10 when a step fails (the build, the import, a test, or an op whose CUDA output differs
+#   from its CPU output).
 # - COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
 #   failure the tools may say why): compute-sanitizer's memcheck and then racecheck run the quick
 #   check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet timed on
 #   a GPU; at most 150 s each): exit 8 when either reports an error, fails a check under the
 #   tool, times out or exits 0 without the program's summary line (a failed main run keeps its
 #   own status); a tool that cannot run on this machine (e.g. "Device not supported") is reported
-#   and does not fail the run. Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT).
+#   and does not fail the run; one stopped early by the run's time budget is reported as
+#   incomplete (exit 11). Their logs in $OUT/sanitizer_*.txt (/tmp without $OUT).
 # - COBALT_GPU_PROFILE=1: Nsight Compute profiles the first launch of each kernel of the check
 #   (SpeedOfLight, Occupancy, LaunchStats, MemoryWorkloadAnalysis; at most 180 s) into
 #   $OUT/ncu_profile.txt: where the time goes, for the session that tunes the kernels. Written
@@ -88,6 +92,14 @@ pack_python_parts() {
 
 if [[ ${1:-} == --bundle ]]; then
   shift
+  # Ignored files under the digest's folders count in the digest here but do not travel to the
+  # GPU machine, whose digest would then differ (a stale bundle, exit 5, and a wasted run).
+  ignored=$(git status --short --ignored -- src include cmake 2>/dev/null | awk '$1 == "!!" {print $2}')
+  if [[ -n $ignored ]]; then
+    echo "run.sh: files git ignores under src, include or cmake would make the bundle look" \
+      "stale on the GPU machine; remove them first:" $ignored >&2
+    exit 7
+  fi
   build cobalt_gpu_check cobalt_cli cobalt cobalt_cuda
   rm -rf "$bundle"
   mkdir -p "$bundle/lib" "$bundle/traces"
@@ -170,7 +182,7 @@ skip_stage() {  # NAME
 }
 
 set +e
-timeout 240 "$bin" --traces "$traces" "${csv[@]}" "$@" 2>&1 | tee -a "$log"
+timeout -k 10 240 "$bin" --traces "$traces" "${csv[@]}" "$@" 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 set -e
 echo "run.sh: cobalt_gpu_check exit status $status" \
@@ -182,45 +194,57 @@ reached_device=0
 # Optional: the Python extensions built for this machine's python3, and the torch integration's
 # tests on CUDA tensors (COBALT_GPU_PYTHON=1; see the header).
 python_failed=0
-# The CUDA integration, then the quick tests of the rest of the package: that machine's Python,
-# numpy and torch are newer than Debian's (about 40 s here on 2 cores, the eight files).
-python_tests=(test_cuda.py test_ops.py test_bindings.py test_exchange_plan.py test_main_placement.py
+# First the CUDA integration, on its own (its verdict must survive whatever the others do); then
+# the quick tests of the rest of the package, against that machine's newer Python, numpy and torch
+# (79 tests in the eight files, 24 s on this project's 2-core machines); then
+# bench/gpu/torch_ops_bench.py: the per-step ops through torch on CUDA against CPU tensors at
+# 2^20 tokens, outputs compared (a difference fails the stage), timings in $OUT/torch_ops.txt.
+python_tests=(test_ops.py test_bindings.py test_exchange_plan.py test_main_placement.py
   test_recorder.py test_bf16.py test_runtime_robustness.py)
-python_stage() {
-  [[ -n ${COBALT_GPU_PYTHON:-} && $reached_device -eq 1 ]] || return 0
-  if [[ ! -f $bundle/python/lib/libcobalt.a ]]; then
-    echo "run.sh: COBALT_GPU_PYTHON set but $bundle has no Python parts (bash bench/gpu/run.sh --bundle)" |
-      tee -a "$log"
-    python_failed=1
-    return 0
-  fi
-  local limit py_log=${OUT:-/tmp}/python_cuda.txt py_status
-  limit=$(stage_limit 240)
-  if ((limit == 0)); then skip_stage "the Python stage"; return 0; fi
+python_step() {  # NAME CAP LOG COMMAND...: one step of the Python stage, 0 when it passed
+  local name=$1 cap=$2 step_log=$3 limit step_status
+  shift 3
+  limit=$(stage_limit "$cap")
+  if ((limit == 0)); then skip_stage "$name"; return 1; fi
   set +e
-  LD_LIBRARY_PATH=$orig_library_path timeout -k 10 "$limit" \
-    bash bench/gpu/build_python.sh --bundle "$bundle" --out build/gpu-python >"$py_log" 2>&1
-  py_status=$?
-  set -e
-  tail -4 "$py_log" | sed 's/^/  build_python: /' | tee -a "$log"
-  if [[ $py_status -ne 0 ]]; then
-    echo "run.sh: building the Python extensions here failed (exit $py_status; see $py_log)" |
-      tee -a "$log"
-    python_failed=1
-    return 0
-  fi
-  limit=$(stage_limit 180)
-  if ((limit == 0)); then skip_stage "the Python tests"; return 0; fi
-  set +e
+  # The machine's own library path (not the bundle's), the built package first on sys.path, no
+  # pytest plugins of that image (none is used; they were never tried with these tests).
   LD_LIBRARY_PATH=$orig_library_path COBALT_PYTHON_PACKAGE_DIR=$PWD/build/gpu-python \
-    COBALT_EXPECT_CUDA_MODULE=1 COBALT_EXPECT_CUDA_DEVICE=1 PYTHONUNBUFFERED=1 \
-    timeout -k 10 "$limit" "${PYTHON:-python3}" -m pytest -q -p no:cacheprovider -rfEs \
-    "${python_tests[@]/#/python/tests/}" >>"$py_log" 2>&1
-  py_status=$?
+    PYTHONPATH=$PWD/build/gpu-python COBALT_EXPECT_CUDA_MODULE=1 COBALT_EXPECT_CUDA_DEVICE=1 \
+    PYTHONUNBUFFERED=1 PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 \
+    timeout -k 10 "$limit" "$@" >>"$step_log" 2>&1
+  step_status=$?
   set -e
-  tail -10 "$py_log" | sed "s/^/  pytest: /" | tee -a "$log"
-  echo "run.sh: Python tests on the GPU exit status $py_status (log $py_log)" | tee -a "$log"
-  [[ $py_status -eq 0 ]] || python_failed=1
+  tail -8 "$step_log" | sed "s/^/  $name: /" | tee -a "$log"
+  echo "run.sh: $name exit status $step_status$( ((step_status == 124 || step_status == 137)) &&
+    echo " (stopped after $limit s)") (log $step_log)" | tee -a "$log"
+  [[ $step_status -eq 0 ]] || python_failed=1
+  return "$step_status"
+}
+python_stage() {
+  [[ -n ${COBALT_GPU_PYTHON:-} ]] || return 0
+  if [[ $reached_device -ne 1 ]]; then
+    echo "run.sh: the Python stage not run: the check program did not reach the device" |
+      tee -a "$log"
+    return 0
+  fi
+  if [[ ! -f $bundle/python/lib/libcobalt.a ]]; then
+    echo "run.sh: COBALT_GPU_PYTHON set but $bundle has no Python parts" \
+      "(bash bench/gpu/run.sh --bundle)" | tee -a "$log"
+    python_failed=1
+    return 0
+  fi
+  local out_dir=${OUT:-/tmp} py=${PYTHON:-python3}
+  : >"$out_dir/python_cuda.txt"
+  python_step build_python 240 "$out_dir/python_cuda.txt" \
+    bash bench/gpu/build_python.sh --bundle "$bundle" --out build/gpu-python || return 0
+  python_step test_cuda 90 "$out_dir/python_cuda.txt" \
+    "$py" -m pytest -v -p no:cacheprovider -rfEs python/tests/test_cuda.py || true
+  python_step package_tests 120 "$out_dir/python_cuda.txt" \
+    "$py" -m pytest -v -p no:cacheprovider -rfEs "${python_tests[@]/#/python/tests/}" || true
+  : >"$out_dir/torch_ops.txt"
+  python_step torch_ops_bench 90 "$out_dir/torch_ops.txt" \
+    "$py" bench/gpu/torch_ops_bench.py || true
 }
 
 # Optional: Nsight Compute on one launch of each kernel (COBALT_GPU_PROFILE=1; see the header).
@@ -256,7 +280,12 @@ profile() {
 # a check: memcheck may say which access).
 found=0
 sanitize() {
-  [[ -n ${COBALT_GPU_SANITIZE:-} && $reached_device -eq 1 ]] || return 0
+  [[ -n ${COBALT_GPU_SANITIZE:-} ]] || return 0
+  if [[ $reached_device -ne 1 ]]; then
+    echo "run.sh: the sanitizers not run: the check program did not reach the device" |
+      tee -a "$log"
+    return 0
+  fi
   local sanitizer tool tool_log tool_status verdict limit
   sanitizer=$(command -v compute-sanitizer || true)
   [[ -z $sanitizer && -x /usr/local/cuda/bin/compute-sanitizer ]] &&
@@ -278,9 +307,14 @@ sanitize() {
     # A tool that cannot run on this machine says so in its own lines (they start with
     # '========='; a CUDA error of the program does not), whatever its exit status: e.g. gVisor's
     # "Device not supported", after which the program's first allocation fails (error 999).
-    if [[ $tool_status -ne 0 ]] && grep -E '^=========' "$tool_log" |
-      grep -qiE 'device not supported|unable to (start|attach)|failed to initiali[sz]e'; then
+    if [[ $tool_status -ne 0 ]] && grep -qiE \
+      '^=========.*(device not supported|unable to (start|attach)|failed to initiali[sz]e)' \
+      "$tool_log"; then
       verdict="the tool could not run here (not a kernel error; see $tool_log)"
+    elif [[ ($tool_status -eq 124 || $tool_status -eq 137) && $limit -lt 150 ]]; then
+      # Cut short by the run's budget, not by its own 150 s: unfinished, not failed.
+      verdict="stopped after $limit s by the run's time budget: incomplete (rerun it alone)"
+      skipped=1
     else
       case $tool_status in
         0)

@@ -47,8 +47,8 @@ def synthetic_batch(num_tokens: int, num_experts: int, top_k: int, num_ranks: in
         logits = torch.randn(rows, num_experts, generator=gen) + bias
         chunks.append(torch.topk(logits, top_k, dim=1).indices.to(torch.int32))
     ids = torch.cat(chunks)
-    sources = (torch.arange(num_tokens, dtype=torch.int64) * num_ranks // num_tokens).to(torch.int32)
-    return ids, sources
+    sources = torch.arange(num_tokens, dtype=torch.int64) * num_ranks // num_tokens
+    return ids, sources.to(torch.int32)
 
 
 def cobalt_layout(ids: torch.Tensor, sources: torch.Tensor, topology: cobalt.Topology,

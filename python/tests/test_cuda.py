@@ -4,8 +4,8 @@ Everywhere: the pointer-level module reports errors through cobalt's exception c
 shapes before it touches a device; the torch wrappers refuse CPU tensors with a clear message.
 `make test-cuda-compile` runs this file with COBALT_EXPECT_CUDA_MODULE=1, so there the module must
 have been built; `bench/gpu/run.sh` (COBALT_GPU_PYTHON=1) also sets COBALT_EXPECT_CUDA_DEVICE=1, so
-on the GPU machine the device must be usable rather than the GPU tests skipped. Where a GPU and a CUDA build of torch are present (not on the CPU machines this
-project's CI uses), the CUDA path of cobalt.torch.ops is compared bit for bit with the CPU path.
+on the GPU machine the device must be usable rather than the GPU tests skipped. Where a GPU and a
+CUDA build of torch are present (not on the CPU machines this project's CI uses), the CUDA path of cobalt.torch.ops is compared bit for bit with the CPU path.
 """
 
 from __future__ import annotations

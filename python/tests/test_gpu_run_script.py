@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,9 +56,15 @@ exit "$status"
 # compute-sanitizer --tool T --error-exitcode 9 --print-limit 100 BIN ARGS...
 case ${FAKE_SANITIZER:-clean} in
   clean) shift 6; exec "$@" ;;
-  errors) echo "========= Invalid __global__ read of size 4"; echo "========= ERROR SUMMARY: 1 error"; exit 9 ;;
+  errors)
+    echo "========= Invalid __global__ read of size 4"
+    echo "========= ERROR SUMMARY: 1 error"
+    exit 9
+    ;;
   unsupported) echo "========= Error: Device not supported"; echo "CUDA error 999"; exit 9 ;;
   nosummary) exit 0 ;;
+  checkfail) echo "check failed"; exit 1 ;;
+  timeout) exit 124 ;;
 esac
 """)
         # The Python stage's stand-ins: the build script and the interpreter running pytest.
@@ -121,7 +128,11 @@ def test_no_stage_runs_without_a_device(tree: Tree) -> None:
     result = tree.run(FAKE_CHECK_STATUS="2", COBALT_GPU_PYTHON="1", COBALT_GPU_SANITIZE="1",
                       PYTHON=str(tree.root / "fakebin" / "fake-python"))
     assert result.returncode == 2
-    assert "compute-sanitizer" not in result.stdout and "Python" not in result.stdout
+    assert "compute-sanitizer --tool" not in result.stdout
+    assert not (tree.root / "python_env.txt").exists()
+    # Each asked-for stage says why it did not run.
+    assert "the Python stage not run: the check program did not reach the device" in result.stdout
+    assert "the sanitizers not run: the check program did not reach the device" in result.stdout
 
 
 @pytest.mark.parametrize("mode,status,verdict", [
@@ -129,6 +140,8 @@ def test_no_stage_runs_without_a_device(tree: Tree) -> None:
     ("errors", 8, "errors reported"),
     ("unsupported", 0, "the tool could not run here"),
     ("nosummary", 8, "summary is missing"),
+    ("checkfail", 8, "a check failed under the tool"),
+    ("timeout", 8, "timed out"),
 ])
 def test_sanitizer_verdicts(tree: Tree, mode: str, status: int, verdict: str) -> None:
     result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER=mode)
@@ -163,7 +176,8 @@ def test_python_stage(tree: Tree, build_status: int, pytest_status: int, status:
         assert f"COBALT_PYTHON_PACKAGE_DIR={tree.root / 'build' / 'gpu-python'}" in seen
     else:
         assert not (tree.root / "python_env.txt").exists()
-        assert "building the Python extensions here failed" in result.stdout
+        assert "build_python exit status 3" in result.stdout
+        assert "test_cuda exit status" not in result.stdout  # nothing to test after a failed build
 
 
 def test_stages_past_the_time_budget_are_skipped(tree: Tree) -> None:
@@ -171,8 +185,42 @@ def test_stages_past_the_time_budget_are_skipped(tree: Tree) -> None:
     result = tree.run(COBALT_GPU_PYTHON="1", COBALT_GPU_SANITIZE="1", COBALT_GPU_BUDGET_S="40",
                       PYTHON=str(tree.root / "fakebin" / "fake-python"))
     assert result.returncode == 11, result.stdout
-    assert "the Python stage skipped" in result.stdout
+    assert "build_python skipped" in result.stdout
     assert "compute-sanitizer --tool memcheck skipped" in result.stdout
     # A skip does not hide a worse verdict.
     failed = tree.run(COBALT_GPU_SANITIZE="1", COBALT_GPU_BUDGET_S="40", FAKE_CHECK_STATUS="1")
     assert failed.returncode == 1
+
+
+def test_a_sanitizer_cut_short_by_the_budget_is_incomplete_not_failed(tree: Tree) -> None:
+    # 100 s budget: each tool gets 100 - 15 = 85 s < its own 150 s.
+    result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER="timeout", COBALT_GPU_BUDGET_S="100")
+    assert result.returncode == 11, result.stdout
+    # Each gets what is left (85 s at most, less as the seconds pass).
+    cut = re.findall(r"stopped after (\d+) s by the run's time budget: incomplete", result.stdout)
+    assert len(cut) == 2 and all(70 <= int(s) <= 85 for s in cut), result.stdout
+
+
+def test_a_sanitizer_error_outranks_a_python_failure(tree: Tree) -> None:
+    tree.add_python_parts()
+    result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER="errors", COBALT_GPU_PYTHON="1",
+                      PYTHON=str(tree.root / "fakebin" / "fake-python"), FAKE_PYTEST_STATUS="1")
+    assert result.returncode == 8, result.stdout
+    assert "test_cuda exit status 1" in result.stdout
+
+
+def test_torch_ops_bench_runs_on_cpu() -> None:
+    """The GPU run's benchmark script, small and on CPU tensors (here no device): it runs, prints
+    a row per op and exits 0."""
+    env = dict(os.environ, PYTHONPATH=str(_REPO / "python"))
+    result = subprocess.run([sys.executable, str(_REPO / "bench" / "gpu" / "torch_ops_bench.py"),
+                             "--tokens", "3000", "--experts", "32", "--nodes", "2",
+                             "--gpus-per-node", "4", "--reps", "2", "--cpu-reps", "1"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for op in ("assign_tasks", "dispatch_layout", "routing_counts", "solve_topoep"):
+        assert re.search(rf"^{op}\s", result.stdout, re.M), result.stdout
+    bad = subprocess.run([sys.executable, str(_REPO / "bench" / "gpu" / "torch_ops_bench.py"),
+                          "--experts", "30", "--nodes", "2", "--gpus-per-node", "4"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "must be a multiple of the rank count" in bad.stderr
