@@ -262,8 +262,9 @@ profile() {
   local out=${OUT:-/tmp}/ncu_profile.txt
   set +e
   # The first launch of each kernel (--kernel-id ::regex:NAME:1 profiles each match's first
-  # invocation): the first cases of each kind are the large ones (10^6 tokens, E = 640).
-  timeout -k 10 "$limit" "$ncu" --kernel-name-base function \
+  # invocation): the first cases of each kind are the large ones (10^6 tokens, E = 640). Clocks
+  # as the card has them (--clock-control none: never change the card's settings).
+  timeout -k 10 "$limit" "$ncu" --clock-control none --kernel-name-base function \
     --kernel-id '::regex:^(assign_kernel|assign_deferred_kernel|count_kernel|finalize_kernel|dispatch_count_kernel|dispatch_scan_kernel|dispatch_slot_kernel|place_kernel|route_kernel|refine_kernel|emit_kernel|write_kernel|slots_kernel)$:1' \
     --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section MemoryWorkloadAnalysis \
