@@ -53,11 +53,16 @@ def synthetic_batch(num_tokens: int, num_experts: int, top_k: int, num_ranks: in
 
 def cobalt_layout(ids: torch.Tensor, sources: torch.Tensor, topology: cobalt.Topology,
                   num_experts: int, slots_per_rank: int) -> cobalt.ExpertLayout:
-    """The layout Cobalt's policy plans for this batch (its first step)."""
+    """The layout Cobalt's policy plans from this batch's statistics: in force from its second step
+    (the first runs static EP while the plan is made), every slot filled. Planned on the first
+    2^16 tokens (enough for the statistics, and quick)."""
     config = cobalt.PolicyConfig(topology, num_experts, ids.shape[1], slots_per_rank=slots_per_rank)
     policy = cobalt.make_policy("cobalt", config)
-    batch = cobalt.RoutingBatch(ids.numpy(), sources.numpy(), num_experts, topology.num_ranks)
-    layout, _ = policy.run(0, 0, batch)
+    head = slice(0, min(len(ids), 1 << 16))
+    batch = cobalt.RoutingBatch(ids[head].numpy(), sources[head].numpy(), num_experts,
+                                topology.num_ranks)
+    policy.run(0, 0, batch)
+    layout, _ = policy.run(1, 0, batch)
     return layout
 
 
