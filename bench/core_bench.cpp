@@ -98,23 +98,26 @@ void BM_Memcpy_SameBytes(benchmark::State& state) {
 BENCHMARK(BM_Memcpy_SameBytes)->Args({1 << 20, 8})->Unit(benchmark::kMillisecond);
 
 // Validating a batch (what RoutingBatch's constructor, and so every RoutingBatch made from Python,
-// pays on top of its copy): the branch-free accept test (/0) against the plain loop (/1) on
-// 2^20 valid tokens, K = 8, E = 256; read against BM_Memcpy_SameBytes in the same run.
+// pays on top of its copy): the branch-free accept test (/K/0) against the plain loop (/K/1) on
+// 2^20 valid tokens, E = 256; read against BM_Memcpy_SameBytes in the same run.
 void BM_RoutingBatch_Validate(benchmark::State& state) {
-  const bool reference = state.range(0) != 0;
-  auto w = make_workload(1 << 20, 8, 256, 32);
+  const int top_k = static_cast<int>(state.range(0));
+  const bool reference = state.range(1) != 0;
+  auto w = make_workload(1 << 20, top_k, 256, 32);
   for (auto _ : state) {
     if (reference) {
-      detail::validate_topk_rows_reference(w.ids, 8, 256, "bench");
+      detail::validate_topk_rows_reference(w.ids, top_k, 256, "bench");
     } else {
-      validate_topk_rows(w.ids, 8, 256, "bench");
+      validate_topk_rows(w.ids, top_k, 256, "bench");
     }
     benchmark::DoNotOptimize(w.ids.data());
   }
   state.SetItemsProcessed(state.iterations() * (1 << 20));
   state.SetLabel(reference ? "reference loop" : "branch-free");
 }
-BENCHMARK(BM_RoutingBatch_Validate)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RoutingBatch_Validate)
+    ->ArgsProduct({{2, 4, 6, 8}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 // The dispatch layout of an Algorithm 1 assignment (2^20 tokens, K = 8, 4 x 8 ranks): into a fresh
 // DispatchLayout every call (/0) or into one reused across calls as a runtime keeps it (/1).

@@ -14,7 +14,7 @@ namespace {
 constexpr size_t kRowsPerBlock = 2048;
 
 // Four ids per vector (GCC / Clang vector extensions; SSE on x86-64, NEON on Arm): one row of
-// K = 4, half a row of K = 8.
+// K = 4, half a row of K = 8, ids 0-3 or 2-5 of K = 6.
 using Lanes = int32_t __attribute__((vector_size(16)));
 
 Lanes load_lanes(const ExpertId* ids) {
@@ -32,20 +32,30 @@ Lanes pairs_equal_within(Lanes v) {
 // Lanes out of [0, limit).
 Lanes out_of_range(Lanes v, Lanes limit) { return (v < 0) | (v >= limit); }
 
-// K = 4 and K = 8: each row's pairs compared in vectors (6 and 28 pairs), about 4x the scalar
-// loop at K = 8 (the compiler's own vectorisation of that loop across rows is slower than none).
+// K = 4, 6 and 8: each row's pairs compared in vectors (6, 15 and 28 pairs), 2-6x the scalar
+// loop (the compiler's own vectorisation of that loop across rows is slower than none).
 template <int kTopK>
 bool topk_rows_valid_lanes(const ExpertId* ids, size_t num_tokens, int num_experts) {
-  static_assert(kTopK == 4 || kTopK == 8);
+  static_assert(kTopK == 4 || kTopK == 6 || kTopK == 8);
   const Lanes limit = {num_experts, num_experts, num_experts, num_experts};
+  const Lanes first_two = {-1, -1, 0, 0};
   for (size_t begin = 0; begin < num_tokens; begin += kRowsPerBlock) {
     const size_t end = std::min(num_tokens, begin + kRowsPerBlock);
     Lanes bad = {0, 0, 0, 0};
     for (size_t t = begin; t < end; ++t) {
-      const Lanes lo = load_lanes(ids + t * kTopK);
+      const ExpertId* row = ids + t * kTopK;
+      const Lanes lo = load_lanes(row);
       bad |= out_of_range(lo, limit) | pairs_equal_within(lo);
-      if constexpr (kTopK == 8) {
-        Lanes hi = load_lanes(ids + t * kTopK + 4);
+      if constexpr (kTopK == 6) {
+        // ids 2..5 (overlapping lo): their pairs; then ids 0, 1 against 4, 5 in lanes 0 and 1
+        // (lanes 2 and 3 would compare ids 2 and 3 with themselves).
+        const Lanes hi = load_lanes(row + 2);
+        bad |= out_of_range(hi, limit) | pairs_equal_within(hi);
+        bad |= ((lo == __builtin_shufflevector(hi, hi, 2, 3, 0, 1)) |
+                (lo == __builtin_shufflevector(hi, hi, 3, 2, 1, 0))) &
+               first_two;
+      } else if constexpr (kTopK == 8) {
+        Lanes hi = load_lanes(row + 4);
         bad |= out_of_range(hi, limit) | pairs_equal_within(hi);
         for (int turn = 0; turn < 4; ++turn) {  // the 16 pairs across the halves
           bad |= lo == hi;
@@ -92,7 +102,7 @@ bool topk_rows_valid(std::span<const ExpertId> topk_ids, int top_k, int num_expe
     case 4:
       return topk_rows_valid_lanes<4>(ids, num_tokens, num_experts);
     case 6:
-      return topk_rows_valid_impl<6>(ids, num_tokens, top_k, num_experts);
+      return topk_rows_valid_lanes<6>(ids, num_tokens, num_experts);
     case 8:
       return topk_rows_valid_lanes<8>(ids, num_tokens, num_experts);
     default:
