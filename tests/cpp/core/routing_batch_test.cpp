@@ -62,8 +62,8 @@ bool reference_accepts(std::span<const ExpertId> ids, int top_k, int num_experts
 
 // The branch-free accept tests against the plain loops on random batches of every row length the
 // fast test specialises (1, 2, 4, 6, 8) and others, with one bad entry (out of range above,
-// negative, a copy of any other slot of its row) or none, anywhere in batches that span several blocks; and
-// validate_topk_rows reports what the reference reports.
+// negative, a copy of any other slot of its row) or none, anywhere in batches that span several
+// blocks; and validate_topk_rows reports what the reference reports.
 TEST(RoutingBatch, FastChecksAgreeWithTheReferenceLoops) {
   SplitMix64 rng(5);
   int refused = 0;
@@ -90,8 +90,8 @@ TEST(RoutingBatch, FastChecksAgreeWithTheReferenceLoops) {
       if (fault == 1) entry = num_experts + static_cast<ExpertId>(rng.below(3));
       if (fault == 2) entry = -1 - static_cast<ExpertId>(rng.below(3)) * 1000000000;
       if (fault == 3) {  // a copy of any other slot of the row: every pair of slots can collide
-        const auto other = (k + 1 + rng.below(static_cast<uint32_t>(top_k - 1))) %
-                           static_cast<size_t>(top_k);
+        const auto other =
+            (k + 1 + rng.below(static_cast<uint32_t>(top_k - 1))) % static_cast<size_t>(top_k);
         entry = ids[t * static_cast<size_t>(top_k) + other];
       }
     }
