@@ -31,6 +31,11 @@ def test_assign_tasks_is_algorithm_1(nodes: int, per_node: int, experts: int, k:
                                                 "subset_dp": cobalt.CoverSearch.SUBSET_DP}[search])
         np.testing.assert_array_equal(got.numpy(), want)
         cobalt.validate_assignment(batch, layout, got.numpy())
+    # Threads share the tokens on CPU; the ranks do not depend on how many.
+    for threads in (2, 3):
+        np.testing.assert_array_equal(
+            ops.assign_tasks(ids, src, layout, seed=5, step=3, num_threads=threads).numpy(),
+            ops.assign_tasks(ids, src, layout, seed=5, step=3).numpy())
     # int64 inputs (what torch.topk returns) give the same answer.
     np.testing.assert_array_equal(ops.assign_tasks(ids.long(), src.long(), layout).numpy(),
                                   ops.assign_tasks(ids, src, layout).numpy())
@@ -49,6 +54,9 @@ def test_assign_tasks_rejects_bad_input() -> None:
     for dtype in (torch.int16, torch.uint8):  # integer, but not an id dtype: named as such
         with pytest.raises(ValueError, match=f"topk_ids must be int32 or int64, got {dtype}"):
             ops.assign_tasks(ids.to(dtype), torch.zeros(1, dtype=torch.int32), layout)
+    with pytest.raises(ValueError, match=r"num_threads must be an int >= 0 .*, got -1"):
+        ops.assign_tasks(torch.tensor([[0, 1]], dtype=torch.int32),
+                         torch.zeros(1, dtype=torch.int32), layout, num_threads=-1)
     # int64 values beyond int32 are refused, not wrapped (2^32 + 1 would wrap to expert 1).
     with pytest.raises(ValueError, match="outside int32"):
         ops.assign_tasks(torch.tensor([[0, 2**32 + 1]]), torch.zeros(1, dtype=torch.int64),
@@ -69,6 +77,8 @@ def test_routing_counts_match_brute_force() -> None:
                         want_coact[a, b] += 1
         np.testing.assert_array_equal(counts.numpy(), want_counts)
         np.testing.assert_array_equal(coact.numpy(), want_coact)
+        threaded = ops.routing_counts(ids, experts, num_threads=3)
+        assert torch.equal(threaded[0], counts) and torch.equal(threaded[1], coact)
     with pytest.raises(ValueError, match=r"out of range \[0, 8\)"):
         ops.routing_counts(torch.tensor([[8]], dtype=torch.int32), 8)
 

@@ -57,6 +57,12 @@ def _int32_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     return np.ascontiguousarray(t.detach().numpy(), dtype=np.int32)
 
 
+def _check_threads(num_threads: int) -> None:
+    if not isinstance(num_threads, int) or num_threads < 0:
+        raise ValueError(f"cobalt.torch.ops: num_threads must be an int >= 0 (0: one per core), "
+                         f"got {num_threads!r}")
+
+
 def _validate_ids(topk_ids: torch.Tensor, num_experts: int) -> None:
     if topk_ids.numel() == 0:
         return
@@ -84,13 +90,16 @@ def _validate_ranks(ranks: torch.Tensor, num_ranks: int, name: str) -> None:
 def assign_tasks(topk_ids: torch.Tensor, source_rank: torch.Tensor,
                  layout: Union[cobalt.ExpertLayout, cuda.DeviceLayout], *, seed: int = 0,
                  step: int = 0, layer: int = 0, token_offset: int = 0, search: str = "auto",
-                 validate: bool = False) -> torch.Tensor:
+                 validate: bool = False, num_threads: int = 1) -> torch.Tensor:
     """Execution rank [T, K] int32 of every task of topk_ids [T, K] (tokens of source_rank [T]),
     on topk_ids' device: Cobalt Algorithm 1 keyed by (seed, step, layer, token_offset + t, k).
 
     On CUDA pass a :class:`cobalt.cuda.DeviceLayout` to reuse the uploaded layout across steps
-    (an ExpertLayout is uploaded on every call, which synchronises the stream).
+    (an ExpertLayout is uploaded on every call, which synchronises the stream). On CPU,
+    num_threads threads share the tokens (0: one per core); the ranks do not depend on it (ignored
+    on CUDA).
     """
+    _check_threads(num_threads)
     if search not in _SEARCH:
         raise ValueError(f"cobalt.torch.ops: unknown cover search {search!r} "
                          f"(valid: {', '.join(_SEARCH)})")
@@ -107,14 +116,19 @@ def assign_tasks(topk_ids: torch.Tensor, source_rank: torch.Tensor,
                                 _int32_numpy(source_rank, "source_rank"),
                                 host_layout.num_experts, host_layout.num_ranks)
     exec_rank = cobalt.assign_node_cover(batch, host_layout, seed=seed, step=step, layer=layer,
-                                         token_offset=token_offset, search=_SEARCH[search])
+                                         token_offset=token_offset, search=_SEARCH[search],
+                                         num_threads=num_threads)
     return torch.from_numpy(exec_rank)
 
 
 def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "auto",
-                   validate: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   validate: bool = False,
+                   num_threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """(expert_counts [E] int64, coactivation [E, E] int64) of topk_ids [T, K] on its device.
-    method picks the CUDA histogram variant (auto, shared, shared_plain, global); ignored on CPU."""
+    method picks the CUDA histogram variant (auto, shared, shared_plain, global; ignored on CPU);
+    num_threads the CPU threads (0: one per core; the counts do not depend on it; ignored on
+    CUDA)."""
+    _check_threads(num_threads)
     if topk_ids.device.type == "cuda":
         if validate:
             _validate_ids(topk_ids, num_experts)
@@ -124,7 +138,7 @@ def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "a
     if ids.ndim != 2:
         raise ValueError(f"cobalt.torch.ops: topk_ids must be [T, K], got shape {list(ids.shape)}")
     batch = cobalt.RoutingBatch(ids, np.zeros(ids.shape[0], dtype=np.int32), num_experts, 1)
-    counts, coact = cobalt.count_routing(batch)
+    counts, coact = cobalt.count_routing(batch, num_threads=num_threads)
     return torch.from_numpy(np.array(counts)), torch.from_numpy(np.array(coact))
 
 
