@@ -68,6 +68,7 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
                            const AssignOptions& options, std::span<RankId> exec_rank,
                            double spill_tolerance, BalancedCoverWorkspace* workspace) {
+  check_threads(options.num_threads, "assignment");
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());

@@ -179,11 +179,11 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
 void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                        const AssignOptions& options, std::span<RankId> exec_rank) {
   check_inputs(batch, layout, exec_rank);
+  check_threads(options.num_threads, "assignment");
   const int num_nodes = layout.num_nodes();
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  check_mask_search(use_masks, num_nodes);
   // Per source node: the masks of >= 2 remote nodes in (popcount, value) order (N > 8; the ordered
   // mask table serves N <= 8). Single-node covers are found directly (the lowest node holding every
   // uncovered expert is the first such mask).

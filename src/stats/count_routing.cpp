@@ -87,6 +87,7 @@ void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
                    std::span<int64_t> coactivation, int num_threads) {
   const int num_experts = batch.num_experts();
   check_outputs(num_experts, expert_counts, coactivation, "count_routing");
+  check_threads(num_threads, "count_routing");
   const int top_k = batch.top_k();
   const int64_t num_tokens = batch.num_tokens();
   num_threads = resolve_threads(num_threads);

@@ -49,7 +49,8 @@ enum class CpuKernel {
 
 struct AssignOptions {
   CoverSearch search = CoverSearch::kAuto;
-  int num_threads = 1;
+  int num_threads =
+      1;  // 0: one per core; negative: kInvalidArgument; the ranks do not depend on it
   CpuKernel kernel = CpuKernel::kAuto;
 };
 

@@ -10,7 +10,15 @@
 #include <thread>
 #include <vector>
 
+#include "cobalt/core/error.hpp"
+
 namespace cobalt {
+
+// Refuses a negative thread count (kInvalidArgument naming `what`); 0 means one per core.
+inline void check_threads(int num_threads, const char* what) {
+  COBALT_CHECK_ARG(num_threads >= 0, "{}: threads {} must be >= 0 (0 = one per core)", what,
+                   num_threads);
+}
 
 // Resolves a requested thread count: 0 => hardware concurrency (>= 1).
 inline int resolve_threads(int num_threads) {

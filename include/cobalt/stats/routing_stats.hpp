@@ -17,7 +17,8 @@
 namespace cobalt {
 
 // Exact counts of one batch: loads [E] and co-activation [E, E] (symmetric, zero diagonal).
-// Multithreaded over tokens; integer sums, so the result is identical for any thread count.
+// Multithreaded over tokens (num_threads 0: one per core; negative: kInvalidArgument); integer
+// sums, so the result is identical for any thread count.
 void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
                    std::span<int64_t> coactivation, int num_threads = 1);
 // The same counts by the definition (every ordered pair of a token's experts, one thread): what

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 
+#include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
@@ -364,6 +365,19 @@ TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
   std::vector<RankId> other(batch.num_tasks());
   assign_node_cover(batch, layout, {43, 7, 2, 0}, {CoverSearch::kAuto, 1}, other);
   EXPECT_NE(one, other);
+  // 0 threads is one per core (the same ranks); a negative count is an error, for both
+  // assignments, not a silent "every core".
+  std::vector<RankId> every_core(batch.num_tasks());
+  assign_node_cover(batch, layout, {42, 7, 2, 0}, {CoverSearch::kAuto, 0}, every_core);
+  EXPECT_EQ(one, every_core);
+  try {
+    assign_node_cover(batch, layout, {42, 7, 2, 0}, {CoverSearch::kAuto, -1}, other);
+    FAIL() << "a negative thread count was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("threads -1 must be >= 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(assign_balanced_cover(batch, layout, {CoverSearch::kAuto, -2}, other), Error);
 }
 
 // remote_node_covers checks what assign_node_cover checks: the mask search above 20 nodes (2^N

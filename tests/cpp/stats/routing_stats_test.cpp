@@ -72,6 +72,10 @@ TEST(RoutingStats, CountRoutingRejectsMisSizedOutputs) {
   std::vector<int64_t> loads(6), coact(35);
   EXPECT_THROW(count_routing(owned.view(), loads, coact), Error);
   EXPECT_THROW(count_routing_reference(owned.view(), loads, coact), Error);
+  std::vector<int64_t> right_coact(36);
+  EXPECT_THROW(count_routing(owned.view(), loads, right_coact, -1), Error);  // threads < 0
+  RoutingStats stats(6, 0.9);
+  EXPECT_THROW(stats.update(owned.view(), -3), Error);
 }
 
 TEST(RoutingStats, EmaArithmetic) {
