@@ -102,6 +102,7 @@ std::string spec_json(const WorkloadSpec& spec) {
 
 io::TraceData generate_trace(const WorkloadSpec& spec, const GenerateOptions& options) {
   validate(spec);
+  check_threads(options.num_threads, "workload generator");
   const int top_k = spec.top_k;
   const int64_t tokens_per_step = spec.tokens_per_step;
   const int64_t num_tokens = spec.num_tokens();

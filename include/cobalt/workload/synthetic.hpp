@@ -14,7 +14,7 @@
 namespace cobalt::workload {
 
 struct GenerateOptions {
-  int num_threads = 1;  // 0 => hardware concurrency; the result does not depend on it
+  int num_threads = 1;  // 0 => hardware concurrency, < 0 refused; the result does not depend on it
   // Called after each (layer, step) with (units done, total units = L * S); may be empty.
   std::function<void(int64_t, int64_t)> progress;
 };

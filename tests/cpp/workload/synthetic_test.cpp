@@ -175,6 +175,9 @@ TEST(SyntheticWorkload, RejectsInvalidSpec) {
   auto spec = small_spec();
   spec.group_affinity = -1;
   EXPECT_THROW(generate_trace(spec), Error);
+  GenerateOptions negative_threads;
+  negative_threads.num_threads = -1;
+  EXPECT_THROW(generate_trace(small_spec(), negative_threads), Error);
 }
 
 // --- Knobs move their statistics
