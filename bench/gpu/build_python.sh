@@ -7,7 +7,7 @@
 #
 # Needs: `bash bench/gpu/run.sh --bundle` run here first (DIR, default build/gpu-bundle, then holds
 # libcobalt.a, libcobalt_cuda.a, the static CUDA runtime, fmt's and pybind11's headers and the
-# shared libraries the extensions need: CBC, METIS, fmt, ...); on the machine it runs on: the
+# shared libraries the extensions need, e.g. fmt and METIS); on the machine it runs on: the
 # interpreter $PYTHON (default python3) with its C headers, and a C++20 compiler $CXX (default c++).
 # Only the binding sources (python/src, python/src_cuda) are compiled there; the interpreter's own
 # pybind11 is used when it has one (numpy 2 needs pybind11 >= 2.12), else the bundle's (Debian's
@@ -133,6 +133,19 @@ link=(-shared -Wl,--no-as-needed "-Wl,-rpath,\$ORIGIN/../lib" -pthread)
 "$cxx" "${link[@]}" -o "$out/cobalt/_cuda$ext_suffix" "$out/obj/cuda/module.o" \
   "$parts/lib/libcobalt_cuda.a" "$parts/lib/libcobalt.a" "$parts/lib/libcudart_static.a" \
   "${link_libs[@]}" -ldl -lrt -lm || { echo "build_python.sh: linking _cuda failed" >&2; exit 3; }
+
+# A shared object may keep undefined symbols until it is loaded, and a function's is looked up at
+# its first call: a library missing from the bundle would fail a test, not this build. Every
+# undefined symbol but the interpreter's own (Py*, _Py*) must resolve now.
+for module in "$out/cobalt/_core$ext_suffix" "$out/cobalt/_cuda$ext_suffix"; do
+  unresolved=$(ldd -r "$module" 2>&1 | grep 'undefined symbol' | grep -vE 'undefined symbol: _?Py' ||
+    true)
+  if [[ -n $unresolved ]]; then
+    echo "build_python.sh: $(basename "$module") has symbols no library provides:" >&2
+    echo "$unresolved" | head -20 >&2
+    exit 3
+  fi
+done
 
 if ! (cd "$out" && "$py" -c 'import cobalt, cobalt._cuda as c; print("build_python.sh: imported",
       cobalt.__file__, "and cobalt._cuda; device_available:", bool(c.device_available()))'); then

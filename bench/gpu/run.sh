@@ -8,7 +8,7 @@
 #                                            cobalt_gpu_check and pack it, the shared libraries it
 #                                            needs beyond libc/libstdc++, the real traces, and the
 #                                            parts bench/gpu/build_python.sh builds the Python
-#                                            extensions from, into build/gpu-bundle (about 50 MB
+#                                            extensions from, into build/gpu-bundle (about 31 MB
 #                                            of the 64 MiB a device call may carry)
 #   bash bench/gpu/run.sh [check options]    on the GPU machine: run the bundle when it is there
 #                                            (carry build/gpu-bundle; refused with exit 5 when it
@@ -73,15 +73,23 @@ copy_shared_libs() {  # BINARY DIR
 # this project's dependencies: the static libraries (built with -fPIC, no LTO), the static CUDA
 # runtime they were built against, fmt's headers (include/cobalt/core/error.hpp uses fmt), Debian's
 # pybind11 headers (used when that machine's Python has no pybind11), and the shared libraries of
-# the library's dependencies (CBC, METIS, fmt, ...; read off the CLI, which links all of them).
+# the library's dependencies (CBC, METIS, fmt, ...): read off this machine's cobalt._core when
+# `make build-python` has built it (it links exactly what build_python.sh must), else off the CLI
+# (built for it; CUDA-linked binaries drop the libraries they do not call).
 pack_python_parts() {
-  local parts=$bundle/python cudart
+  local parts=$bundle/python cudart deps_probe
+  deps_probe=$(compgen -G 'python/cobalt/_core.cpython-*.so' | head -1 || true)
+  if [[ -z $deps_probe ]]; then
+    build cobalt_cli
+    deps_probe=build/cuda/bin/cobalt
+  fi
   mkdir -p "$parts/lib" "$parts/deps" "$parts/include"
   cp build/cuda/src/libcobalt.a build/cuda/src/cuda/libcobalt_cuda.a "$parts/lib/"
   cudart=$(awk -F= '/^CUDA_cudart_static_LIBRARY:/ {print $2}' build/cuda/CMakeCache.txt)
   [[ -f $cudart ]] || { echo "run.sh: libcudart_static.a not found ('$cudart')" >&2; exit 7; }
   cp "$cudart" "$parts/lib/libcudart_static.a"
-  copy_shared_libs build/cuda/bin/cobalt "$parts/deps"
+  copy_shared_libs "$deps_probe" "$parts/deps"
+  echo "run.sh: the Python parts' shared libraries read off $deps_probe"
   cp -r /usr/include/fmt "$parts/include/"
   if [[ -f /usr/include/pybind11/pybind11.h ]]; then
     mkdir -p "$parts/pybind11"
@@ -100,7 +108,7 @@ if [[ ${1:-} == --bundle ]]; then
       "stale on the GPU machine; remove them first:" $ignored >&2
     exit 7
   fi
-  build cobalt_gpu_check cobalt_cli cobalt cobalt_cuda
+  build cobalt_gpu_check cobalt cobalt_cuda
   rm -rf "$bundle"
   mkdir -p "$bundle/lib" "$bundle/traces"
   cp build/cuda/bin/cobalt_gpu_check "$bundle/"
