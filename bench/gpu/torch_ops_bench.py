@@ -4,6 +4,7 @@ one synthetic batch, with the outputs of both compared element for element.
 
     python3 bench/gpu/torch_ops_bench.py [--tokens 1048576] [--experts 256] [--top-k 8]
                                          [--nodes 4] [--gpus-per-node 8] [--reps 20]
+                                         [--ids-dtype int32|int64]
 
 Rows: assign_tasks (Algorithm 1 on a Cobalt layout of the batch), dispatch_layout (every field),
 routing_counts (expert and pair counts), solve_topoep (the batch's demand [G, E]). Columns:
@@ -11,7 +12,8 @@ routing_counts (expert and pair counts), solve_topoep (the batch's demand [G, E]
 step's stream spends); `call_ms`, the median wall time of the call itself on the host (Python,
 checks, launches; the CUDA ops do not wait for the device, except solve_topoep, which reads its
 status back); `cpu_ms`, the median of --cpu-reps calls on CPU tensors (one thread); `equal`,
-whether the CUDA and CPU outputs are identical. Without a usable device (cobalt.cuda.is_available()
+whether the CUDA and CPU outputs are identical. --ids-dtype int64 passes topk_ids and source_rank as
+torch.topk returns its indices (the ops narrow them to int32; on CPU in one checked pass). Without a usable device (cobalt.cuda.is_available()
 false) only the CPU column is measured.
 
 Exit status: 0, or 1 when an output differs between the devices. Run by bench/gpu/run.sh on the
@@ -119,6 +121,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--reps", type=int, default=20, help="timed CUDA calls per op")
     parser.add_argument("--cpu-reps", type=int, default=3, help="timed CPU calls per op")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ids-dtype", choices=("int32", "int64"), default="int32",
+                        help="dtype of topk_ids and source_rank (int64: what torch.topk returns)")
     args = parser.parse_args(argv)
     num_ranks = args.nodes * args.gpus_per_node
     if args.tokens <= 0 or args.reps <= 0 or args.cpu_reps <= 0:
@@ -133,12 +137,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     t0 = time.perf_counter()
     ids, sources = synthetic_batch(args.tokens, args.experts, args.top_k, num_ranks, args.seed)
     layout = cobalt_layout(ids, sources, topology, args.experts, slots)
+    if args.ids_dtype == "int64":
+        ids, sources = ids.long(), sources.long()
     omega = torch.zeros(num_ranks, args.experts, dtype=torch.int64)
     omega.index_put_((sources.long().repeat_interleave(args.top_k), ids.long().flatten()),
                      torch.ones(ids.numel(), dtype=torch.int64), accumulate=True)
     gpu = cobalt.cuda.is_available()
     device = torch.cuda.get_device_name() if gpu else "no usable CUDA device"
-    print(f"torch_ops_bench: {args.tokens} tokens, K={args.top_k}, E={args.experts}, "
+    print(f"torch_ops_bench: {args.tokens} tokens ({args.ids_dtype} ids), K={args.top_k}, "
+          f"E={args.experts}, "
           f"{args.nodes}x{args.gpus_per_node} ranks, {slots} slots per rank; torch "
           f"{torch.__version__}, {device}; inputs and layout in {time.perf_counter() - t0:.1f} s",
           flush=True)

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -36,8 +37,13 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
   IntArray() : Base() {}
   explicit IntArray(Base&& base) : Base(std::move(base)) {}
 
-  // `src` (a numpy array, torch CPU tensor, nested list, ...) as C-contiguous T.
-  static IntArray from(py::handle src) {
+  // `src` (a numpy array, torch CPU tensor, nested list, ...) as C-contiguous T. A C-contiguous
+  // native int64/uint64/int32/uint32 source that T cannot hold as is (int64 ids for an int32
+  // argument: what torch.topk returns) is narrowed in one checked pass into a new array; *fresh
+  // (when given) is then set true: the result is a new array that nothing else references.
+  // Otherwise it is false (the result may be `src` itself or share its memory).
+  static IntArray from(py::handle src, bool* fresh = nullptr) {
+    if (fresh != nullptr) *fresh = false;
     py::array array = py::isinstance<py::array>(src)
                           ? py::reinterpret_borrow<py::array>(src)
                           : py::array(py::module_::import("numpy").attr("asarray")(src));
@@ -50,6 +56,12 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
                         (static_cast<size_t>(array.itemsize()) == sizeof(T) &&
                          (kind == 'i') == std::is_signed_v<T>);
       if (!fits) {
+        if (std::optional<IntArray> narrowed = narrow_contiguous(array)) {
+          if (fresh != nullptr) *fresh = true;
+          return std::move(*narrowed);
+        }
+        // A value out of range (or a layout the fast pass does not take): find the range for
+        // the message.
         const py::object low = array.attr("min")(), high = array.attr("max")();
         const py::int_ min_t(std::numeric_limits<T>::min()), max_t(std::numeric_limits<T>::max());
         COBALT_CHECK_ARG(PyObject_RichCompareBool(low.ptr(), min_t.ptr(), Py_GE) == 1 &&
@@ -60,6 +72,47 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
       }
     }
     return IntArray(Base::ensure(array));
+  }
+
+ private:
+  // The checked narrowing of a C-contiguous, native-order array of S into a new T array; nullopt
+  // when some value does not fit (the caller reports the range).
+  template <typename S>
+  static std::optional<IntArray> narrow_as(const py::array& array) {
+    const S* in = static_cast<const S*>(array.data());
+    std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
+    IntArray out(shape);
+    T* dst = out.mutable_data();
+    const auto count = static_cast<size_t>(array.size());
+    // Branch-free so that it vectorises: a value fits when it survives the round trip with its
+    // sign (uint32 -> int32 keeps the bits of 2^31 but not its sign).
+    bool lost = false;
+    for (size_t i = 0; i < count; ++i) {
+      const S value = in[i];
+      const T narrow = static_cast<T>(value);
+      lost |= (static_cast<S>(narrow) != value) | ((value < S{0}) != (narrow < T{0}));
+      dst[i] = narrow;
+    }
+    if (lost) return std::nullopt;
+    return out;
+  }
+
+  // narrow_as for the source dtypes the fast pass takes; nullopt for the others, for
+  // non-contiguous or non-native arrays, and when a value does not fit.
+  static std::optional<IntArray> narrow_contiguous(const py::array& array) {
+    if ((array.flags() & py::array::c_style) == 0 ||
+        !py::cast<bool>(array.dtype().attr("isnative"))) {
+      return std::nullopt;
+    }
+    const bool is_signed = array.dtype().kind() == 'i';
+    switch (array.itemsize()) {
+      case 8:
+        return is_signed ? narrow_as<int64_t>(array) : narrow_as<uint64_t>(array);
+      case 4:
+        return is_signed ? narrow_as<int32_t>(array) : narrow_as<uint32_t>(array);
+      default:
+        return std::nullopt;
+    }
   }
 };
 

@@ -13,40 +13,53 @@ namespace cobalt::py_bindings {
 
 namespace {
 
-// A read-only copy of `array` that nothing else references.
+// IntArray<int32_t>::from with `what` (the argument) named in its errors.
+IntArray<int32_t> int32_array(py::handle src, const char* what, bool* fresh) {
+  try {
+    return IntArray<int32_t>::from(src, fresh);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", what, e.what()));
+  }
+}
+
+// A copy of `array` that nothing else references.
 IntArray<int32_t> private_copy(const IntArray<int32_t>& array) {
   std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
   IntArray<int32_t> copy(shape);
   std::copy(array.data(), array.data() + array.size(), copy.mutable_data());
-  mark_readonly(copy);
   return copy;
 }
 
 }  // namespace
 
-PyRoutingBatch PyRoutingBatch::make(InArray<int32_t> topk_ids,
-                                    std::optional<InArray<int32_t>> source_rank, int num_experts,
+PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
+                                    std::optional<py::object> source_rank_in, int num_experts,
                                     int num_ranks, bool validate) {
+  // Own copies, read-only: the batch is validated once and read later (also with the GIL
+  // released), so the caller must not be able to change the ids under it. An int64 source is
+  // narrowed into a new array, which is that copy.
+  bool fresh = false;
+  IntArray<int32_t> topk_ids = int32_array(topk_ids_in, "RoutingBatch topk_ids", &fresh);
   require_ndim(topk_ids, 2, "RoutingBatch topk_ids [T, K]");
+  if (!fresh) topk_ids = private_copy(topk_ids);
+  mark_readonly(topk_ids);
   const auto num_tokens = static_cast<int64_t>(topk_ids.shape(0));
   const int top_k = static_cast<int>(topk_ids.shape(1));
   COBALT_CHECK_ARG(num_ranks >= 1, "RoutingBatch: number of ranks {} must be >= 1", num_ranks);
-  InArray<int32_t> src;
-  if (source_rank.has_value()) {
-    src = std::move(*source_rank);
+  IntArray<int32_t> src;
+  if (source_rank_in.has_value()) {
+    src = int32_array(*source_rank_in, "RoutingBatch source_rank", &fresh);
     require_ndim(src, 1, "RoutingBatch source_rank [T]");
     COBALT_CHECK_ARG(src.shape(0) == num_tokens,
                      "RoutingBatch: source_rank has {} entries for {} tokens", src.shape(0),
                      num_tokens);
+    if (!fresh) src = private_copy(src);
   } else {
-    src = InArray<int32_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_tokens)});
+    src = IntArray<int32_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_tokens)});
     contiguous_source_ranks(num_tokens, num_ranks,
                             std::span<RankId>(src.mutable_data(), static_cast<size_t>(num_tokens)));
   }
-  // Own copies, read-only: the batch is validated once and read later (also with the GIL
-  // released), so the caller must not be able to change the ids under it.
-  topk_ids = private_copy(topk_ids);
-  src = private_copy(src);
+  mark_readonly(src);
   auto ids = span_of(topk_ids);
   auto sources = span_of(src);
   RoutingBatch view = validate ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)

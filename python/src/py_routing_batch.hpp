@@ -16,7 +16,9 @@ struct PyRoutingBatch {
 
   // topk_ids: [T, K]; source_rank: [T] or None (contiguous blocks per rank). validate = false skips
   // the per-token checks (for data validated elsewhere).
-  static PyRoutingBatch make(InArray<int32_t> topk_ids, std::optional<InArray<int32_t>> source_rank,
+  // Both are taken as IntArray<int32_t>::from takes them (int64 narrowed, out-of-range values
+  // refused).
+  static PyRoutingBatch make(py::object topk_ids, std::optional<py::object> source_rank,
                              int num_experts, int num_ranks, bool validate);
 };
 

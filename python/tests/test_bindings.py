@@ -100,6 +100,44 @@ def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
         cobalt.RoutingBatch(np.array([[0, 1], [3, 3]], dtype=np.int32), None, 8, 8)
 
 
+def test_int_inputs_are_narrowed_in_one_checked_pass_like_numpy() -> None:
+    """IntArray's one-pass narrowing (C-contiguous native int64/uint64/int32/uint32 into an int32
+    argument) against numpy's checked cast: the same values where every one fits, the same error
+    where one does not, and the batch's arrays never share memory with the input."""
+    rng = np.random.default_rng(11)
+    int32_min, int32_max = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    for trial in range(300):
+        dtype = [np.int64, np.uint64, np.uint32, np.int32, np.int16][trial % 5]
+        tokens, k = int(rng.integers(1, 40)), int(rng.integers(1, 5))
+        ids = np.stack([rng.permutation(16)[:k] for _ in range(tokens)]).astype(dtype)
+        bad = trial % 3 == 0 and np.iinfo(dtype).max > int32_max
+        if bad:  # one value that int32 cannot hold (possibly < 0 after wrapping)
+            info = np.iinfo(dtype)
+            choices = [v for v in (int32_max + 1, 2**32 + 1, info.max, int32_min - 1, info.min)
+                       if info.min <= v <= info.max and not int32_min <= v <= int32_max]
+            value = choices[int(rng.integers(len(choices)))]
+            ids[rng.integers(tokens), rng.integers(k)] = value
+        layouts = [ids, np.asfortranarray(ids), ids[::-1].copy()[::-1]]  # strided: slow path
+        for source in layouts:
+            if bad:
+                with pytest.raises(ValueError, match=r"RoutingBatch topk_ids: integer array values "
+                                   r"\[-?\d+, \d+\] out of range \[-2147483648, 2147483647\]"):
+                    cobalt.RoutingBatch(source, None, 16, 2)
+                continue
+            batch = cobalt.RoutingBatch(source, np.zeros(tokens, dtype=dtype), 16, 2)
+            np.testing.assert_array_equal(batch.topk_ids, ids.astype(np.int32))
+            assert batch.topk_ids.dtype == np.int32 and batch.topk_ids.flags.c_contiguous
+            assert not batch.topk_ids.flags.writeable and not batch.source_rank.flags.writeable
+            assert not np.shares_memory(batch.topk_ids, source)
+    # The sign counts: uint32 2^31 has int32's bits of -2^31 but is not that value.
+    with pytest.raises(ValueError, match="out of range"):
+        cobalt.RoutingBatch(np.array([[2**31]], dtype=np.uint32), None, 16, 2)
+    with pytest.raises(ValueError, match="RoutingBatch source_rank: integer array values"):
+        cobalt.RoutingBatch(np.array([[1]], dtype=np.int64), np.array([2**40]), 16, 2)
+    with pytest.raises(ValueError, match="expected an integer array, got dtype float64"):
+        cobalt.RoutingBatch(np.array([[1.0]]), None, 16, 2)
+
+
 def test_every_cpu_kernel_writes_the_same_ranks() -> None:
     rng = np.random.default_rng(4)
     # K = 5: three unused lanes; 12 nodes: the subset search (its set list in byte lanes)

@@ -213,13 +213,16 @@ def test_torch_ops_bench_runs_on_cpu() -> None:
     """The GPU run's benchmark script, small and on CPU tensors (here no device): it runs, prints
     a row per op and exits 0."""
     env = dict(os.environ, PYTHONPATH=str(_REPO / "python"))
-    result = subprocess.run([sys.executable, str(_REPO / "bench" / "gpu" / "torch_ops_bench.py"),
-                             "--tokens", "3000", "--experts", "32", "--nodes", "2",
-                             "--gpus-per-node", "4", "--reps", "2", "--cpu-reps", "1"],
-                            env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    for op in ("assign_tasks", "dispatch_layout", "routing_counts", "solve_topoep"):
-        assert re.search(rf"^{op}\s", result.stdout, re.M), result.stdout
+    for dtype in ("int32", "int64"):
+        result = subprocess.run(
+            [sys.executable, str(_REPO / "bench" / "gpu" / "torch_ops_bench.py"), "--tokens",
+             "3000", "--experts", "32", "--nodes", "2", "--gpus-per-node", "4", "--reps", "2",
+             "--cpu-reps", "1", "--ids-dtype", dtype],
+            env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"({dtype} ids)" in result.stdout, result.stdout
+        for op in ("assign_tasks", "dispatch_layout", "routing_counts", "solve_topoep"):
+            assert re.search(rf"^{op}\s", result.stdout, re.M), result.stdout
     bad = subprocess.run([sys.executable, str(_REPO / "bench" / "gpu" / "torch_ops_bench.py"),
                           "--experts", "30", "--nodes", "2", "--gpus-per-node", "4"],
                          env=env, capture_output=True, text=True, timeout=60)

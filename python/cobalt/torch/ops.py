@@ -13,7 +13,7 @@ training stack can call these on whatever device its router runs on:
 Inputs on CUDA are trusted by the kernels (ids in range, distinct per row); pass
 ``validate=True`` to check them first (a device-to-host sync). CPU inputs are always validated.
 int64 inputs (what ``torch.topk`` returns) are narrowed to int32: values outside int32 are an error
-(always on CPU, with ``validate=True`` on CUDA).
+(always on CPU, where the narrowing is one checked pass in C++; with ``validate=True`` on CUDA).
 """
 
 from __future__ import annotations
@@ -48,13 +48,14 @@ def _check_int32_range(t: torch.Tensor, name: str) -> None:
                              f"outside int32 [{_INT32_MIN}, {_INT32_MAX}]")
 
 
-def _int32_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+def _host_ints(t: torch.Tensor, name: str) -> np.ndarray:
+    """The numpy view of CPU tensor t (no copy). The bindings narrow int64 to int32 in one
+    checked pass (values outside int32 are an error naming the range), so nothing is cast here."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"cobalt.torch.ops: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"cobalt.torch.ops: {name} must be int32 or int64, got {t.dtype}")
-    _check_int32_range(t, name)
-    return np.ascontiguousarray(t.detach().numpy(), dtype=np.int32)
+    return t.detach().numpy()
 
 
 def _check_threads(num_threads: int) -> None:
@@ -112,9 +113,9 @@ def assign_tasks(topk_ids: torch.Tensor, source_rank: torch.Tensor,
                                       source_rank.to(torch.int32).contiguous(), layout, seed=seed,
                                       step=step, layer=layer, token_offset=token_offset,
                                       search=search)
-    batch = cobalt.RoutingBatch(_int32_numpy(topk_ids, "topk_ids"),
-                                _int32_numpy(source_rank, "source_rank"),
-                                host_layout.num_experts, host_layout.num_ranks)
+    batch = cobalt.RoutingBatch(_host_ints(topk_ids, "topk_ids"),
+                                _host_ints(source_rank, "source_rank"), host_layout.num_experts,
+                                host_layout.num_ranks)
     exec_rank = cobalt.assign_node_cover(batch, host_layout, seed=seed, step=step, layer=layer,
                                          token_offset=token_offset, search=_SEARCH[search],
                                          num_threads=num_threads)
@@ -134,10 +135,11 @@ def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "a
             _validate_ids(topk_ids, num_experts)
         return cuda.count_routing(topk_ids.to(torch.int32).contiguous(), num_experts,
                                   method=method)
-    ids = _int32_numpy(topk_ids, "topk_ids")
+    ids = _host_ints(topk_ids, "topk_ids")
     if ids.ndim != 2:
         raise ValueError(f"cobalt.torch.ops: topk_ids must be [T, K], got shape {list(ids.shape)}")
-    batch = cobalt.RoutingBatch(ids, np.zeros(ids.shape[0], dtype=np.int32), num_experts, 1)
+    # One rank: the source ranks (all 0) are made by the batch, not copied in.
+    batch = cobalt.RoutingBatch(ids, None, num_experts, 1)
     counts, coact = cobalt.count_routing(batch, num_threads=num_threads)
     return torch.from_numpy(np.array(counts)), torch.from_numpy(np.array(coact))
 
@@ -163,8 +165,8 @@ def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology
     if workspace is not None and not isinstance(workspace, cobalt.DispatchLayoutWorkspace):
         raise TypeError(f"cobalt.torch.ops: workspace must be a cobalt.DispatchLayoutWorkspace, "
                         f"got {type(workspace).__name__}")
-    d = cobalt.dispatch_layout(_int32_numpy(exec_rank, "exec_rank"),
-                               _int32_numpy(source_rank, "source_rank"), topology,
+    d = cobalt.dispatch_layout(_host_ints(exec_rank, "exec_rank"),
+                               _host_ints(source_rank, "source_rank"), topology,
                                workspace=workspace)
     if workspace is None:
         # The arrays own their C++ buffers (writable): shared with torch, not copied.
