@@ -106,3 +106,22 @@ def test_node_pooled_floor_bounds_the_layout_floor() -> None:
     assert cobalt.imbalance_floor(counts, layout) == 9 * 2 / 10
     assert fb.node_pooled_floor(counts, layout, topo) == 1.0
     assert fb.node_pooled_floor(np.zeros(2, dtype=np.int64), layout, topo) == 1.0
+
+
+def _bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], env=env,
+                          capture_output=True, text=True, check=False, timeout=120)
+
+
+def test_python_benchmarks_run_small() -> None:
+    """bench/'s Python scripts (docs/performance.md cites them) run on a small input: each route
+    of int64_ids_narrowing builds the same batch (the script asserts it), and
+    exchange_plan_vs_numpy's plans are equal."""
+    out = _bench("int64_ids_narrowing.py", "--tokens", "5000", "--repeats", "1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count(" ms") == 3, out.stdout
+    bad = _bench("int64_ids_narrowing.py", "--top-k", "0")
+    assert bad.returncode == 2 and "--top-k in [1, --experts]" in bad.stderr
+    out = _bench("exchange_plan_vs_numpy.py", "--tokens-per-rank", "64", "--repeats", "1")
+    assert out.returncode == 0, out.stdout + out.stderr
