@@ -11,23 +11,13 @@ rank-mask path it runs for G <= 64, against /0, the insertion-sort path).
 """
 import argparse
 import dataclasses
-import statistics
-import time
 
 import numpy as np
 
 import cobalt
+from py_timing import median_ms
 from cobalt.torch.exchange_plan import (RoutingGlobal, build_exchange_plan,
                                         build_exchange_plan_reference)
-
-
-def median_ms(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main():

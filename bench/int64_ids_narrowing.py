@@ -10,21 +10,11 @@ calls, one core.
         --experts 256 --ranks 32 --repeats 9]
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import cobalt
-
-
-def median_ms(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+from py_timing import median_ms
 
 
 def checked_cast_then_batch(ids, sources, num_experts, num_ranks):
