@@ -47,9 +47,10 @@ test: test-release test-debug test-python test-cuda-compile format-check
 
 # CUDA kernels (docs/gpu.md), when nvcc is present: configure the `cuda` preset and build only the
 # CUDA targets (a compile and link check; nothing runs on a GPU): the kernels, cobalt_gpu_check,
-# the host emulation test and the Python module cobalt._cuda. Then run the host emulation of the
-# kernel bodies against the CPU references and the Python tests of cobalt.cuda (both need no GPU;
-# the GPU comparisons in test_cuda.py skip without one), then test-gpu-bundle. Skipped without nvcc.
+# the host emulation and contract tests and the Python module cobalt._cuda. Then run the host
+# emulation of the kernel bodies against the CPU references, the launchers' argument checks and
+# the Python tests of cobalt.cuda (all need no GPU; the GPU comparisons in test_cuda.py skip
+# without one), then test-gpu-bundle. Skipped without nvcc.
 NVCC ?= /usr/local/cuda/bin/nvcc
 .PHONY: test-cuda-compile
 test-cuda-compile: build-python
@@ -59,6 +60,7 @@ test-cuda-compile: build-python
 	    -DPython3_EXECUTABLE=$(PYTHON) >/dev/null && \
 	  cmake --build --preset cuda --target cobalt_cuda_all -j $(JOBS) && \
 	  build/cuda/bin/cobalt_cuda_emulation_test --gtest_brief=1 && \
+	  build/cuda/bin/cobalt_cuda_contract_test --gtest_brief=1 && \
 	  COBALT_EXPECT_CUDA_MODULE=1 $(PYTHON) -m pytest python/tests/test_cuda.py -q && \
 	  $(MAKE) --no-print-directory test-gpu-bundle; \
 	else \

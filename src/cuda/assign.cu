@@ -1,4 +1,6 @@
 // GPU task assignment: one token per thread over detail/assign_body.hpp.
+#include <cstdint>
+
 #include "cobalt/cuda/assign.hpp"
 #include "detail/assign_body.hpp"
 #include "detail/runtime.hpp"
@@ -178,6 +180,13 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
   const bool masks = use_masks(search, layout.num_nodes);
   detail::require(!masks || layout.num_nodes <= 20,
                   "cuda assign: mask enumeration over more than 20 nodes; use the subset DP");
+  // One thread per token (gridDim.x < 2^31 blocks); the deferred-token list counts in int32.
+  detail::require(num_tokens <= int64_t{INT32_MAX} * kThreads,
+                  "cuda assign: more than (2^31 - 1) x 256 tokens in one call; split the batch "
+                  "(token_offset keeps the draws)");
+  detail::require(masks || top_k <= detail::kAssignLocalDpBits || num_tokens <= INT32_MAX,
+                  "cuda assign: the subset DP at top_k > 8 takes at most 2^31 - 1 tokens per "
+                  "call; split the batch (token_offset keeps the draws)");
   detail::require(
       workspace_bytes >= assign_workspace_bytes(num_tokens, top_k, layout.num_nodes, search),
       "cuda assign: workspace smaller than assign_workspace_bytes()");

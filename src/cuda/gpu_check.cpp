@@ -34,18 +34,18 @@ void measure_bandwidth(Context& ctx) {
   std::vector<double> times;
   for (int i = 0; i < 6; ++i) {
     cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    cudaEventRecord(start, ctx.stream);
+    cuda_ok(cudaEventCreate(&start), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&stop), "cudaEventCreate");
+    cuda_ok(cudaEventRecord(start, ctx.stream), "cudaEventRecord");
     cuda_ok(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, ctx.stream),
             "cudaMemcpyAsync D2D");
-    cudaEventRecord(stop, ctx.stream);
-    cudaEventSynchronize(stop);
+    cuda_ok(cudaEventRecord(stop, ctx.stream), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     if (i > 0) times.push_back(ms);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
+    cuda_ok(cudaEventDestroy(start), "cudaEventDestroy");
+    cuda_ok(cudaEventDestroy(stop), "cudaEventDestroy");
   }
   std::sort(times.begin(), times.end());
   ctx.copy_bandwidth = 2.0 * bytes / (times[times.size() / 2] * 1e-3);

@@ -24,7 +24,9 @@ size_t assign_workspace_bytes(int64_t num_tokens, int top_k, int num_nodes,
 // topk_ids [T, K] (K in [1, 16]), source_rank [T], exec_rank [T, K] out: device pointers. The
 // inputs are trusted (as RoutingBatch::trusted: ids in [0, E) and distinct within a row, ranks in
 // [0, G)); they are not validated on the device. Throws kInvalidArgument for bad sizes, a
-// workspace smaller than assign_workspace_bytes, or kMaskEnumeration with more than 20 nodes.
+// workspace smaller than assign_workspace_bytes, kMaskEnumeration with more than 20 nodes, or more
+// tokens than one call takes (2^31 - 1 with the subset DP at top_k > 8, else (2^31 - 1) x 256;
+// split the batch and pass each part's first token as key.token_offset).
 void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
                        const int32_t* source_rank, int64_t num_tokens, int top_k,
                        const assign::AssignKey& key, assign::CoverSearch search, int32_t* exec_rank,

@@ -1,0 +1,169 @@
+// The CUDA launchers' host-side contract (include/cobalt/cuda/common.hpp): argument errors throw
+// cobalt::Error(kInvalidArgument) naming what is wrong, before any CUDA runtime call, so they hold
+// on a machine without a GPU (this test needs none; the pointers below are host memory that no
+// check dereferences). Without a device, a well-formed call throws kInternal naming the CUDA call
+// instead of crashing.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/cuda/assign.hpp"
+#include "cobalt/cuda/dispatch_layout.hpp"
+#include "cobalt/cuda/routing_stats.hpp"
+#include "cobalt/cuda/topoep.hpp"
+
+namespace cobalt::cuda {
+namespace {
+
+template <typename F>
+void expect_error(ErrorCode code, const std::string& needle, F&& call) {
+  try {
+    call();
+    ADD_FAILURE() << "no error; expected one containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+void expect_invalid(const std::string& needle, const auto& call) {
+  expect_error(ErrorCode::kInvalidArgument, needle, call);
+}
+
+// Dummy maps of a 2-node, 4-rank, 8-expert layout: never read by the checks.
+struct HostLayout {
+  std::vector<uint64_t> node_mask = std::vector<uint64_t>(8, 1);
+  std::vector<int32_t> node_offsets = std::vector<int32_t>(8 * 2 + 1, 0);
+  std::vector<int32_t> replica_ranks = std::vector<int32_t>(8, 0);
+  LayoutView view(int num_nodes = 2, int num_ranks = 4) const {
+    return LayoutView{
+        8, num_nodes, num_ranks, node_mask.data(), node_offsets.data(), replica_ranks.data()};
+  }
+};
+
+TEST(CudaHostContract, AssignRejectsBadArgumentsBeforeTouchingTheDevice) {
+  const HostLayout host;
+  std::vector<int32_t> ids(64), src(8), exec(64);
+  const assign::AssignKey key{};
+  const auto call = [&](const LayoutView& layout, int64_t tokens, int top_k,
+                        assign::CoverSearch search, size_t workspace_bytes = 0,
+                        void* workspace = nullptr) {
+    assign_node_cover(layout, ids.data(), src.data(), tokens, top_k, key, search, exec.data(),
+                      workspace, workspace_bytes, nullptr);
+  };
+  const auto kAuto = assign::CoverSearch::kAuto, kDp = assign::CoverSearch::kSubsetDp;
+  expect_invalid("top_k out of range [1, 16]", [&] { call(host.view(), 8, 0, kAuto); });
+  expect_invalid("top_k out of range [1, 16]", [&] { call(host.view(), 8, 17, kAuto); });
+  expect_invalid("negative token count", [&] { call(host.view(), -1, 8, kAuto); });
+  expect_invalid("invalid shape", [&] { call(host.view(2, 5), 8, 8, kAuto); });
+  expect_invalid("invalid shape", [&] { call(host.view(65, 65), 8, 8, kAuto); });
+  LayoutView no_maps = host.view();
+  no_maps.node_offsets = nullptr;
+  expect_invalid("null maps", [&] { call(no_maps, 8, 8, kAuto); });
+  expect_invalid("mask enumeration over more than 20 nodes",
+                 [&] { call(host.view(21, 21), 8, 8, assign::CoverSearch::kMaskEnumeration); });
+  // The grid's and the deferred list's limits (int32 block and deferred counts).
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  expect_invalid("more than (2^31 - 1) x 256 tokens",
+                 [&] { call(host.view(), int32_max * 256 + 1, 8, kAuto); });
+  expect_invalid("at most 2^31 - 1 tokens per call",
+                 [&] { call(host.view(), int32_max + 1, 9, kDp); });
+  // The same count at K <= 8 (no deferred list) passes that check and reaches the workspace one.
+  EXPECT_EQ(assign_workspace_bytes(int32_max + 1, 8, 2, kDp), 0u);
+  const size_t needed = assign_workspace_bytes(1000, 12, 2, kDp);
+  EXPECT_GT(needed, size_t{1000} * 8);  // the deferred list and 1024 DP tables of 2^12 bytes
+  expect_invalid("workspace smaller than assign_workspace_bytes()",
+                 [&] { call(host.view(), 1000, 12, kDp, needed - 1); });
+  // Nothing to do: no pointer is needed (and none is read).
+  EXPECT_NO_THROW(assign_node_cover(host.view(), nullptr, nullptr, 0, 8, key, kAuto, nullptr,
+                                    nullptr, 0, nullptr));
+  expect_invalid("null input or output", [&] {
+    assign_node_cover(host.view(), nullptr, src.data(), 8, 8, key, kAuto, exec.data(), nullptr, 0,
+                      nullptr);
+  });
+}
+
+TEST(CudaHostContract, CountRoutingRejectsBadArguments) {
+  std::vector<int32_t> ids(64);
+  std::vector<int64_t> counts(8), coact(64);
+  const auto call = [&](int64_t tokens, int top_k, int experts, int64_t* c, int64_t* p) {
+    count_routing(ids.data(), tokens, top_k, experts, c, p, nullptr, 0, nullptr,
+                  StatsMethod::kGlobalAggregated);
+  };
+  expect_invalid("top_k must be >= 1", [&] { call(8, 0, 8, counts.data(), coact.data()); });
+  expect_invalid("num_experts out of range [1, 65536]",
+                 [&] { call(8, 2, 65537, counts.data(), coact.data()); });
+  expect_invalid("negative token count", [&] { call(-1, 2, 8, counts.data(), coact.data()); });
+  expect_invalid("null output", [&] { call(8, 2, 8, nullptr, coact.data()); });
+  expect_invalid("workspace smaller", [&] { call(8, 2, 8, counts.data(), coact.data()); });
+}
+
+TEST(CudaHostContract, DispatchLayoutRejectsBadArguments) {
+  std::vector<int32_t> exec(64), src(8);
+  std::vector<int64_t> rank_counts(4), node_counts(2), offsets(5), pairs(16);
+  DispatchLayoutOutputs out{rank_counts.data(), node_counts.data(), offsets.data()};
+  const auto call = [&](int64_t tokens, int top_k, int nodes, int ranks,
+                        const DispatchLayoutOutputs& o, const int32_t* source = nullptr) {
+    dispatch_layout(exec.data(), source, tokens, top_k, nodes, ranks, o, nullptr, 0, nullptr);
+  };
+  expect_invalid("top_k out of range [1, 64]", [&] { call(8, 0, 2, 4, out); });
+  expect_invalid("num_ranks out of range [1, 2048]", [&] { call(8, 8, 2, 4096, out); });
+  expect_invalid("num_nodes must be in [1, 64] and divide num_ranks",
+                 [&] { call(8, 8, 3, 4, out); });
+  expect_invalid("negative token count", [&] { call(-1, 8, 2, 4, out); });
+  DispatchLayoutOutputs missing = out;
+  missing.node_counts = nullptr;
+  expect_invalid("rank_counts, node_counts and rank_offsets are required",
+                 [&] { call(8, 8, 2, 4, missing); });
+  DispatchLayoutOutputs with_pairs = out;
+  with_pairs.pair_counts = pairs.data();
+  expect_invalid("pair_counts needs source_rank", [&] { call(8, 8, 2, 4, with_pairs); });
+  expect_invalid("T * K must stay below 2^31",
+                 [&] { call(int64_t{1} << 28, 8, 2, 4, out); });  // 2^31 copies
+  expect_invalid("workspace smaller than dispatch_layout_workspace_bytes()",
+                 [&] { call(8, 8, 2, 4, out); });
+}
+
+TEST(CudaHostContract, SolveTopoEpRejectsBadShapes) {
+  std::vector<int64_t> demand(4 * 8);
+  TopoEpDeviceInput in;
+  in.num_nodes = 2;
+  in.num_ranks = 4;
+  in.num_experts = 8;
+  in.slots_per_rank = 3;
+  in.token_bytes = 1.0;
+  in.expert_param_bytes = 1.0;
+  in.demand = demand.data();
+  const TopoEpDeviceOutput out{};
+  const auto with = [&](auto change) {
+    TopoEpDeviceInput bad = in;
+    change(bad);
+    return [bad, &out] { solve_topoep(bad, out, nullptr, 0, nullptr); };
+  };
+  expect_invalid("number of experts must be >= 1", with([](auto& x) { x.num_experts = 0; }));
+  expect_invalid("divide num_ranks", with([](auto& x) { x.num_nodes = 3; }));
+  expect_invalid("cannot hold the main instances", with([](auto& x) { x.slots_per_rank = 1; }));
+  expect_invalid("max_moves_per_node must be >= 1",
+                 with([](auto& x) { x.max_moves_per_node = 0; }));
+  expect_invalid("finite and >= 0", with([](auto& x) { x.token_bytes = -1.0; }));
+  expect_invalid("null demand", with([](auto& x) { x.demand = nullptr; }));
+  expect_invalid("null output", with([](auto&) {}));
+}
+
+TEST(CudaHostContract, WithoutADeviceAWellFormedCallFailsCleanly) {
+  if (device_available()) GTEST_SKIP() << "a CUDA device is present: these pointers are host";
+  const HostLayout host;
+  std::vector<int32_t> ids(16, 0), src(2, 0), exec(16);
+  // The launch (or the first runtime call) fails: kInternal naming it, no crash.
+  expect_error(ErrorCode::kInternal, "CUDA", [&] {
+    assign_node_cover(host.view(), ids.data(), src.data(), 2, 8, assign::AssignKey{},
+                      assign::CoverSearch::kAuto, exec.data(), nullptr, 0, nullptr);
+  });
+}
+
+}  // namespace
+}  // namespace cobalt::cuda
