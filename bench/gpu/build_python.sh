@@ -4,14 +4,18 @@
 # machines have Debian's 3.11), from the GPU bundle's prebuilt static libraries (docs/gpu.md).
 #
 #   bash bench/gpu/build_python.sh [--bundle DIR] [--out DIR] [--bundle-libs-only]
+#                                  [--print-pybind11]
 #
 # Needs: `bash bench/gpu/run.sh --bundle` run here first (DIR, default build/gpu-bundle, then holds
 # libcobalt.a, libcobalt_cuda.a, the static CUDA runtime, fmt's and pybind11's headers and the
 # shared libraries the extensions need, e.g. fmt and METIS); on the machine it runs on: the
 # interpreter $PYTHON (default python3) with its C headers, and a C++20 compiler $CXX (default c++).
-# Only the binding sources (python/src, python/src_cuda) are compiled there; the interpreter's own
-# pybind11 is used when it has one (numpy 2 needs pybind11 >= 2.12), else the bundle's (Debian's
-# 2.10); PYBIND11_INCLUDE=DIR picks another.
+# Only the binding sources (python/src, python/src_cuda) are compiled there, against the first
+# pybind11 of: PYBIND11_INCLUDE=DIR; the interpreter's own (pip); the one a pip torch wheel ships
+# in torch/include/pybind11 (only that directory is put on the include path: torch/include also
+# holds its own fmt); the bundle's (Debian's 2.10, which predates numpy 2: numpy 2 needs pybind11
+# >= 2.12, so the log warns when it falls back to it with numpy 2). --print-pybind11 prints the
+# choice (where from, then the include directory) and exits.
 #
 # Writes OUT (default build/gpu-python): OUT/cobalt/ is a copy of python/cobalt's Python files with
 # the two extensions, OUT/lib/ the bundle's shared libraries that this machine does not already
@@ -28,13 +32,15 @@ cd "$(dirname "$0")/../.."
 bundle=build/gpu-bundle
 out=build/gpu-python
 bundle_libs_only=0
+print_pybind11=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --bundle) bundle=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --bundle-libs-only) bundle_libs_only=1; shift ;;
+    --print-pybind11) print_pybind11=1; shift ;;
     *)
-      echo "build_python.sh: unknown argument '$1' (valid: --bundle DIR, --out DIR, --bundle-libs-only)" >&2
+      echo "build_python.sh: unknown argument '$1' (valid: --bundle DIR, --out DIR, --bundle-libs-only, --print-pybind11)" >&2
       exit 2
       ;;
   esac
@@ -58,21 +64,43 @@ read -r py_version py_include ext_suffix <<<"$py_info"
 [[ -f $py_include/Python.h ]] ||
   missing "$py (Python $py_version) has no C headers at $py_include (Python.h); install its -dev package"
 
-# $PYBIND11_INCLUDE when set, else the interpreter's pybind11 (pip) when it has one, else Debian's
-# from the bundle.
+# pybind11: see the header. (Version of the headers under an include directory: its macros.)
+pybind11_version() {
+  local header=$1/pybind11/detail/common.h
+  [[ -f $header ]] || { echo '?'; return; }
+  awk '$1 == "#define" && $2 ~ /^PYBIND11_VERSION_(MAJOR|MINOR|PATCH)$/ {v[$2] = $3}
+    END {print v["PYBIND11_VERSION_MAJOR"] "." v["PYBIND11_VERSION_MINOR"] "." v["PYBIND11_VERSION_PATCH"]}' \
+    "$header"
+}
+torch_pybind11=  # torch/include/pybind11 when that is the choice (linked into OUT below)
 if [[ -n ${PYBIND11_INCLUDE:-} ]]; then
   [[ -f $PYBIND11_INCLUDE/pybind11/pybind11.h ]] ||
     missing "PYBIND11_INCLUDE=$PYBIND11_INCLUDE has no pybind11/pybind11.h"
   pybind_include=$PYBIND11_INCLUDE
-  pybind_from="pybind11 from $PYBIND11_INCLUDE"
+  pybind_from="pybind11 $(pybind11_version "$pybind_include") from PYBIND11_INCLUDE"
 elif pybind_include=$("$py" -c 'import pybind11; print(pybind11.get_include())' 2>/dev/null) &&
   [[ -f $pybind_include/pybind11/pybind11.h ]]; then
   pybind_from="$py's pybind11 $("$py" -c 'import pybind11; print(pybind11.__version__)')"
+elif torch_include=$("$py" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "include"))' 2>/dev/null) &&
+  [[ -f $torch_include/pybind11/pybind11.h ]]; then
+  torch_pybind11=$torch_include/pybind11
+  pybind_include=$torch_include
+  pybind_from="torch's pybind11 $(pybind11_version "$torch_include") ($torch_pybind11)"
 elif [[ -f $parts/pybind11/pybind11/pybind11.h ]]; then
   pybind_include=$parts/pybind11
   pybind_from="the bundle's pybind11 ($(cat "$parts/pybind11/VERSION" 2>/dev/null || echo '?'))"
+  numpy_major=$("$py" -c 'import numpy; print(numpy.__version__.split(".")[0])' 2>/dev/null || true)
+  if [[ -n $numpy_major && $numpy_major -ge 2 ]]; then
+    echo "build_python.sh: warning: $py has numpy $numpy_major.x and no pybind11 of its own;" \
+      "the bundle's predates numpy 2 (pip install pybind11, or set PYBIND11_INCLUDE)" >&2
+  fi
 else
-  missing "no pybind11: neither '$py -c \"import pybind11\"' nor $parts/pybind11"
+  missing "no pybind11: not PYBIND11_INCLUDE, '$py -c \"import pybind11\"', torch/include/pybind11 or $parts/pybind11"
+fi
+if [[ $print_pybind11 -eq 1 ]]; then
+  echo "$pybind_from"
+  echo "${torch_pybind11:-$pybind_include/pybind11}"
+  exit 0
 fi
 
 cxx=${CXX:-$(command -v c++ || command -v g++ || true)}
@@ -83,6 +111,13 @@ echo "build_python.sh: Python $py_version ($py, $ext_suffix), $pybind_from, $("$
 rm -rf "$out"
 mkdir -p "$out/obj/core" "$out/obj/cuda" "$out/lib"
 out=$(cd "$out" && pwd)
+if [[ -n $torch_pybind11 ]]; then
+  # Only torch's pybind11 on the include path, not the rest of torch/include (its fmt would shadow
+  # the bundle's, which the extensions link against).
+  mkdir -p "$out/pybind11-include"
+  ln -s "$torch_pybind11" "$out/pybind11-include/pybind11"
+  pybind_include=$out/pybind11-include
+fi
 cp -r python/cobalt "$out/"
 find "$out/cobalt" \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
 

@@ -228,3 +228,83 @@ def test_torch_ops_bench_runs_on_cpu() -> None:
                           "--experts", "30", "--nodes", "2", "--gpus-per-node", "4"],
                          env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "must be a multiple of the rank count" in bad.stderr
+
+
+# --- build_python.sh's choice of pybind11 (--print-pybind11: the choice, no build) ---------------
+
+def _headers(include: Path, version: tuple[int, int, int]) -> Path:
+    """A stand-in pybind11 include directory (pybind11.h and the version macros)."""
+    (include / "pybind11" / "detail").mkdir(parents=True)
+    (include / "pybind11" / "pybind11.h").write_text("// stand-in\n")
+    (include / "pybind11" / "detail" / "common.h").write_text("".join(
+        f"#define PYBIND11_VERSION_{part} {value}\n"
+        for part, value in zip(("MAJOR", "MINOR", "PATCH"), version)))
+    return include
+
+
+def _choose_pybind11(tmp_path: Path, *, pip: bool = False, torch: bool = False,
+                     bundle: bool = True, numpy2: bool = False,
+                     env_include: Path | None = None) -> subprocess.CompletedProcess:
+    """build_python.sh --print-pybind11 in a scratch tree; the interpreter is this one with stand-in
+    packages (pybind11, torch, numpy) first on its path."""
+    root = tmp_path / "tree"
+    _script(root / "bench" / "gpu" / "build_python.sh",
+            (_REPO / "bench" / "gpu" / "build_python.sh").read_text())
+    parts = root / "build" / "gpu-bundle" / "python"
+    for rel in ("lib/libcobalt.a", "lib/libcobalt_cuda.a", "lib/libcudart_static.a",
+                "include/fmt/format.h"):
+        (parts / rel).parent.mkdir(parents=True, exist_ok=True)
+        (parts / rel).write_text("")
+    if bundle:
+        _headers(parts / "pybind11", (2, 10, 3))
+        (parts / "pybind11" / "VERSION").write_text("2.10.3-1\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    if pip:
+        include = _headers(tmp_path / "pip-include", (3, 0, 1))
+        (site / "pybind11").mkdir()
+        (site / "pybind11" / "__init__.py").write_text(
+            f"__version__ = '3.0.1'\ndef get_include():\n    return {str(include)!r}\n")
+    # The stand-in torch hides Debian's (which ships no pybind11) unless asked for one.
+    (site / "torch").mkdir()
+    (site / "torch" / "__init__.py").write_text("")
+    if torch:
+        _headers(site / "torch" / "include", (3, 0, 0))
+        (site / "torch" / "include" / "fmt").mkdir()  # torch's own fmt: must stay off the path
+    if numpy2:
+        (site / "numpy").mkdir()
+        (site / "numpy" / "__init__.py").write_text("__version__ = '2.1.3'\n")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(site))
+    env.pop("PYBIND11_INCLUDE", None)
+    if env_include is not None:
+        env["PYBIND11_INCLUDE"] = str(env_include)
+    return subprocess.run(["bash", str(root / "bench" / "gpu" / "build_python.sh"),
+                           "--print-pybind11"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_pybind11_choice_order(tmp_path: Path) -> None:
+    """PYBIND11_INCLUDE, then pip's pybind11, then torch's, then the bundle's."""
+    cases = [
+        (dict(), "the bundle's pybind11 (2.10.3-1)", "build/gpu-bundle/python/pybind11/pybind11"),
+        (dict(torch=True), "torch's pybind11 3.0.0", "site/torch/include/pybind11"),
+        (dict(torch=True, pip=True), "'s pybind11 3.0.1", "pip-include/pybind11"),
+    ]
+    for i, (kwargs, source, path) in enumerate(cases):
+        result = _choose_pybind11(tmp_path / str(i), **kwargs)
+        assert result.returncode == 0, result.stdout + result.stderr
+        chosen_from, chosen_dir = result.stdout.strip().splitlines()
+        assert source in chosen_from and chosen_dir.endswith(path), result.stdout
+        assert "warning" not in result.stderr
+    explicit = _headers(tmp_path / "explicit", (2, 13, 6))
+    result = _choose_pybind11(tmp_path / "env", pip=True, torch=True, env_include=explicit)
+    assert result.stdout.startswith("pybind11 2.13.6 from PYBIND11_INCLUDE"), result.stdout
+    bad = _choose_pybind11(tmp_path / "bad", env_include=tmp_path / "nowhere")
+    assert bad.returncode == 2 and "has no pybind11/pybind11.h" in bad.stderr
+
+
+def test_pybind11_fallbacks_warn_or_fail(tmp_path: Path) -> None:
+    warned = _choose_pybind11(tmp_path / "numpy2", numpy2=True)
+    assert warned.returncode == 0 and "predates numpy 2" in warned.stderr, warned.stderr
+    none = _choose_pybind11(tmp_path / "none", bundle=False)
+    assert none.returncode == 2 and "no pybind11" in none.stderr, none.stderr
