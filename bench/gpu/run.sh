@@ -28,7 +28,7 @@
 #   Exit 10 when a step fails (the build, the import, a test, or an op whose CUDA output differs
 #   from its CPU output).
 # - COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
-#   failure the tools may say why): compute-sanitizer's memcheck, racecheck and synccheck run the
+#   failure the tools may say why): compute-sanitizer's memcheck, synccheck and racecheck run the
 #   quick check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet
 #   timed on a GPU; at most 150 s each): exit 8 when one reports an error, fails a check under the
 #   tool, times out or exits 0 without the program's summary line (a failed main run keeps its
@@ -284,10 +284,11 @@ profile() {
 }
 
 # What the host emulation cannot see: out-of-bounds or misaligned device accesses (memcheck),
-# shared-memory races (racecheck), barriers and warp intrinsics reached by fewer threads than their
-# masks name (synccheck: the emulation runs lanes in order, so it cannot see divergence). (Unwritten outputs are caught by the poisoned outputs.) Only
-# where the check program reached the device (0 passed, 1 a check failed, 3 a CUDA error outside
-# a check: memcheck may say which access).
+# barriers and warp intrinsics reached by fewer threads than their masks name (synccheck: the
+# emulation runs lanes in order, so it cannot see divergence), shared-memory races (racecheck).
+# (Unwritten outputs are caught by the poisoned outputs.) Only where the check program reached
+# the device (0 passed, 1 a check failed, 3 a CUDA error outside a check: memcheck may say which
+# access).
 found=0
 sanitize() {
   [[ -n ${COBALT_GPU_SANITIZE:-} ]] || return 0
@@ -304,7 +305,7 @@ sanitize() {
     echo "run.sh: COBALT_GPU_SANITIZE set but compute-sanitizer not found" | tee -a "$log"
     return 0
   fi
-  for tool in memcheck racecheck synccheck; do
+  for tool in memcheck synccheck racecheck; do  # racecheck, the slowest, last
     limit=$(stage_limit 150)
     if ((limit == 0)); then skip_stage "compute-sanitizer --tool $tool"; continue; fi
     tool_log=${OUT:-/tmp}/sanitizer_$tool.txt

@@ -148,7 +148,7 @@ def test_sanitizer_verdicts(tree: Tree, mode: str, status: int, verdict: str) ->
     assert result.returncode == status, result.stdout
     verdicts = [line for line in result.stdout.splitlines()
                 if line.startswith("run.sh: compute-sanitizer --tool")]
-    assert [line.split()[3] for line in verdicts] == ["memcheck", "racecheck", "synccheck"]
+    assert [line.split()[3] for line in verdicts] == ["memcheck", "synccheck", "racecheck"]
     assert all(verdict in line for line in verdicts), result.stdout
 
 
