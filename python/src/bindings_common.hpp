@@ -52,11 +52,14 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
       COBALT_CHECK_ARG(kind == 'i' || kind == 'u',
                        "expected an integer array, got dtype {} (values would be truncated)",
                        std::string(py::str(array.dtype())));
-      const bool fits = static_cast<size_t>(array.itemsize()) < sizeof(T) ||
-                        (static_cast<size_t>(array.itemsize()) == sizeof(T) &&
-                         (kind == 'i') == std::is_signed_v<T>);
+      // The element size through numpy's attribute, not pybind11's struct access: pybind11 before
+      // 2.12 reads it at numpy 1's offset in the dtype (bench/gpu/build_python.sh may build these
+      // bindings against numpy 2), and the narrowing below reads memory by it.
+      const auto itemsize = py::cast<size_t>(array.dtype().attr("itemsize"));
+      const bool fits =
+          itemsize < sizeof(T) || (itemsize == sizeof(T) && (kind == 'i') == std::is_signed_v<T>);
       if (!fits) {
-        if (std::optional<IntArray> narrowed = narrow_contiguous(array)) {
+        if (std::optional<IntArray> narrowed = narrow_contiguous(array, itemsize)) {
           if (fresh != nullptr) *fresh = true;
           return std::move(*narrowed);
         }
@@ -99,13 +102,13 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
 
   // narrow_as for the source dtypes the fast pass takes; nullopt for the others, for
   // non-contiguous or non-native arrays, and when a value does not fit.
-  static std::optional<IntArray> narrow_contiguous(const py::array& array) {
+  static std::optional<IntArray> narrow_contiguous(const py::array& array, size_t itemsize) {
     if ((array.flags() & py::array::c_style) == 0 ||
         !py::cast<bool>(array.dtype().attr("isnative"))) {
       return std::nullopt;
     }
     const bool is_signed = array.dtype().kind() == 'i';
-    switch (array.itemsize()) {
+    switch (itemsize) {
       case 8:
         return is_signed ? narrow_as<int64_t>(array) : narrow_as<uint64_t>(array);
       case 4:
