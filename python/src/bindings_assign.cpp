@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include <cmath>
+#include <mutex>
 #include <optional>
 
 #include "bindings_common.hpp"
@@ -10,6 +11,33 @@
 #include "py_routing_batch.hpp"
 
 namespace cobalt::py_bindings {
+namespace {
+
+// assign::BalancedCoverWorkspace kept across calls from Python; one call at a time (the GIL is
+// released while it runs, and the workspace is not for concurrent calls).
+struct PyBalancedCoverWorkspace {
+  assign::BalancedCoverWorkspace scratch;
+  std::mutex mutex;
+};
+
+// `out` when given (a writeable C-contiguous int32 array of the batch's task count), else a new
+// [T, K] array.
+py::array_t<int32_t, py::array::c_style> exec_output(
+    const PyRoutingBatch& b, const std::optional<py::array_t<int32_t, py::array::c_style>>& out,
+    const char* what) {
+  const auto num_tasks = static_cast<py::ssize_t>(b.batch.num_tasks());
+  py::array_t<int32_t, py::array::c_style> exec =
+      out.has_value() ? *out
+                      : py::array_t<int32_t, py::array::c_style>(
+                            {static_cast<py::ssize_t>(b.batch.num_tokens()),
+                             static_cast<py::ssize_t>(b.batch.top_k())});
+  COBALT_CHECK_ARG(exec.size() == num_tasks && exec.writeable(),
+                   "{}: out must be a writeable int32 array of {} tasks, got {} elements", what,
+                   num_tasks, exec.size());
+  return exec;
+}
+
+}  // namespace
 
 void bind_assign(py::module_& m) {
   py::enum_<assign::CoverSearch>(m, "CoverSearch")
@@ -28,17 +56,8 @@ void bind_assign(py::module_& m) {
       [](const PyRoutingBatch& b, const ExpertLayout& layout, uint64_t seed, int64_t step,
          int layer, int64_t token_offset, assign::CoverSearch search, int num_threads,
          std::optional<py::array_t<int32_t, py::array::c_style>> out, assign::CpuKernel kernel) {
-        const auto num_tasks = static_cast<py::ssize_t>(b.batch.num_tasks());
-        py::array_t<int32_t, py::array::c_style> exec =
-            out.has_value() ? *out
-                            : py::array_t<int32_t, py::array::c_style>(
-                                  {static_cast<py::ssize_t>(b.batch.num_tokens()),
-                                   static_cast<py::ssize_t>(b.batch.top_k())});
-        COBALT_CHECK_ARG(exec.size() == num_tasks && exec.writeable(),
-                         "assign_node_cover: out must be a writeable int32 array of {} tasks, got "
-                         "{} elements",
-                         num_tasks, exec.size());
-        std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(num_tasks));
+        py::array_t<int32_t, py::array::c_style> exec = exec_output(b, out, "assign_node_cover");
+        std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));
         {
           py::gil_scoped_release release;
           assign::assign_node_cover(b.batch, layout, {seed, step, layer, token_offset},
@@ -53,31 +72,46 @@ void bind_assign(py::module_& m) {
       "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
       "given). Draws are keyed by (seed, step, layer, token_offset + t, k); every kernel writes "
       "the same ranks.");
+  py::class_<PyBalancedCoverWorkspace>(m, "BalancedCoverWorkspace")
+      .def(py::init<>(),
+           "Scratch memory of assign_balanced_cover(..., workspace=) kept across calls (a word "
+           "per token and one per task, grown to the largest batch seen): a caller assigning "
+           "every step allocates and page-faults none of it again. One call at a time.")
+      .def_property_readonly(
+          "capacity_bytes",
+          [](const PyBalancedCoverWorkspace& w) { return w.scratch.capacity_bytes(); },
+          "Bytes held.");
+
   m.def(
       "assign_balanced_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, double spill_tolerance,
-         assign::CoverSearch search, int num_threads) {
+         assign::CoverSearch search, int num_threads,
+         std::optional<py::array_t<int32_t, py::array::c_style>> out,
+         PyBalancedCoverWorkspace* kept) {
         COBALT_CHECK_ARG(std::isfinite(spill_tolerance),
                          "assign_balanced_cover: spill_tolerance {} must be finite (< 0: no spill)",
                          spill_tolerance);
-        py::array_t<int32_t, py::array::c_style> exec(
-            {static_cast<py::ssize_t>(b.batch.num_tokens()),
-             static_cast<py::ssize_t>(b.batch.top_k())});
+        py::array_t<int32_t, py::array::c_style> exec =
+            exec_output(b, out, "assign_balanced_cover");
         std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));
         {
           py::gil_scoped_release release;
+          std::unique_lock<std::mutex> lock;
+          if (kept != nullptr) lock = std::unique_lock(kept->mutex);
           assign::assign_balanced_cover(b.batch, layout, {search, num_threads}, dst,
-                                        spill_tolerance);
+                                        spill_tolerance, kept ? &kept->scratch : nullptr);
         }
         return exec;
       },
       py::arg("batch"), py::arg("layout"), py::arg("spill_tolerance") = -1.0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
+      py::arg("out") = py::none(), py::arg("workspace") = py::none(),
       "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
       "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
       "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "
       "until the busiest rank is within the largest whole load <= (1 + tolerance) x mean "
-      "(balance_cap) or at the layout's floor.");
+      "(balance_cap) or at the layout's floor. `out`: written into when given; `workspace`: a "
+      "BalancedCoverWorkspace kept across calls (the ranks do not depend on it).");
   m.def(
       "min_remote_cover_size",
       [](InArray<int32_t> experts, NodeId src_node, const ExpertLayout& layout) {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -98,6 +99,53 @@ def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
     np.testing.assert_array_equal(converted.source_rank, [0, 2, 5])  # floor(i * G / T)
     with pytest.raises(ValueError, match="token 1"):
         cobalt.RoutingBatch(np.array([[0, 1], [3, 3]], dtype=np.int32), None, 8, 8)
+
+
+def test_balanced_assignment_with_a_kept_workspace_and_output() -> None:
+    """A BalancedCoverWorkspace reused across batches of changing sizes and layouts (with and
+    without the spill), and `out`, give the ranks of a fresh call; calls from several threads
+    sharing one workspace take turns (its lock) and still agree."""
+    rng = np.random.default_rng(21)
+    workspace = cobalt.BalancedCoverWorkspace()
+    assert workspace.capacity_bytes == 0
+    expected = []
+    calls = []
+    for trial, (nodes, tokens, k) in enumerate([(2, 900, 2), (4, 3000, 4), (3, 200, 3),
+                                               (4, 5000, 6)]):
+        topo = cobalt.Topology(nodes, 4 * nodes)
+        experts = 2 * topo.num_ranks
+        lists = [[2 * r, 2 * r + 1] + [int(e) for e in rng.permutation(experts)[:2]
+                                       if e not in (2 * r, 2 * r + 1)]
+                 for r in range(topo.num_ranks)]
+        layout = cobalt.ExpertLayout.from_rank_lists(topo, experts, 4, lists)
+        ids = np.stack([rng.choice(experts, k, replace=False) for _ in range(tokens)])
+        batch = cobalt.RoutingBatch(ids, rng.integers(0, topo.num_ranks, tokens), experts,
+                                    topo.num_ranks)
+        tolerance = 0.05 if trial % 2 else -1.0
+        fresh = cobalt.assign_balanced_cover(batch, layout, spill_tolerance=tolerance)
+        kept = cobalt.assign_balanced_cover(batch, layout, spill_tolerance=tolerance,
+                                            workspace=workspace)
+        np.testing.assert_array_equal(kept, fresh)
+        assert workspace.capacity_bytes >= 4 * tokens * k
+        out = np.full((tokens, k), -7, dtype=np.int32)
+        written = cobalt.assign_balanced_cover(batch, layout, spill_tolerance=tolerance,
+                                               out=out, workspace=workspace)
+        assert written is out or np.shares_memory(written, out)
+        np.testing.assert_array_equal(out, fresh)
+        expected.append(fresh)
+        calls.append((batch, layout, tolerance))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(
+            lambda i: cobalt.assign_balanced_cover(calls[i % 4][0], calls[i % 4][1],
+                                                   spill_tolerance=calls[i % 4][2],
+                                                   workspace=workspace), range(16)))
+    for i, ranks in enumerate(results):
+        np.testing.assert_array_equal(ranks, expected[i % 4])
+    batch, layout, _ = calls[0]
+    with pytest.raises(ValueError, match="out must be a writeable int32 array of 1800 tasks"):
+        cobalt.assign_balanced_cover(batch, layout, out=np.zeros(5, dtype=np.int32))
+    with pytest.raises(TypeError):
+        cobalt.assign_balanced_cover(batch, layout, workspace=object())
 
 
 def test_int_inputs_are_narrowed_in_one_checked_pass_like_numpy() -> None:

@@ -116,8 +116,8 @@ def _bench(script: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_python_benchmarks_run_small() -> None:
     """bench/'s Python scripts (docs/performance.md cites them) run on a small input: each route
-    of int64_ids_narrowing builds the same batch (the script asserts it), and
-    exchange_plan_vs_numpy's plans are equal."""
+    of int64_ids_narrowing builds the same batch, python_workspaces' fresh and kept calls give
+    the same arrays (the scripts assert it), and exchange_plan_vs_numpy's plans are equal."""
     out = _bench("int64_ids_narrowing.py", "--tokens", "5000", "--repeats", "1")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(" ms") == 3, out.stdout
@@ -125,3 +125,6 @@ def test_python_benchmarks_run_small() -> None:
     assert bad.returncode == 2 and "--top-k in [1, --experts]" in bad.stderr
     out = _bench("exchange_plan_vs_numpy.py", "--tokens-per-rank", "64", "--repeats", "1")
     assert out.returncode == 0, out.stdout + out.stderr
+    out = _bench("python_workspaces.py", "--tokens", "3000", "--experts", "64", "--repeats", "1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count(" ms") == 4, out.stdout
