@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 
 import cobalt
-from py_timing import median_ms
+from py_bench_util import median_ms
 from cobalt.torch.exchange_plan import (RoutingGlobal, build_exchange_plan,
                                         build_exchange_plan_reference)
 

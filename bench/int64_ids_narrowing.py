@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 import cobalt
-from py_timing import median_ms
+from py_bench_util import median_ms, random_topk_ids
 
 
 def checked_cast_then_batch(ids, sources, num_experts, num_ranks):
@@ -40,13 +40,7 @@ def main():
     if args.tokens <= 0 or args.repeats <= 0 or not 1 <= args.top_k <= args.experts:
         ap.error("--tokens and --repeats must be positive and --top-k in [1, --experts]")
     rng = np.random.default_rng(args.seed)
-    # Distinct ids per row: the first K of a random key's argsort per token, in chunks.
-    chunks = []
-    for start in range(0, args.tokens, 1 << 16):
-        rows = min(1 << 16, args.tokens - start)
-        keys = rng.random((rows, args.experts), dtype=np.float32)
-        chunks.append(np.argpartition(keys, args.top_k - 1, axis=1)[:, :args.top_k])
-    ids64 = np.ascontiguousarray(np.concatenate(chunks), dtype=np.int64)
+    ids64 = random_topk_ids(rng, args.tokens, args.experts, args.top_k)
     sources64 = np.arange(args.tokens, dtype=np.int64) * args.ranks // args.tokens
     ids32, sources32 = ids64.astype(np.int32), sources64.astype(np.int32)
     routes = {

@@ -14,7 +14,7 @@ import argparse
 import numpy as np
 
 import cobalt
-from py_timing import median_ms
+from py_bench_util import median_ms, random_topk_ids
 
 
 def main():
@@ -42,12 +42,7 @@ def main():
         extra = [int(e) for e in rng.permutation(args.experts) if e not in own][:2]
         lists.append(own + extra)
     layout = cobalt.ExpertLayout.from_rank_lists(topo, args.experts, per_rank + 2, lists)
-    chunks = []
-    for start in range(0, args.tokens, 1 << 16):
-        rows = min(1 << 16, args.tokens - start)
-        keys = rng.random((rows, args.experts), dtype=np.float32)
-        chunks.append(np.argpartition(keys, args.top_k - 1, axis=1)[:, :args.top_k])
-    ids = np.ascontiguousarray(np.concatenate(chunks), dtype=np.int32)
+    ids = random_topk_ids(rng, args.tokens, args.experts, args.top_k).astype(np.int32)
     batch = cobalt.RoutingBatch(ids, None, args.experts, ranks)
     print(f"python_workspaces: {args.tokens} tokens, K={args.top_k}, E={args.experts}, "
           f"{args.nodes}x{args.gpus_per_node} ranks; median of {args.repeats} calls")
