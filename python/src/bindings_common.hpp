@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
@@ -87,16 +88,16 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
     IntArray out(shape);
     T* dst = out.mutable_data();
     const auto count = static_cast<size_t>(array.size());
-    // Branch-free so that it vectorises: a value fits when it survives the round trip with its
-    // sign (uint32 -> int32 keeps the bits of 2^31 but not its sign).
-    bool lost = false;
+    // The smallest and largest value as reductions beside the truncating copy, so that the loop
+    // vectorises (a per-element fit test does not); all fit when both ends do.
+    S low = in[0], high = in[0];  // count >= 1: from() takes empty arrays elsewhere
     for (size_t i = 0; i < count; ++i) {
       const S value = in[i];
-      const T narrow = static_cast<T>(value);
-      lost |= (static_cast<S>(narrow) != value) | ((value < S{0}) != (narrow < T{0}));
-      dst[i] = narrow;
+      low = value < low ? value : low;
+      high = value > high ? value : high;
+      dst[i] = static_cast<T>(value);
     }
-    if (lost) return std::nullopt;
+    if (!std::in_range<T>(low) || !std::in_range<T>(high)) return std::nullopt;
     return out;
   }
 
