@@ -13,9 +13,9 @@
 # Only the binding sources (python/src, python/src_cuda) are compiled there, against the first
 # pybind11 of: PYBIND11_INCLUDE=DIR; the interpreter's own (pip); the one a pip torch wheel ships
 # in torch/include/pybind11 (only that directory is put on the include path: torch/include also
-# holds its own fmt); the bundle's (Debian's 2.10, which predates numpy 2: numpy 2 needs pybind11
-# >= 2.12, so the log warns when it falls back to it with numpy 2). --print-pybind11 prints the
-# choice (where from, then the include directory) and exits.
+# holds its own fmt); the bundle's (Debian's 2.10). numpy 2 needs pybind11 >= 2.12: the log warns
+# when the choice is older and numpy is 2.x. --print-pybind11 prints the choice (where from, then
+# the include directory) and exits.
 #
 # Writes OUT (default build/gpu-python): OUT/cobalt/ is a copy of python/cobalt's Python files with
 # the two extensions, OUT/lib/ the bundle's shared libraries that this machine does not already
@@ -89,13 +89,17 @@ elif torch_include=$("$py" -c 'import os, torch; print(os.path.join(os.path.dirn
 elif [[ -f $parts/pybind11/pybind11/pybind11.h ]]; then
   pybind_include=$parts/pybind11
   pybind_from="the bundle's pybind11 ($(cat "$parts/pybind11/VERSION" 2>/dev/null || echo '?'))"
-  numpy_major=$("$py" -c 'import numpy; print(numpy.__version__.split(".")[0])' 2>/dev/null || true)
-  if [[ -n $numpy_major && $numpy_major -ge 2 ]]; then
-    echo "build_python.sh: warning: $py has numpy $numpy_major.x and no pybind11 of its own;" \
-      "the bundle's predates numpy 2 (pip install pybind11, or set PYBIND11_INCLUDE)" >&2
-  fi
 else
   missing "no pybind11: not PYBIND11_INCLUDE, '$py -c \"import pybind11\"', torch/include/pybind11 or $parts/pybind11"
+fi
+# numpy 2 needs pybind11 >= 2.12: say so when the choice is older (the bundle's Debian 2.10, or an
+# old torch's).
+pybind_version=$(pybind11_version "$pybind_include")
+numpy_major=$("$py" -c 'import numpy; print(numpy.__version__.split(".")[0])' 2>/dev/null || true)
+if [[ $numpy_major =~ ^[0-9]+$ && $numpy_major -ge 2 && $pybind_version =~ ^([0-9]+)\.([0-9]+) ]] &&
+  ((BASH_REMATCH[1] < 2 || (BASH_REMATCH[1] == 2 && BASH_REMATCH[2] < 12))); then
+  echo "build_python.sh: warning: $py has numpy $numpy_major.x, and $pybind_from predates" \
+    "numpy 2 (pybind11 >= 2.12 needed: pip install pybind11, or set PYBIND11_INCLUDE)" >&2
 fi
 if [[ $print_pybind11 -eq 1 ]]; then
   echo "$pybind_from"

@@ -68,7 +68,7 @@ void bind_assign(py::module_& m) {
       py::arg("batch"), py::arg("layout"), py::arg("seed") = 0, py::arg("step") = 0,
       py::arg("layer") = 0, py::arg("token_offset") = 0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out") = py::none(), py::arg("kernel") = assign::CpuKernel::kAuto,
+      py::arg("out").noconvert() = py::none(), py::arg("kernel") = assign::CpuKernel::kAuto,
       "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
       "given). Draws are keyed by (seed, step, layer, token_offset + t, k); every kernel writes "
       "the same ranks.");
@@ -79,7 +79,11 @@ void bind_assign(py::module_& m) {
            "every step allocates and page-faults none of it again. One call at a time.")
       .def_property_readonly(
           "capacity_bytes",
-          [](const PyBalancedCoverWorkspace& w) { return w.scratch.capacity_bytes(); },
+          [](PyBalancedCoverWorkspace& w) {
+            py::gil_scoped_release release;  // a call may hold the lock with the GIL released
+            std::lock_guard lock(w.mutex);
+            return w.scratch.capacity_bytes();
+          },
           "Bytes held.");
 
   m.def(
@@ -105,7 +109,7 @@ void bind_assign(py::module_& m) {
       },
       py::arg("batch"), py::arg("layout"), py::arg("spill_tolerance") = -1.0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out") = py::none(), py::arg("workspace") = py::none(),
+      py::arg("out").noconvert() = py::none(), py::arg("workspace") = py::none(),
       "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
       "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
       "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -78,14 +79,29 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
     return IntArray(Base::ensure(array));
   }
 
+  // A new C-contiguous array of `shape` (elements not initialised) whose memory a capsule owns:
+  // once marked read-only, numpy refuses to make it writeable again (it allows that for an array
+  // owning its data), so a RoutingBatch's private copy stays what was validated.
+  static IntArray new_private(const std::vector<py::ssize_t>& shape) {
+    size_t count = 1;
+    std::vector<py::ssize_t> strides(shape.size());
+    for (size_t i = shape.size(); i-- > 0;) {
+      strides[i] = static_cast<py::ssize_t>(count * sizeof(T));
+      count *= static_cast<size_t>(shape[i]);
+    }
+    std::unique_ptr<T[]> data(new T[count > 0 ? count : 1]);
+    py::capsule owner(data.get(), [](void* p) { delete[] static_cast<T*>(p); });
+    T* raw = data.release();  // the capsule owns it now
+    return IntArray(Base(shape, strides, raw, owner));
+  }
+
  private:
   // The checked narrowing of a C-contiguous, native-order array of S into a new T array; nullopt
   // when some value does not fit (the caller reports the range).
   template <typename S>
   static std::optional<IntArray> narrow_as(const py::array& array) {
     const S* in = static_cast<const S*>(array.data());
-    std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
-    IntArray out(shape);
+    IntArray out = new_private({array.shape(), array.shape() + array.ndim()});
     T* dst = out.mutable_data();
     const auto count = static_cast<size_t>(array.size());
     // The smallest and largest value as reductions beside the truncating copy, so that the loop
@@ -102,9 +118,10 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
   }
 
   // narrow_as for the source dtypes the fast pass takes; nullopt for the others, for
-  // non-contiguous or non-native arrays, and when a value does not fit.
+  // non-contiguous, misaligned or non-native arrays, and when a value does not fit.
   static std::optional<IntArray> narrow_contiguous(const py::array& array, size_t itemsize) {
     if ((array.flags() & py::array::c_style) == 0 ||
+        !py::cast<bool>(array.attr("flags").attr("aligned")) ||
         !py::cast<bool>(array.dtype().attr("isnative"))) {
       return std::nullopt;
     }
@@ -119,6 +136,16 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
     }
   }
 };
+
+// IntArray<T>::from with `what` (the argument) named in its errors.
+template <typename T>
+IntArray<T> int_array(py::handle src, const char* what, bool* fresh = nullptr) {
+  try {
+    return IntArray<T>::from(src, fresh);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", what, e.what()));
+  }
+}
 
 // InArray<T>: the input array type for T (integral: IntArray, floating: FloatArray).
 template <typename T>

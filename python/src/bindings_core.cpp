@@ -13,19 +13,10 @@ namespace cobalt::py_bindings {
 
 namespace {
 
-// IntArray<int32_t>::from with `what` (the argument) named in its errors.
-IntArray<int32_t> int32_array(py::handle src, const char* what, bool* fresh) {
-  try {
-    return IntArray<int32_t>::from(src, fresh);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", what, e.what()));
-  }
-}
-
-// A copy of `array` that nothing else references.
+// A copy of `array` that nothing else references (IntArray::new_private).
 IntArray<int32_t> private_copy(const IntArray<int32_t>& array) {
-  std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
-  IntArray<int32_t> copy(shape);
+  IntArray<int32_t> copy =
+      IntArray<int32_t>::new_private({array.shape(), array.shape() + array.ndim()});
   std::copy(array.data(), array.data() + array.size(), copy.mutable_data());
   return copy;
 }
@@ -38,8 +29,9 @@ PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
   // Own copies, read-only: the batch is validated once and read later (also with the GIL
   // released), so the caller must not be able to change the ids under it. An int64 source is
   // narrowed into a new array, which is that copy.
+  if (topk_ids_in.is_none()) throw py::type_error("RoutingBatch: topk_ids [T, K] is required");
   bool fresh = false;
-  IntArray<int32_t> topk_ids = int32_array(topk_ids_in, "RoutingBatch topk_ids", &fresh);
+  IntArray<int32_t> topk_ids = int_array<int32_t>(topk_ids_in, "RoutingBatch topk_ids", &fresh);
   require_ndim(topk_ids, 2, "RoutingBatch topk_ids [T, K]");
   if (!fresh) topk_ids = private_copy(topk_ids);
   mark_readonly(topk_ids);
@@ -48,14 +40,14 @@ PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
   COBALT_CHECK_ARG(num_ranks >= 1, "RoutingBatch: number of ranks {} must be >= 1", num_ranks);
   IntArray<int32_t> src;
   if (source_rank_in.has_value()) {
-    src = int32_array(*source_rank_in, "RoutingBatch source_rank", &fresh);
+    src = int_array<int32_t>(*source_rank_in, "RoutingBatch source_rank", &fresh);
     require_ndim(src, 1, "RoutingBatch source_rank [T]");
     COBALT_CHECK_ARG(src.shape(0) == num_tokens,
                      "RoutingBatch: source_rank has {} entries for {} tokens", src.shape(0),
                      num_tokens);
     if (!fresh) src = private_copy(src);
   } else {
-    src = IntArray<int32_t>(std::vector<py::ssize_t>{static_cast<py::ssize_t>(num_tokens)});
+    src = IntArray<int32_t>::new_private({static_cast<py::ssize_t>(num_tokens)});
     contiguous_source_ranks(num_tokens, num_ranks,
                             std::span<RankId>(src.mutable_data(), static_cast<size_t>(num_tokens)));
   }
@@ -252,9 +244,11 @@ void bind_layout(py::module_& m) {
 void bind_routing_batch(py::module_& m) {
   py::class_<PyRoutingBatch>(
       m, "RoutingBatch",
-      "One step of one layer's routing: topk_ids [T, K] int32 and source_rank [T] int32. "
-      "Shares the arrays when they are already C-contiguous int32 (numpy or torch CPU), else "
-      "copies once. Validated unless validate=False.")
+      "One step of one layer's routing: topk_ids [T, K] and source_rank [T] (None: contiguous "
+      "blocks per rank), any integer arrays (numpy, torch CPU tensors, lists) whose values fit "
+      "int32. The batch keeps its own read-only int32 copy (int64 ids are narrowed into it in "
+      "one checked pass), so the caller may change or reuse its arrays. Validated unless "
+      "validate=False.")
       .def(py::init(&PyRoutingBatch::make), py::arg("topk_ids"),
            py::arg("source_rank") = py::none(), py::arg("num_experts"), py::arg("num_ranks"),
            py::arg("validate") = true)

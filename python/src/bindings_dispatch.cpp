@@ -63,8 +63,13 @@ void bind_dispatch(py::module_& m) {
 
   m.def(
       "dispatch_layout",
-      [](InArray<int32_t> exec_rank, InArray<int32_t> source_rank, const Topology& topology,
+      [](const py::object& exec_rank_in, const py::object& source_rank_in, const Topology& topology,
          const py::object& workspace) {
+        // Converted here rather than by the caster so that errors name the argument.
+        const IntArray<int32_t> exec_rank =
+            int_array<int32_t>(exec_rank_in, "dispatch_layout exec_rank");
+        const IntArray<int32_t> source_rank =
+            int_array<int32_t>(source_rank_in, "dispatch_layout source_rank");
         require_ndim(exec_rank, 2, "dispatch_layout exec_rank [T, K]");
         require_ndim(source_rank, 1, "dispatch_layout source_rank [T]");
         COBALT_CHECK_ARG(source_rank.shape(0) == exec_rank.shape(0),

@@ -99,6 +99,13 @@ def test_routing_batch_owns_copies_of_torch_and_numpy_inputs() -> None:
     np.testing.assert_array_equal(converted.source_rank, [0, 2, 5])  # floor(i * G / T)
     with pytest.raises(ValueError, match="token 1"):
         cobalt.RoutingBatch(np.array([[0, 1], [3, 3]], dtype=np.int32), None, 8, 8)
+    # Private means numpy cannot make them writeable again either (their memory is not theirs).
+    for kept in (batch, converted):
+        for array in (kept.topk_ids, kept.source_rank):
+            with pytest.raises(ValueError, match="cannot set WRITEABLE flag"):
+                array.setflags(write=True)
+    with pytest.raises(TypeError, match="topk_ids .* is required"):
+        cobalt.RoutingBatch(None, None, 8, 8)
 
 
 def test_balanced_assignment_with_a_kept_workspace_and_output() -> None:
@@ -144,6 +151,13 @@ def test_balanced_assignment_with_a_kept_workspace_and_output() -> None:
     batch, layout, _ = calls[0]
     with pytest.raises(ValueError, match="out must be a writeable int32 array of 1800 tasks"):
         cobalt.assign_balanced_cover(batch, layout, out=np.zeros(5, dtype=np.int32))
+    # An `out` the call could only fill through a converted copy is refused, not left unwritten.
+    for wrong in (np.asfortranarray(np.full((900, 2), -7, np.int32)),
+                  np.full((900, 4), -7, np.int32)[:, :2], np.full((900, 2), -7, np.int64)):
+        for assign in (cobalt.assign_balanced_cover, cobalt.assign_node_cover):
+            with pytest.raises(TypeError):
+                assign(batch, layout, out=wrong)
+        assert (wrong == -7).all()
     with pytest.raises(TypeError):
         cobalt.assign_balanced_cover(batch, layout, workspace=object())
 

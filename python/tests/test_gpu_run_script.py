@@ -243,10 +243,12 @@ def _headers(include: Path, version: tuple[int, int, int]) -> Path:
 
 
 def _choose_pybind11(tmp_path: Path, *, pip: bool = False, torch: bool = False,
-                     bundle: bool = True, numpy2: bool = False,
+                     torch_version: tuple[int, int, int] = (3, 0, 0), bundle: bool = True,
+                     numpy2: bool = False,
                      env_include: Path | None = None) -> subprocess.CompletedProcess:
     """build_python.sh --print-pybind11 in a scratch tree; the interpreter is this one with stand-in
-    packages (pybind11, torch, numpy) first on its path."""
+    packages (pybind11, torch, numpy) first on its path, each present or hiding the machine's own,
+    so the result does not depend on what the machine has installed."""
     root = tmp_path / "tree"
     _script(root / "bench" / "gpu" / "build_python.sh",
             (_REPO / "bench" / "gpu" / "build_python.sh").read_text())
@@ -260,20 +262,22 @@ def _choose_pybind11(tmp_path: Path, *, pip: bool = False, torch: bool = False,
         (parts / "pybind11" / "VERSION").write_text("2.10.3-1\n")
     site = tmp_path / "site"
     site.mkdir()
+    (site / "pybind11").mkdir()
     if pip:
         include = _headers(tmp_path / "pip-include", (3, 0, 1))
-        (site / "pybind11").mkdir()
         (site / "pybind11" / "__init__.py").write_text(
             f"__version__ = '3.0.1'\ndef get_include():\n    return {str(include)!r}\n")
+    else:  # hides a pybind11 the machine may have
+        (site / "pybind11" / "__init__.py").write_text("raise ImportError('stand-in: none')\n")
     # The stand-in torch hides Debian's (which ships no pybind11) unless asked for one.
     (site / "torch").mkdir()
     (site / "torch" / "__init__.py").write_text("")
     if torch:
-        _headers(site / "torch" / "include", (3, 0, 0))
+        _headers(site / "torch" / "include", torch_version)
         (site / "torch" / "include" / "fmt").mkdir()  # torch's own fmt: must stay off the path
-    if numpy2:
-        (site / "numpy").mkdir()
-        (site / "numpy" / "__init__.py").write_text("__version__ = '2.1.3'\n")
+    (site / "numpy").mkdir()
+    (site / "numpy" / "__init__.py").write_text(
+        f"__version__ = {'2.1.3' if numpy2 else '1.26.4'!r}\n")
     env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=str(site))
     env.pop("PYBIND11_INCLUDE", None)
     if env_include is not None:
@@ -304,7 +308,15 @@ def test_pybind11_choice_order(tmp_path: Path) -> None:
 
 
 def test_pybind11_fallbacks_warn_or_fail(tmp_path: Path) -> None:
+    """A pybind11 older than 2.12 with numpy 2 is a warning (the bundle's 2.10, an old torch's);
+    3.x with numpy 2 is not; nothing to choose from is exit 2."""
     warned = _choose_pybind11(tmp_path / "numpy2", numpy2=True)
     assert warned.returncode == 0 and "predates numpy 2" in warned.stderr, warned.stderr
+    assert "the bundle's pybind11 (2.10.3-1)" in warned.stderr
+    old_torch = _choose_pybind11(tmp_path / "old-torch", torch=True, torch_version=(2, 11, 1),
+                                 numpy2=True)
+    assert "torch's pybind11 2.11.1" in old_torch.stderr, old_torch.stderr
+    new_torch = _choose_pybind11(tmp_path / "new-torch", torch=True, numpy2=True)
+    assert new_torch.returncode == 0 and "warning" not in new_torch.stderr, new_torch.stderr
     none = _choose_pybind11(tmp_path / "none", bundle=False)
     assert none.returncode == 2 and "no pybind11" in none.stderr, none.stderr

@@ -64,6 +64,15 @@ def test_assign_tasks_rejects_bad_input() -> None:
                          layout)
 
 
+def test_cpu_errors_name_the_argument() -> None:
+    topo = cobalt.Topology(2, 4)
+    for name, exec_rank, source in (
+            ("exec_rank", torch.tensor([[0, 2**33]]), torch.zeros(1, dtype=torch.int64)),
+            ("source_rank", torch.tensor([[0, 1]]), torch.tensor([-2**40]))):
+        with pytest.raises(ValueError, match=f"dispatch_layout {name}: integer array values"):
+            ops.dispatch_layout(exec_rank, source, topo)
+
+
 def test_routing_counts_match_brute_force() -> None:
     rng = np.random.default_rng(3)
     for experts, k in [(8, 1), (16, 2), (40, 6)]:

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kFallbackThreads)
   const int thread =
       static_cast<int>(blockIdx.x) * kFallbackThreads + static_cast<int>(threadIdx.x);
   uint8_t* table = tables + (static_cast<size_t>(thread) << top_k);
-  for (int i = thread; i < count; i += kFallbackBlocks * kFallbackThreads) {
+  for (int64_t i = thread; i < count; i += kFallbackBlocks * kFallbackThreads) {  // no int wrap
     const int64_t t = deferred[i];
     int32_t row[kMaxK];
     int32_t out[kMaxK];

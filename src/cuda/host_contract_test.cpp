@@ -72,8 +72,18 @@ TEST(CudaHostContract, AssignRejectsBadArgumentsBeforeTouchingTheDevice) {
                  [&] { call(host.view(), int32_max * 256 + 1, 8, kAuto); });
   expect_invalid("at most 2^31 - 1 tokens per call",
                  [&] { call(host.view(), int32_max + 1, 9, kDp); });
-  // The same count at K <= 8 (no deferred list) passes that check and reaches the workspace one.
+  // Counts at the limits pass both checks and the workspace check (none is needed there): the
+  // null pointers are what is refused next. The subset DP at K <= 8 keeps no deferred list.
   EXPECT_EQ(assign_workspace_bytes(int32_max + 1, 8, 2, kDp), 0u);
+  const auto reaches_the_pointers = [&](int64_t tokens, int top_k, assign::CoverSearch search) {
+    expect_invalid("null input or output", [&] {
+      assign_node_cover(host.view(), nullptr, nullptr, tokens, top_k, key, search, nullptr, nullptr,
+                        0, nullptr);
+    });
+  };
+  reaches_the_pointers(int32_max + 1, 8, kDp);
+  reaches_the_pointers(int32_max * 256, 8, kAuto);
+  reaches_the_pointers(int32_max * 256, 16, assign::CoverSearch::kMaskEnumeration);
   const size_t needed = assign_workspace_bytes(1000, 12, 2, kDp);
   EXPECT_GT(needed, size_t{1000} * 8);  // the deferred list and 1024 DP tables of 2^12 bytes
   expect_invalid("workspace smaller than assign_workspace_bytes()",
