@@ -285,7 +285,10 @@ def assign_node_cover(batch: RoutingBatch, layout: ExpertLayout, seed: int = 0, 
                       layer: int = 0, token_offset: int = 0,
                       search: CoverSearch = CoverSearch.AUTO, num_threads: int = 1,
                       out: Optional[I32] = None, kernel: CpuKernel = CpuKernel.AUTO) -> I32:
-    """Cobalt Algorithm 1: exec_rank [T, K] int32 (the same ranks from every kernel)."""
+    """Cobalt Algorithm 1: exec_rank [T, K] int32 (the same ranks from every kernel). `out`, when
+    given, is written into: a writeable C-contiguous int32 numpy array of T * K elements (e.g.
+    tensor.numpy() of a CPU tensor); any other array or object is a TypeError."""
+
 class BalancedCoverWorkspace:
     """Scratch memory of assign_balanced_cover(..., workspace=) kept across calls (grown to the
     largest batch seen); one call at a time."""
@@ -299,7 +302,8 @@ def assign_balanced_cover(batch: RoutingBatch, layout: ExpertLayout, spill_toler
                           workspace: Optional[BalancedCoverWorkspace] = None) -> I32:
     """cobalt+'s balanced assignment: exec_rank [T, K] int32 (Algorithm 1's cross-node transfers;
     spill_tolerance >= 0 then trades copies for balance, cobalt+ uses 0.05), written into `out`
-    when given; `workspace` keeps the scratch memory across calls (same ranks)."""
+    when given (as assign_node_cover's); `workspace` keeps the scratch memory across calls (same
+    ranks)."""
 def min_remote_cover_size(experts: ArrayLike, src_node: int, layout: ExpertLayout) -> int: ...
 class DispatchLayoutWorkspace:
     """Buffers for dispatch_layout(..., workspace=), sized once for batches of up to max_tokens
