@@ -192,6 +192,7 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
       "cuda assign: workspace smaller than assign_workspace_bytes()");
   if (num_tokens == 0) return;
   detail::require(topk_ids && source_rank && exec_rank, "cuda assign: null input or output");
+  detail::require_no_pending_error("cuda assign");
 
   Launch a{};
   a.tab = AssignTables{layout.node_mask, layout.node_offsets, layout.replica_ranks,

@@ -167,6 +167,7 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
         static_cast<const void*>(out.rank_offsets), static_cast<const void*>(out.pair_counts)}) {
     detail::require_aligned(p, 8, "cuda dispatch layout: int64 outputs must be 8-byte aligned");
   }
+  detail::require_no_pending_error("cuda dispatch layout");
   cudaStream_t st = detail::as_stream(stream);
   const int64_t num_chunks = chunks_of(num_tokens);
   detail::WorkspaceCarver carve(workspace, workspace_bytes);

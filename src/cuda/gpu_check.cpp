@@ -187,6 +187,8 @@ int run_cases(Context& ctx) {
     const Batch b = random_batch(7, 50000, 8, 256, 32, 1.0);
     check_assign(ctx, b, layout4, CoverSearch::kAuto, false, 777);
     check_assign(ctx, b, layout4, CoverSearch::kAuto, false, 0, true);
+    // An error left pending by an earlier CUDA call: refused and cleared, then the retry runs.
+    check_pending_error(ctx, b, layout4);
     // K = 16 over 64 nodes: subset DPs larger than the per-thread table (the deferred pass).
     const Topology t64(64, 64);
     const auto layout64 = random_layout(8, t64, 256, 5, 0.9);

@@ -3,6 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "cobalt/core/error.hpp"
+
 namespace cobalt::cuda::check {
 
 // --- Assignment
@@ -70,6 +75,71 @@ std::vector<int32_t> check_assign(Context& ctx, const Batch& b, const ExpertLayo
   });
   finish(ctx, std::move(row));
   return cpu;
+}
+
+void check_pending_error(Context& ctx, const Batch& b, const ExpertLayout& layout) {
+  Row row;
+  row.kernel = "assign";
+  row.input = b.name + " (error pending)";
+  row.shape = std::to_string(layout.num_nodes()) + "x" +
+              std::to_string(layout.topology().ranks_per_node()) + " E" +
+              std::to_string(b.num_experts) + " K" + std::to_string(b.top_k) + " T" +
+              std::to_string(b.num_tokens());
+  const assign::AssignKey key{1, 2, 3, 0};
+  std::vector<RankId> cpu(b.ids.size());
+  const double t0 = now_ms();
+  assign::assign_node_cover(b.view(), layout, key, {}, cpu);
+  row.cpu_ms = now_ms() - t0;
+  row.bytes = 4.0 * b.num_tokens() * (2 * b.top_k + 1);
+  if (ctx.opt.dry_run) {
+    finish(ctx, std::move(row));
+    return;
+  }
+  guarded(ctx, row, [&] {
+    const DeviceLayout dlayout(layout, ctx.stream);
+    DeviceBuffer<int32_t> ids(b.ids.size()), src(b.src.size()), exec(b.ids.size());
+    ids.upload(b.ids);
+    src.upload(b.src);
+    exec.poison();
+    const auto call = [&] {
+      assign_node_cover(dlayout.view(), ids.get(), src.get(), b.num_tokens(), b.top_k, key,
+                        assign::CoverSearch::kAuto, exec.get(), nullptr, 0, ctx.stream);
+    };
+    int64_t bad = 0;
+    // An invalid device id: a plain (not sticky) error, left pending for cudaGetLastError().
+    if (cudaSetDevice(-1) == cudaSuccess || cudaPeekAtLastError() == cudaSuccess) {
+      throw CudaFailure("cudaSetDevice(-1) left no error pending");
+    }
+    try {
+      call();
+      std::fprintf(stderr, "  pending error: the launcher did not refuse\n");
+      ++bad;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kFailedPrecondition ||
+          std::string(e.what()).find("cudaErrorInvalidDevice") == std::string::npos) {
+        std::fprintf(stderr, "  pending error: wrong error: %s\n", e.what());
+        ++bad;
+      }
+    }
+    if (cudaPeekAtLastError() != cudaSuccess) {
+      std::fprintf(stderr, "  pending error: still pending after the refusal\n");
+      (void)cudaGetLastError();
+      ++bad;
+    }
+    cuda_ok(cudaStreamSynchronize(ctx.stream), "after the refused call");
+    int32_t poison_word = 0;
+    std::memset(&poison_word, kPoison, sizeof poison_word);
+    const std::vector<int32_t> untouched = exec.download();
+    if (std::any_of(untouched.begin(), untouched.end(),
+                    [&](int32_t v) { return v != poison_word; })) {
+      std::fprintf(stderr, "  pending error: the refused call wrote its output\n");
+      ++bad;
+    }
+    call();  // the retry runs
+    cuda_ok(cudaStreamSynchronize(ctx.stream), "retry");
+    row.mismatches = bad + count_mismatches(exec.download(), cpu, "exec_rank (retry)");
+  });
+  finish(ctx, std::move(row));
 }
 
 // --- Routing statistics

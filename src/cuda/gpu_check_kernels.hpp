@@ -14,6 +14,10 @@ const char* method_name(StatsMethod m);
 std::vector<int32_t> check_assign(Context& ctx, const Batch& b, const ExpertLayout& layout,
                                   assign::CoverSearch search, bool timed, int64_t token_offset = 0,
                                   bool misaligned = false);
+// The launchers' contract for an error left pending by an earlier CUDA call: refused with
+// kFailedPrecondition naming it, before anything is enqueued, the error cleared; the retry then
+// matches the CPU (check only).
+void check_pending_error(Context& ctx, const Batch& b, const ExpertLayout& layout);
 void check_stats(Context& ctx, const Batch& b, std::vector<StatsMethod> methods, bool timed);
 void check_dispatch(Context& ctx, const Batch& b, const std::vector<int32_t>& exec,
                     const Topology& topo, bool timed, bool optional_outputs = true);

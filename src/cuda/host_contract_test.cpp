@@ -2,10 +2,13 @@
 // cobalt::Error(kInvalidArgument) naming what is wrong, before any CUDA runtime call, so they hold
 // on a machine without a GPU (this test needs none; the pointers below are host memory that no
 // check dereferences). Without a device, a well-formed call throws kInternal naming the CUDA call
-// instead of crashing.
+// instead of crashing. An error left pending by an earlier CUDA call is named as such
+// (kFailedPrecondition) before anything is launched.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -173,6 +176,87 @@ TEST(CudaHostContract, WithoutADeviceAWellFormedCallFailsCleanly) {
     assign_node_cover(host.view(), ids.data(), src.data(), 2, 8, assign::AssignKey{},
                       assign::CoverSearch::kAuto, exec.data(), nullptr, 0, nullptr);
   });
+}
+
+// A 256-byte aligned host buffer standing in for a device workspace (never read: the launchers
+// refuse before they enqueue anything).
+struct HostWorkspace {
+  std::vector<unsigned char> bytes;
+  explicit HostWorkspace(size_t size) : bytes(size + 256) {}
+  void* data() {
+    const auto address = reinterpret_cast<uintptr_t>(bytes.data());
+    return bytes.data() + (256 - address % 256) % 256;
+  }
+};
+
+TEST(CudaHostContract, AnErrorLeftPendingByAnEarlierCallIsNamedNotBlamedOnTheLaunch) {
+  // With a device: the launchers refuse with kFailedPrecondition naming the earlier call's error,
+  // which they clear. Without one (as here on the build machine): the runtime's own error cannot
+  // be cleared, and every launcher reports it as kInternal, launching nothing.
+  const bool device = device_available();
+  (void)cudaGetLastError();
+  const HostLayout host;
+  std::vector<int32_t> ids(16, 0), src(2, 0), exec(16);
+  std::vector<int64_t> rank_counts(4), node_counts(2), offsets(5), counts(8), coact(64);
+  HostWorkspace dispatch_ws(dispatch_layout_workspace_bytes(2, 4));
+  // (The global method's size needs no device; the shared ones' asks it for its SM count.)
+  const size_t stats_bytes =
+      routing_counts_workspace_bytes(2, 8, 8, StatsMethod::kGlobalAggregated);
+  HostWorkspace stats_ws(stats_bytes);
+  std::vector<int64_t> demand(4 * 8), source_offsets(5), rank_loads(4), stats(4);
+  std::vector<int32_t> slots(4 * 3), status(1);
+  std::vector<TopoEpDeviceQuota> quotas(topoep_quota_capacity(4, 3));
+  TopoEpDeviceInput topo_in;
+  topo_in.num_nodes = 2;
+  topo_in.num_ranks = 4;
+  topo_in.num_experts = 8;
+  topo_in.slots_per_rank = 3;
+  topo_in.demand = demand.data();
+  const TopoEpDeviceOutput topo_out{
+      slots.data(),      source_offsets.data(), quotas.data(), static_cast<int64_t>(quotas.size()),
+      rank_loads.data(), stats.data(),          status.data()};
+  HostWorkspace topo_ws(topoep_workspace_bytes(topo_in));
+  // Well-formed calls on host pointers (dummy maps and buffers, never read: nothing launches).
+  const std::vector<std::pair<std::string, std::function<void()>>> launchers = {
+      {"cuda assign",
+       [&] {
+         assign_node_cover(host.view(), ids.data(), src.data(), 2, 8, assign::AssignKey{},
+                           assign::CoverSearch::kAuto, exec.data(), nullptr, 0, nullptr);
+       }},
+      {"cuda dispatch layout",
+       [&] {
+         dispatch_layout(
+             exec.data(), src.data(), 2, 8, 2, 4,
+             DispatchLayoutOutputs{rank_counts.data(), node_counts.data(), offsets.data()},
+             dispatch_ws.data(), dispatch_layout_workspace_bytes(2, 4), nullptr);
+       }},
+      {"cuda count_routing",
+       [&] {
+         count_routing(ids.data(), 2, 8, 8, counts.data(), coact.data(), stats_ws.data(),
+                       stats_bytes, nullptr, StatsMethod::kGlobalAggregated);
+       }},
+      {"cuda topoep",
+       [&] {
+         solve_topoep(topo_in, topo_out, topo_ws.data(), topoep_workspace_bytes(topo_in), nullptr);
+       }},
+  };
+  for (const auto& [name, call] : launchers) {
+    // An invalid device id fails with or without a device, and leaves its error pending.
+    ASSERT_NE(cudaSetDevice(-1), cudaSuccess);
+    const cudaError_t pending = cudaPeekAtLastError();
+    ASSERT_NE(pending, cudaSuccess);
+    if (device) {
+      expect_error(ErrorCode::kFailedPrecondition,
+                   name +
+                       " launched nothing: an earlier CUDA call on this thread left an error "
+                       "pending (" +
+                       cudaGetErrorName(pending),
+                   call);
+      EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << name << " must clear what it reported";
+    } else {
+      expect_error(ErrorCode::kInternal, "CUDA: " + name + ": ", call);
+    }
+  }
 }
 
 }  // namespace

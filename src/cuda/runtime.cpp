@@ -18,12 +18,31 @@ namespace detail {
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
+    // The exception delivers the error: clear it from the thread's last-error state (a sticky
+    // error stays with the context anyway), so the next launcher's require_no_pending_error does
+    // not take it for someone else's.
+    (void)cudaGetLastError();
     fail(ErrorCode::kInternal, "CUDA: {}: {}", what, cudaGetErrorString(status));
   }
 }
 
 void require(bool ok, const char* message) {
   if (!ok) fail(ErrorCode::kInvalidArgument, "{}", message);
+}
+
+void require_no_pending_error(const char* what) {
+  const cudaError_t pending = cudaGetLastError();  // reads, and clears unless sticky
+  if (pending == cudaSuccess) return;
+  if (cudaPeekAtLastError() != cudaSuccess) {
+    // It stays: the runtime cannot be used here (no driver or device) or the context is lost (a
+    // sticky error such as an illegal address). The launch would fail with the same error.
+    fail(ErrorCode::kInternal, "CUDA: {}: {} ({})", what, cudaGetErrorString(pending),
+         cudaGetErrorName(pending));
+  }
+  fail(ErrorCode::kFailedPrecondition,
+       "CUDA: {} launched nothing: an earlier CUDA call on this thread left an error pending ({}: "
+       "{}); it is reported here and cleared, so a retry runs (check the call that left it)",
+       what, cudaGetErrorName(pending), cudaGetErrorString(pending));
 }
 
 const DeviceInfo& current_device_info() {

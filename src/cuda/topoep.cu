@@ -179,6 +179,7 @@ void solve_topoep(const TopoEpDeviceInput& in, const TopoEpDeviceOutput& out, vo
         "cuda topoep: demand, source_offsets, quotas, rank_loads and stats must "
         "be 8-byte aligned");
   }
+  detail::require_no_pending_error("cuda topoep");
   cudaStream_t st = detail::as_stream(stream);
   TopoWork w = detail::topo_carve(s, workspace, true).work;
   w.demand = in.demand;

@@ -12,7 +12,10 @@
 //   * results are bitwise identical to the CPU reference named in each header (same inputs =>
 //     same integers), whatever the launch configuration;
 //   * argument errors found on the host throw cobalt::Error(kInvalidArgument); CUDA runtime errors
-//     throw cobalt::Error(kInternal) naming the call.
+//     throw cobalt::Error(kInternal) naming the call (and are cleared from the thread's
+//     last-error state); an error an earlier CUDA call on this thread left pending (in the CUDA
+//     runtime cobalt_cuda links statically) is found before anything is enqueued, cleared and
+//     thrown as cobalt::Error(kFailedPrecondition) naming it, so no launch is blamed for it.
 #pragma once
 
 #include <cstddef>

@@ -11,10 +11,18 @@
 
 namespace cobalt::cuda::detail {
 
-// Throws cobalt::Error(kInternal) "CUDA: WHAT: <error string>" unless status is cudaSuccess.
+// Throws cobalt::Error(kInternal) "CUDA: WHAT: <error string>" unless status is cudaSuccess, after
+// clearing the thread's last-error state (the exception reports it).
 void check(cudaError_t status, const char* what);
 // Throws cobalt::Error(kInvalidArgument) with `message` unless ok.
 void require(bool ok, const char* message);
+// Every launcher calls this after its argument checks and before it enqueues anything, so the
+// cudaGetLastError() after each of its launches reports that launch's own error, not one it
+// inherited. An error an earlier CUDA call or launch on this host thread (in this copy of the
+// runtime: cobalt_cuda links it statically) left pending is read and cleared, and thrown as
+// cobalt::Error(kFailedPrecondition) naming it; one that cannot be cleared (no usable driver or
+// device; a lost context) as kInternal. `what` names the launcher.
+void require_no_pending_error(const char* what);
 
 // Properties of the current device, cached per device id.
 struct DeviceInfo {
