@@ -290,8 +290,9 @@ def assign_node_cover(batch: RoutingBatch, layout: ExpertLayout, seed: int = 0, 
     tensor.numpy() of a CPU tensor); any other array or object is a TypeError."""
 
 class BalancedCoverWorkspace:
-    """Scratch memory of assign_balanced_cover(..., workspace=) kept across calls (grown to the
-    largest batch seen); one call at a time."""
+    """Scratch memory of assign_balanced_cover(..., workspace=) kept across calls (a word per
+    token and one per task, and the spill's per-replica bookkeeping, grown to the largest batch
+    and layout seen); one call at a time."""
     def __init__(self) -> None: ...
     @property
     def capacity_bytes(self) -> int: ...

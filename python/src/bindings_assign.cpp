@@ -75,8 +75,9 @@ void bind_assign(py::module_& m) {
   py::class_<PyBalancedCoverWorkspace>(m, "BalancedCoverWorkspace")
       .def(py::init<>(),
            "Scratch memory of assign_balanced_cover(..., workspace=) kept across calls (a word "
-           "per token and one per task, grown to the largest batch seen): a caller assigning "
-           "every step allocates and page-faults none of it again. One call at a time.")
+           "per token and one per task, and the spill's per-replica task lists and search "
+           "state, grown to the largest batch and layout seen): a caller assigning every step "
+           "allocates and page-faults none of it again. One call at a time.")
       .def_property_readonly(
           "capacity_bytes",
           [](PyBalancedCoverWorkspace& w) {

@@ -65,6 +65,17 @@ void water_fill(TaskClass& cls, std::vector<int64_t>& load) {
 
 }  // namespace
 
+BalancedCoverWorkspace::BalancedCoverWorkspace() = default;
+BalancedCoverWorkspace::~BalancedCoverWorkspace() = default;
+BalancedCoverWorkspace::BalancedCoverWorkspace(BalancedCoverWorkspace&&) noexcept = default;
+BalancedCoverWorkspace& BalancedCoverWorkspace::operator=(BalancedCoverWorkspace&&) noexcept =
+    default;
+
+size_t BalancedCoverWorkspace::capacity_bytes() const {
+  return per_token_.capacity() * sizeof(uint64_t) + per_task_.capacity() * sizeof(uint32_t) +
+         (spill_ ? spill_->capacity_bytes() : 0);
+}
+
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
                            const AssignOptions& options, std::span<RankId> exec_rank,
                            double spill_tolerance, BalancedCoverWorkspace* workspace) {
@@ -247,9 +258,11 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
                           ? balance_cap(batch.num_tasks(), layout.num_ranks(), spill_tolerance)
                           : batch.num_tasks();
   if (cap < batch.num_tasks()) {
-    // The spill's O(T K) bookkeeping reuses the covers' and the classes' buffers.
+    // The spill's O(T K) bookkeeping reuses the covers' and the classes' buffers; the rest of
+    // its bookkeeping is kept in the workspace too.
+    if (!scratch.spill_) scratch.spill_ = std::make_unique<detail::SpillScratch>();
     detail::spill_along_paths(batch, layout, cap, load, exec_rank, scratch.per_token_,
-                              scratch.per_task_);
+                              scratch.per_task_, scratch.spill_.get());
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <limits>
-#include <queue>
 #include <tuple>
 
 #include "cobalt/core/error.hpp"
@@ -21,7 +20,7 @@ class PathSpill {
 
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
             std::span<RankId> exec_rank, std::vector<uint64_t>& reach, std::vector<uint32_t>& tasks,
-            ReachCounting counting, SpillScan scan)
+            ReachCounting counting, SpillScan scan, SpillScratch& scratch)
       : batch_(batch),
         layout_(layout),
         load_(load),
@@ -32,7 +31,20 @@ class PathSpill {
         per_node_(layout.topology().ranks_per_node()),
         num_nodes_(layout.num_nodes()),
         num_reps_(layout.num_replicas()),
-        use_cursors_(scan == SpillScan::kCursors) {
+        use_cursors_(scan == SpillScan::kCursors),
+        s_(scratch),
+        free_cursor_(scratch.free_cursor),
+        rep_rank_(scratch.rep_rank),
+        rep_expert_(scratch.rep_expert),
+        reps_of_rank_(scratch.reps_of_rank),
+        rep_index_(scratch.rep_index),
+        node_of_rank_(scratch.node_of_rank),
+        offsets_(scratch.offsets),
+        scan_begin_(scratch.scan_begin),
+        moved_in_(scratch.moved_in),
+        count_(scratch.count),
+        reach_count_(scratch.reach_count) {
+    // Every buffer below is sized and overwritten here (the scratch may hold an earlier run's).
     rep_rank_.assign(layout.replica_ranks().begin(), layout.replica_ranks().end());
     rep_expert_.resize(num_reps_);
     for (ExpertId e = 0; e < layout.num_experts(); ++e) {
@@ -40,6 +52,7 @@ class PathSpill {
       for (int i = 0; i < layout.num_replicas_of(e); ++i) rep_expert_[base + i] = e;
     }
     reps_of_rank_.resize(layout.num_ranks());
+    for (auto& reps : reps_of_rank_) reps.clear();
     for (int a = 0; a < num_reps_; ++a) reps_of_rank_[rep_rank_[a]].push_back(a);
     // Dense (expert, rank) -> replica table when it is small (it is at any realistic E and G);
     // otherwise a binary search in ranks_of(e).
@@ -48,6 +61,8 @@ class PathSpill {
       for (int a = 0; a < num_reps_; ++a) {
         rep_index_[static_cast<size_t>(rep_expert_[a]) * layout.num_ranks() + rep_rank_[a]] = a;
       }
+    } else {
+      rep_index_.clear();
     }
     node_of_rank_.resize(layout.num_ranks());
     for (RankId r = 0; r < layout.num_ranks(); ++r) node_of_rank_[r] = r / per_node_;
@@ -67,7 +82,8 @@ class PathSpill {
     COBALT_CHECK_INTERNAL(!by_reach_pair || num_nodes_ <= 8,
                           "chain spill: reach-set counting needs at most 8 nodes, not {}",
                           num_nodes_);
-    std::vector<uint32_t> pair_count(by_reach_pair ? pair_entries : 0, 0);
+    std::vector<uint32_t>& pair_count = s_.pair_count;
+    pair_count.assign(by_reach_pair ? pair_entries : 0, 0);
     for (TokenIdx t = 0; t < num_tokens; ++t) {
       const int64_t row = t * top_k_;
       uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
@@ -100,11 +116,13 @@ class PathSpill {
     // Every entry is written below (the batch's T K tasks are few enough to index with 32 bits:
     // spill_along_paths checks); a kept buffer of this size is not touched by the resize.
     tasks_.resize(exec_rank.size());
-    std::vector<int64_t> cursor(offsets_.begin(), offsets_.end() - 1);
+    std::vector<int64_t>& list_end = s_.list_end;
+    list_end.assign(offsets_.begin(), offsets_.end() - 1);
     for (size_t i = 0; i < exec_rank.size(); ++i)
-      tasks_[cursor[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
+      tasks_[list_end[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
     scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
     moved_in_.resize(num_reps_);
+    for (auto& moved : moved_in_) moved.clear();
     if (use_cursors_) {
       free_cursor_.resize(static_cast<size_t>(num_reps_) * num_nodes_);
       for (int a = 0; a < num_reps_; ++a) reset_cursors(a);
@@ -124,11 +142,10 @@ class PathSpill {
   }
 
  private:
-  struct Dist {
-    int paid = std::numeric_limits<int>::max();
-    int hops = 0;
-    auto key() const { return std::make_pair(paid, hops); }
-  };
+  // An augmentation's distance to a rank: (edges that add a cross-node copy, edges); unreached
+  // ranks at (max, 0).
+  using Dist = std::pair<int, int>;
+  static constexpr Dist kUnreached{std::numeric_limits<int>::max(), 0};
 
   static uint64_t node_bit(int node) { return uint64_t{1} << node; }
   int rep_base(ExpertId e) const {
@@ -149,10 +166,7 @@ class PathSpill {
   }
   // Where the free pass of replica `rep` towards `node` resumes: a position in its original list
   // (offsets_) and, once that list is exhausted, an index into moved_in_[rep].
-  struct Cursor {
-    int64_t list = 0;
-    size_t moved_in = 0;
-  };
+  using Cursor = SpillCursor;
   Cursor& cursor_of(int rep, int node) {
     return free_cursor_[static_cast<size_t>(rep) * num_nodes_ + node];
   }
@@ -163,16 +177,26 @@ class PathSpill {
   // One augmentation from `source`; false when no target is reachable.
   bool augment(RankId source, int64_t cap) {
     const int num_ranks = layout_.num_ranks();
-    std::vector<Dist> dist(num_ranks);
-    std::vector<int> parent_rep(num_ranks, -1);  // rep moved along the edge into this rank
-    std::vector<char> done(num_ranks, 0);
-    using Entry = std::tuple<int, int, RankId>;  // (paid, hops, rank), smallest first
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+    std::vector<Dist>& dist = s_.dist;
+    std::vector<int>& parent_rep = s_.parent_rep;  // rep moved along the edge into this rank
+    std::vector<char>& done = s_.done;
+    dist.assign(num_ranks, kUnreached);
+    parent_rep.assign(num_ranks, -1);
+    done.assign(num_ranks, 0);
+    // Dijkstra with a binary heap of (paid, hops, rank), smallest first (a min-heap under
+    // std::greater, as std::priority_queue would keep it).
+    auto& heap = s_.heap;
+    heap.clear();
+    const auto push = [&](int paid, int hops, RankId v) {
+      heap.emplace_back(paid, hops, v);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    };
     dist[source] = {0, 0};
-    queue.emplace(0, 0, source);
-    while (!queue.empty()) {
-      const auto [paid, hops, u] = queue.top();
-      queue.pop();
+    push(0, 0, source);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      const auto [paid, hops, u] = heap.back();
+      heap.pop_back();
       if (done[u]) continue;
       done[u] = 1;
       for (int a : reps_of_rank_[u]) {
@@ -180,10 +204,10 @@ class PathSpill {
         for (RankId v : layout_.ranks_of(rep_expert_[a])) {
           if (v == u || done[v]) continue;
           const Dist next{paid + (free_tasks(a, v / per_node_) > 0 ? 0 : 1), hops + 1};
-          if (next.key() < dist[v].key()) {
+          if (next < dist[v]) {
             dist[v] = next;
             parent_rep[v] = a;
-            queue.emplace(next.paid, next.hops, v);
+            push(next.first, next.second, v);
           }
         }
       }
@@ -193,8 +217,8 @@ class PathSpill {
       RankId best = -1;
       for (RankId v = 0; v < num_ranks; ++v) {
         if (v == source || !done[v] || !eligible(load_[v])) continue;
-        if (best < 0 || std::make_tuple(dist[v].paid, dist[v].hops, load_[v]) <
-                            std::make_tuple(dist[best].paid, dist[best].hops, load_[best])) {
+        if (best < 0 || std::make_tuple(dist[v].first, dist[v].second, load_[v]) <
+                            std::make_tuple(dist[best].first, dist[best].second, load_[best])) {
           best = v;
         }
       }
@@ -210,7 +234,8 @@ class PathSpill {
       delta = (source_load - load_[target]) / 2;
     }
     // The path, target back to source, and its edge capacities.
-    std::vector<std::pair<int, RankId>> path;  // (rep on the sending rank, receiving rank)
+    auto& path = s_.path;  // (rep on the sending rank, receiving rank)
+    path.clear();
     for (RankId v = target; v != source;) {
       const int a = parent_rep[v];
       const bool free = free_tasks(a, v / per_node_) > 0;
@@ -306,20 +331,41 @@ class PathSpill {
   std::vector<uint32_t>& tasks_;  // [T K] task indices grouped by original replica (scratch)
   const int top_k_, per_node_, num_nodes_, num_reps_;
   const bool use_cursors_;
-  std::vector<Cursor> free_cursor_;             // [reps, N] (SpillScan::kCursors)
-  std::vector<RankId> rep_rank_;                // [reps]
-  std::vector<ExpertId> rep_expert_;            // [reps]
-  std::vector<std::vector<int>> reps_of_rank_;  // [G] reps on each rank, ascending
-  std::vector<int32_t> rep_index_;   // [E, G] replica of (expert, rank), -1 when not held
-  std::vector<int> node_of_rank_;    // [G]
-  std::vector<int64_t> offsets_;     // [reps + 1] into tasks_
-  std::vector<int64_t> scan_begin_;  // [reps] first possibly live entry
-  std::vector<std::vector<uint32_t>> moved_in_;  // [reps] tasks moved onto each replica
-  std::vector<int64_t> count_;                   // [reps] live tasks
-  std::vector<int64_t> reach_count_;             // [reps, N] live tasks whose token reaches n
+  // The rest lives in the scratch (path_spill.hpp: SpillScratch, shapes there).
+  SpillScratch& s_;
+  std::vector<Cursor>& free_cursor_;
+  std::vector<RankId>& rep_rank_;
+  std::vector<ExpertId>& rep_expert_;
+  std::vector<std::vector<int>>& reps_of_rank_;
+  std::vector<int32_t>& rep_index_;
+  std::vector<int>& node_of_rank_;
+  std::vector<int64_t>& offsets_;  // into tasks_
+  std::vector<int64_t>& scan_begin_;
+  std::vector<std::vector<uint32_t>>& moved_in_;
+  std::vector<int64_t>& count_;
+  std::vector<int64_t>& reach_count_;
 };
 
+template <typename T>
+size_t bytes_of(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+template <typename T>
+size_t bytes_of(const std::vector<std::vector<T>>& v) {
+  size_t bytes = v.capacity() * sizeof(std::vector<T>);
+  for (const auto& inner : v) bytes += bytes_of(inner);
+  return bytes;
+}
+
 }  // namespace
+
+size_t SpillScratch::capacity_bytes() const {
+  return bytes_of(rep_rank) + bytes_of(rep_expert) + bytes_of(reps_of_rank) + bytes_of(rep_index) +
+         bytes_of(node_of_rank) + bytes_of(offsets) + bytes_of(scan_begin) + bytes_of(list_end) +
+         bytes_of(moved_in) + bytes_of(count) + bytes_of(reach_count) + bytes_of(pair_count) +
+         bytes_of(free_cursor) + bytes_of(dist) + bytes_of(parent_rep) + bytes_of(done) +
+         bytes_of(heap) + bytes_of(path);
+}
 
 bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t> load,
                             int64_t cap) {
@@ -352,12 +398,14 @@ bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t>
 
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank,
-                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task) {
+                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
+                       SpillScratch* scratch) {
   // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
   // Nothing can move (the common case once a layout balances as well as it can): skip it too.
   if (!spill_target_reachable(layout, load, cap)) return;
-  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task);
+  spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task,
+                              ReachCounting::kAuto, SpillScan::kCursors, scratch);
 }
 
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
@@ -379,12 +427,15 @@ void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                                 ReachCounting counting, SpillScan scan) {
+                                 ReachCounting counting, SpillScan scan, SpillScratch* scratch) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",
                exec_rank.size());
-  PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting, scan).run(cap);
+  SpillScratch own;
+  PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting, scan,
+            scratch ? *scratch : own)
+      .run(cap);
 }
 
 }  // namespace cobalt::assign::detail

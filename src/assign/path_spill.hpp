@@ -5,14 +5,55 @@
 // holders below it. This phase moves tasks along chains of holders (augmenting paths).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/routing_batch.hpp"
 
 namespace cobalt::assign::detail {
+
+// Where a replica's search for tasks free towards one node resumes (SpillScan::kCursors): a
+// position in its original task list and, once that list is exhausted, an index into the tasks
+// moved onto it.
+struct SpillCursor {
+  int64_t list = 0;
+  size_t moved_in = 0;
+};
+
+// The spill's bookkeeping apart from its [T] and [T K] buffers: per replica, per rank and per
+// augmentation. A caller running the spill every step keeps one (BalancedCoverWorkspace does), so
+// that a spill allocates and page-faults nothing once it has seen its largest batch and layout;
+// every run resizes and overwrites what it uses (contents on entry do not matter), so buffers only
+// grow. Not for concurrent runs.
+struct SpillScratch {
+  std::vector<RankId> rep_rank;                 // [reps]
+  std::vector<ExpertId> rep_expert;             // [reps]
+  std::vector<std::vector<int>> reps_of_rank;   // [G] reps on each rank, ascending
+  std::vector<int32_t> rep_index;               // [E, G] replica of (expert, rank), -1 if none
+  std::vector<int> node_of_rank;                // [G]
+  std::vector<int64_t> offsets;                 // [reps + 1] into the task lists
+  std::vector<int64_t> scan_begin;              // [reps] first possibly live entry
+  std::vector<int64_t> list_end;                // [reps] fill position of the counting sort
+  std::vector<std::vector<uint32_t>> moved_in;  // [reps] tasks moved onto each replica
+  std::vector<int64_t> count;                   // [reps] live tasks
+  std::vector<int64_t> reach_count;             // [reps, N] live tasks whose token reaches n
+  std::vector<uint32_t> pair_count;             // [reps, 256] (reach-set counting)
+  std::vector<SpillCursor> free_cursor;         // [reps, N] (SpillScan::kCursors)
+  // One augmentation's search ([G] each), its heap and its path.
+  std::vector<std::pair<int, int>> dist;  // (paid, hops)
+  std::vector<int> parent_rep;
+  std::vector<char> done;
+  std::vector<std::tuple<int, int, RankId>> heap;
+  std::vector<std::pair<int, RankId>> path;
+
+  // Bytes held (capacities).
+  size_t capacity_bytes() const;
+};
 
 // Lowers the maximum rank load of exec_rank [T, K] (a valid assignment on `layout`) towards `cap`.
 //
@@ -33,10 +74,13 @@ namespace cobalt::assign::detail {
 // max(cap, optimum) (tests check it against brute force). Deterministic.
 //
 // per_token, per_task: scratch the spill sizes to [T] and [T K] and overwrites (a caller's kept
-// buffers, so that nothing is allocated per call; their contents on entry do not matter).
+// buffers, so that nothing is allocated per call; their contents on entry do not matter); scratch:
+// the rest of its bookkeeping, kept likewise (nullptr: its own for this call). The result does not
+// depend on what they held.
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank,
-                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task);
+                       std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
+                       SpillScratch* scratch = nullptr);
 // The same with scratch of its own.
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
@@ -66,7 +110,8 @@ void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& 
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
                                  ReachCounting counting = ReachCounting::kAuto,
-                                 SpillScan scan = SpillScan::kCursors);
+                                 SpillScan scan = SpillScan::kCursors,
+                                 SpillScratch* scratch = nullptr);
 
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
 // could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an

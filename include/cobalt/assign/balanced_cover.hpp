@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -25,22 +26,31 @@
 
 namespace cobalt::assign {
 
-// The O(T K) scratch memory of assign_balanced_cover (one word per token and one per task, shared
-// by the class pass and the spill), kept across calls so that a caller running it every step
-// (cobalt+ keeps one per policy) allocates and page-faults nothing once it has seen its largest
-// batch. The buffers only grow; they are freed with the workspace. Not for concurrent calls.
+namespace detail {
+struct SpillScratch;  // the spill's per-replica bookkeeping (src/assign/path_spill.hpp)
+}  // namespace detail
+
+// The scratch memory of assign_balanced_cover, kept across calls so that a caller running it every
+// step (cobalt+ keeps one per policy) allocates and page-faults nothing once it has seen its
+// largest batch and layout: one word per token and one per task (shared by the class pass and the
+// spill), and the spill's per-replica task lists and search state. The buffers only grow; they are
+// freed with the workspace. Movable, not copyable. Not for concurrent calls.
 class BalancedCoverWorkspace {
  public:
-  // Bytes held.
-  size_t capacity_bytes() const {
-    return per_token_.capacity() * sizeof(uint64_t) + per_task_.capacity() * sizeof(uint32_t);
-  }
+  BalancedCoverWorkspace();
+  ~BalancedCoverWorkspace();
+  BalancedCoverWorkspace(BalancedCoverWorkspace&&) noexcept;
+  BalancedCoverWorkspace& operator=(BalancedCoverWorkspace&&) noexcept;
+
+  // Bytes held (the buffers' capacities).
+  size_t capacity_bytes() const;
 
  private:
   friend void assign_balanced_cover(const RoutingBatch&, const ExpertLayout&, const AssignOptions&,
                                     std::span<RankId>, double, BalancedCoverWorkspace*);
-  std::vector<uint64_t> per_token_;  // [T] covers, then the spill's token reach
-  std::vector<uint32_t> per_task_;   // [T K] task classes, then the spill's task lists
+  std::vector<uint64_t> per_token_;              // [T] covers, then the spill's token reach
+  std::vector<uint32_t> per_task_;               // [T K] task classes, then the spill's task lists
+  std::unique_ptr<detail::SpillScratch> spill_;  // made by the first call that spills
 };
 
 // spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: while the

@@ -169,5 +169,34 @@ TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
   EXPECT_GT(num_moved, 200);
 }
 
+// A SpillScratch kept across runs (as BalancedCoverWorkspace keeps it) changes nothing: one
+// scratch and one pair of [T] / [T K] buffers reused over instances whose replica count, rank
+// count, node count, counting and scan change from run to run give what runs with their own give.
+TEST(PathSpill, KeptScratchGivesTheSameResult) {
+  SpillScratch scratch;
+  std::vector<uint64_t> per_token;
+  std::vector<uint32_t> per_task;
+  int num_moved = 0;
+  for (uint64_t seed = 1; seed <= 150; ++seed) {
+    SplitMix64 rng(seed * 131);
+    const SpillInstance in =
+        random_spill_instance(seed, rng, seed % 3 == 0 ? 12 : 8, 4, 4, 6, 1500, 2.0, seed * 5);
+    const auto batch = in.owned.view();
+    const auto counting = in.layout.num_nodes() <= 8 && seed % 2 == 0 ? ReachCounting::kByReachSet
+                                                                      : ReachCounting::kPerTask;
+    const auto scan = seed % 5 == 0 ? SpillScan::kPlain : SpillScan::kCursors;
+    auto own_exec = in.exec, kept_exec = in.exec;
+    auto own_load = in.load, kept_load = in.load;
+    spill_along_paths_unchecked(batch, in.layout, in.cap, own_load, own_exec, counting, scan);
+    spill_along_paths_unchecked(batch, in.layout, in.cap, kept_load, kept_exec, per_token, per_task,
+                                counting, scan, &scratch);
+    ASSERT_EQ(kept_exec, own_exec) << "seed " << seed;
+    ASSERT_EQ(kept_load, own_load) << "seed " << seed;
+    num_moved += own_exec != in.exec;
+  }
+  EXPECT_GT(num_moved, 40);  // 55 of the 150 instances move tasks
+  EXPECT_GT(scratch.capacity_bytes(), 0u);
+}
+
 }  // namespace
 }  // namespace cobalt::assign::detail
