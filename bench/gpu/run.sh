@@ -30,7 +30,8 @@
 # - COBALT_GPU_SANITIZE=1, when the check program reached the device (exit 0, 1 or 3: after a
 #   failure the tools may say why): compute-sanitizer's memcheck, synccheck and racecheck run the
 #   quick check on 20000 tokens, each case checked once and nothing timed (--no-timing; not yet
-#   timed on a GPU; at most 150 s each): exit 8 when one reports an error, fails a check under the
+#   timed on a GPU; at most 150 s each), without the check that makes a failing CUDA call on
+#   purpose (--no-injected-errors: the tools would report it): exit 8 when one reports an error, fails a check under the
 #   tool, times out or exits 0 without the program's summary line (a failed main run keeps its
 #   own status); a tool that cannot run on this machine (e.g. "Device not supported") is reported
 #   and does not fail the run; one stopped early by the run's time budget is reported as
@@ -311,7 +312,8 @@ sanitize() {
     tool_log=${OUT:-/tmp}/sanitizer_$tool.txt
     set +e
     timeout -k 10 "$limit" "$sanitizer" --tool "$tool" --error-exitcode 9 --print-limit 100 \
-      "$bin" --traces "$traces" --quick --no-timing --tokens 20000 >"$tool_log" 2>&1
+      "$bin" --traces "$traces" --quick --no-timing --no-injected-errors --tokens 20000 \
+      >"$tool_log" 2>&1
     tool_status=$?
     set -e
     tail -3 "$tool_log" 2>/dev/null | sed "s/^/  $tool: /" | tee -a "$log"

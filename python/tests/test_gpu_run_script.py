@@ -152,6 +152,19 @@ def test_sanitizer_verdicts(tree: Tree, mode: str, status: int, verdict: str) ->
     assert all(verdict in line for line in verdicts), result.stdout
 
 
+def test_the_sanitizers_run_the_check_without_its_injected_error(tree: Tree) -> None:
+    """The check that makes a failing CUDA call on purpose is left out under compute-sanitizer
+    (the tools would count that call as an error); the main run keeps it."""
+    result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER="clean")
+    assert result.returncode == 0, result.stdout
+    main_run = [line for line in (tree.root / "out" / "gpu_check.txt").read_text().splitlines()
+                if line.startswith("fake check:")][0]
+    assert "--no-injected-errors" not in main_run, main_run
+    for tool in ("memcheck", "synccheck", "racecheck"):
+        log = (tree.root / "out" / f"sanitizer_{tool}.txt").read_text()
+        assert "--quick --no-timing --no-injected-errors --tokens 20000" in log, log
+
+
 def test_a_failed_check_keeps_its_status_under_the_sanitizers(tree: Tree) -> None:
     result = tree.run(COBALT_GPU_SANITIZE="1", FAKE_SANITIZER="errors", FAKE_CHECK_STATUS="1")
     assert result.returncode == 1 and "errors reported" in result.stdout

@@ -192,6 +192,10 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
       "cuda assign: workspace smaller than assign_workspace_bytes()");
   if (num_tokens == 0) return;
   detail::require(topk_ids && source_rank && exec_rank, "cuda assign: null input or output");
+  const bool deferred = !masks && top_k > detail::kAssignLocalDpBits;
+  if (deferred) {
+    detail::require_aligned(workspace, 256, "cuda: the workspace must be 256-byte aligned");
+  }
   detail::require_no_pending_error("cuda assign");
 
   Launch a{};
@@ -206,7 +210,7 @@ void assign_node_cover(const LayoutView& layout, const int32_t* topk_ids,
   a.token_offset = key.token_offset;
   a.stream = detail::as_stream(stream);
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (!masks && top_k > detail::kAssignLocalDpBits) {
+  if (deferred) {
     detail::WorkspaceCarver carve(workspace, workspace_bytes);
     a.num_deferred = carve.take<int32_t>(1);
     a.deferred = carve.take<int64_t>(static_cast<size_t>(num_tokens));

@@ -167,23 +167,13 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
         static_cast<const void*>(out.rank_offsets), static_cast<const void*>(out.pair_counts)}) {
     detail::require_aligned(p, 8, "cuda dispatch layout: int64 outputs must be 8-byte aligned");
   }
-  detail::require_no_pending_error("cuda dispatch layout");
   cudaStream_t st = detail::as_stream(stream);
   const int64_t num_chunks = chunks_of(num_tokens);
   detail::WorkspaceCarver carve(workspace, workspace_bytes);
   int32_t* chunk_counts = carve.take<int32_t>(static_cast<size_t>(num_chunks) * num_ranks);
   unsigned int* done = carve.take<unsigned int>(1);
-
-  detail::check(cudaMemsetAsync(out.node_counts, 0, sizeof(int64_t) * num_nodes, st),
-                "cudaMemsetAsync (node_counts)");
-  if (out.pair_counts != nullptr) {
-    detail::check(cudaMemsetAsync(out.pair_counts, 0,
-                                  sizeof(int64_t) * static_cast<size_t>(num_ranks) * num_ranks, st),
-                  "cudaMemsetAsync (pair_counts)");
-  }
-  detail::check(cudaMemsetAsync(done, 0, sizeof(unsigned int), st), "cudaMemsetAsync (done)");
-  const DispatchShape shape{exec_rank, source_rank, num_tokens,           top_k,
-                            num_ranks, num_nodes,   num_ranks / num_nodes};
+  detail::require_no_pending_error("cuda dispatch layout");
+  // What depends on the device is checked before anything is enqueued too.
   const size_t count_smem = sizeof(uint32_t) * kDispatchWarps * num_ranks;
   const size_t slot_smem = 2 * count_smem;
   const auto& info = detail::current_device_info();
@@ -195,6 +185,23 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
   if (num_chunks > 0) {
     detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_count_kernel), count_smem,
                                  "dispatch_count_kernel");
+    if (wants_slots) {
+      detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_slot_kernel), slot_smem,
+                                   "dispatch_slot_kernel");
+    }
+  }
+
+  detail::check(cudaMemsetAsync(out.node_counts, 0, sizeof(int64_t) * num_nodes, st),
+                "cudaMemsetAsync (node_counts)");
+  if (out.pair_counts != nullptr) {
+    detail::check(cudaMemsetAsync(out.pair_counts, 0,
+                                  sizeof(int64_t) * static_cast<size_t>(num_ranks) * num_ranks, st),
+                  "cudaMemsetAsync (pair_counts)");
+  }
+  detail::check(cudaMemsetAsync(done, 0, sizeof(unsigned int), st), "cudaMemsetAsync (done)");
+  const DispatchShape shape{exec_rank, source_rank, num_tokens,           top_k,
+                            num_ranks, num_nodes,   num_ranks / num_nodes};
+  if (num_chunks > 0) {
     dispatch_count_kernel<<<static_cast<unsigned>(num_chunks), kThreads, count_smem, st>>>(
         shape, num_chunks, chunk_counts, out.node_counts, out.pair_counts);
     detail::check(cudaGetLastError(), "dispatch_count_kernel");
@@ -203,8 +210,6 @@ void dispatch_layout(const int32_t* exec_rank, const int32_t* source_rank, int64
                                                            out.rank_counts, out.rank_offsets, done);
   detail::check(cudaGetLastError(), "dispatch_scan_kernel");
   if (num_chunks > 0 && wants_slots) {
-    detail::allow_dynamic_shared(reinterpret_cast<const void*>(&dispatch_slot_kernel), slot_smem,
-                                 "dispatch_slot_kernel");
     dispatch_slot_kernel<<<static_cast<unsigned>(num_chunks), kThreads, slot_smem, st>>>(
         shape, num_chunks, chunk_counts, out.rank_offsets, out.slot, out.token_in_rank);
     detail::check(cudaGetLastError(), "dispatch_slot_kernel");

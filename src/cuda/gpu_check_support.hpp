@@ -93,6 +93,9 @@ struct Options {
   bool quick = false;
   bool timing = true;    // false: check each case once, time nothing (runs under sanitizers)
   bool dry_run = false;  // inputs and CPU references only (no CUDA call): tests this program
+  // false: skip the check that makes a failing CUDA call on purpose (a launcher must refuse the
+  // error it left pending); compute-sanitizer would report that call as an API error.
+  bool injected_errors = true;
   std::string csv;
 };
 

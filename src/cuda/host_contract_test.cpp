@@ -240,6 +240,33 @@ TEST(CudaHostContract, AnErrorLeftPendingByAnEarlierCallIsNamedNotBlamedOnTheLau
          solve_topoep(topo_in, topo_out, topo_ws.data(), topoep_workspace_bytes(topo_in), nullptr);
        }},
   };
+  // Argument errors stay kInvalidArgument with an error pending: a misaligned workspace is
+  // refused before the pending error is looked at (and leaves it pending).
+  ASSERT_NE(cudaSetDevice(-1), cudaSuccess);
+  const cudaError_t before = cudaPeekAtLastError();
+  char* misaligned = static_cast<char*>(dispatch_ws.data()) + 8;
+  expect_invalid("256-byte aligned", [&] {
+    dispatch_layout(exec.data(), src.data(), 2, 8, 2, 4,
+                    DispatchLayoutOutputs{rank_counts.data(), node_counts.data(), offsets.data()},
+                    misaligned, dispatch_layout_workspace_bytes(2, 4), nullptr);
+  });
+  expect_invalid("256-byte aligned", [&] {
+    count_routing(ids.data(), 2, 8, 8, counts.data(), coact.data(),
+                  static_cast<char*>(stats_ws.data()) + 8, stats_bytes, nullptr,
+                  StatsMethod::kGlobalAggregated);
+  });
+  {
+    std::vector<int32_t> wide_ids(2 * 12, 0), wide_exec(2 * 12);
+    const size_t bytes = assign_workspace_bytes(2, 12, 2, assign::CoverSearch::kSubsetDp);
+    HostWorkspace assign_ws(bytes + 8);
+    expect_invalid("256-byte aligned", [&] {
+      assign_node_cover(host.view(), wide_ids.data(), src.data(), 2, 12, assign::AssignKey{},
+                        assign::CoverSearch::kSubsetDp, wide_exec.data(),
+                        static_cast<char*>(assign_ws.data()) + 8, bytes, nullptr);
+    });
+  }
+  EXPECT_EQ(cudaPeekAtLastError(), before);
+  (void)cudaGetLastError();
   for (const auto& [name, call] : launchers) {
     // An invalid device id fails with or without a device, and leaves its error pending.
     ASSERT_NE(cudaSetDevice(-1), cudaSuccess);

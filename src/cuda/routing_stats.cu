@@ -156,7 +156,6 @@ void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int n
       "cuda count_routing: workspace smaller than routing_counts_workspace_bytes()");
   detail::require_aligned(expert_counts, 8, "cuda count_routing: outputs must be 8-byte aligned");
   detail::require_aligned(coactivation, 8, "cuda count_routing: outputs must be 8-byte aligned");
-  detail::require_no_pending_error("cuda count_routing");
   cudaStream_t st = detail::as_stream(stream);
   const bool shared = is_shared(method);
   const int64_t entries = stats_num_counters(num_experts);
@@ -169,6 +168,9 @@ void count_routing(const int32_t* topk_ids, int64_t num_tokens, int top_k, int n
     partials = carve.take<uint32_t>(static_cast<size_t>(blocks) * entries);
   } else {
     global_counters = carve.take<unsigned long long>(static_cast<size_t>(entries));
+  }
+  detail::require_no_pending_error("cuda count_routing");
+  if (!shared) {
     detail::check(cudaMemsetAsync(global_counters, 0, sizeof(unsigned long long) * entries, st),
                   "cudaMemsetAsync (stats counters)");
     const auto& info = detail::current_device_info();

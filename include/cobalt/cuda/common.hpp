@@ -15,7 +15,9 @@
 //     throw cobalt::Error(kInternal) naming the call (and are cleared from the thread's
 //     last-error state); an error an earlier CUDA call on this thread left pending (in the CUDA
 //     runtime cobalt_cuda links statically) is found before anything is enqueued, cleared and
-//     thrown as cobalt::Error(kFailedPrecondition) naming it, so no launch is blamed for it.
+//     thrown as cobalt::Error(kFailedPrecondition) naming it, so no launch is blamed for it
+//     (a fault of an earlier kernel that the host has not seen yet can still surface at a later
+//     launch: errors of asynchronous work reach the host only when it synchronises).
 #pragma once
 
 #include <cstddef>
