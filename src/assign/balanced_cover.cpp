@@ -262,7 +262,7 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     // its bookkeeping is kept in the workspace too.
     if (!scratch.spill_) scratch.spill_ = std::make_unique<detail::SpillScratch>();
     detail::spill_along_paths(batch, layout, cap, load, exec_rank, scratch.per_token_,
-                              scratch.per_task_, scratch.spill_.get());
+                              scratch.per_task_, scratch.spill_.get(), num_threads);
   }
 }
 

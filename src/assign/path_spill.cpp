@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/parallel.hpp"
 
 namespace cobalt::assign::detail {
 namespace {
@@ -17,10 +18,12 @@ namespace {
 class PathSpill {
  public:
   static constexpr int64_t kMaxDenseEntries = int64_t{1} << 24;  // 64 MiB of int32
+  // Tokens per chunk of the bookkeeping passes, at least (smaller batches run as one chunk).
+  static constexpr int64_t kMinChunkTokens = 4096;
 
   PathSpill(const RoutingBatch& batch, const ExpertLayout& layout, std::vector<int64_t>& load,
             std::span<RankId> exec_rank, std::vector<uint64_t>& reach, std::vector<uint32_t>& tasks,
-            ReachCounting counting, SpillScan scan, SpillScratch& scratch)
+            ReachCounting counting, SpillScan scan, SpillScratch& scratch, int num_threads)
       : batch_(batch),
         layout_(layout),
         load_(load),
@@ -69,12 +72,17 @@ class PathSpill {
     // One pass over the tokens: each token's reach (its source node and the nodes of its tasks),
     // the tasks per replica, and per (replica, node) how many of them have a token reaching the
     // node. Up to 8 nodes a task adds one to its (replica, reach) pair, and the per-node counts
-    // come from those pairs after the pass; above, a task adds one per node of its reach.
+    // come from those pairs after the pass; above, a task adds one per node of its reach. Then the
+    // tasks grouped by replica (a counting sort, task order within a replica).
+    //
+    // Both passes run over contiguous token chunks, in parallel: each chunk tallies its own
+    // counts, the tallies are summed in chunk order, and each chunk places its tasks from its
+    // replicas' positions after the earlier chunks' tasks. Counts are exact integer sums and every
+    // list keeps task order, so the bookkeeping is the same for any number of chunks (one chunk
+    // is the plain serial pass).
     const int64_t num_tokens = batch.num_tokens();
     const ExpertId* ids = batch.topk_ids().data();
     reach_.resize(num_tokens);
-    count_.assign(num_reps_, 0);
-    reach_count_.assign(static_cast<size_t>(num_reps_) * num_nodes_, 0);
     const size_t pair_entries = static_cast<size_t>(num_reps_) << 8;
     const bool by_reach_pair = counting == ReachCounting::kByReachSet ||
                                (counting == ReachCounting::kAuto && num_nodes_ <= 8 &&
@@ -82,44 +90,90 @@ class PathSpill {
     COBALT_CHECK_INTERNAL(!by_reach_pair || num_nodes_ <= 8,
                           "chain spill: reach-set counting needs at most 8 nodes, not {}",
                           num_nodes_);
-    std::vector<uint32_t>& pair_count = s_.pair_count;
-    pair_count.assign(by_reach_pair ? pair_entries : 0, 0);
-    for (TokenIdx t = 0; t < num_tokens; ++t) {
-      const int64_t row = t * top_k_;
-      uint64_t reach = node_bit(node_of_rank_[batch.source_of(t)]);
-      for (int k = 0; k < top_k_; ++k) reach |= node_bit(node_of_rank_[exec_rank_[row + k]]);
-      reach_[t] = reach;
-      for (int k = 0; k < top_k_; ++k) {
-        const int rep = rep_of(ids[row + k], exec_rank_[row + k]);
-        if (by_reach_pair) {
-          ++pair_count[(static_cast<size_t>(rep) << 8) | reach];
-        } else {
-          ++count_[rep];
-          add_reach(rep, reach, +1);
+    // Per-chunk tallies: [reps, 256] reach-pair counts, or [reps, N] per-node counts; at most
+    // kMaxDenseEntries entries over all chunks (fewer chunks when a layout has many replicas).
+    const size_t tally_entries =
+        by_reach_pair ? pair_entries : static_cast<size_t>(num_reps_) * num_nodes_;
+    const int64_t chunks_by_memory = std::max<int64_t>(
+        1, kMaxDenseEntries / static_cast<int64_t>(std::max<size_t>(1, tally_entries)));
+    const int num_chunks = static_cast<int>(std::clamp<int64_t>(
+        num_tokens / kMinChunkTokens, 1, std::min<int64_t>(num_threads, chunks_by_memory)));
+    const size_t reps = static_cast<size_t>(num_reps_);
+    std::vector<uint32_t>& chunk_pairs = s_.pair_count;  // [chunks, reps, 256] (by reach pair)
+    std::vector<int64_t>& chunk_reach = s_.chunk_reach;  // [chunks, reps, N] (per task)
+    std::vector<int64_t>& chunk_count = s_.chunk_count;  // [chunks, reps] tasks per replica
+    chunk_pairs.assign(by_reach_pair ? num_chunks * pair_entries : 0, 0);
+    chunk_reach.assign(by_reach_pair ? 0 : num_chunks * tally_entries, 0);
+    chunk_count.assign(num_chunks * reps, 0);
+    parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+      uint32_t* pairs = by_reach_pair ? chunk_pairs.data() + c * pair_entries : nullptr;
+      int64_t* per_node = by_reach_pair ? nullptr : chunk_reach.data() + c * tally_entries;
+      int64_t* count = chunk_count.data() + c * reps;
+      for (TokenIdx t = begin; t < end; ++t) {
+        const int64_t row = t * top_k_;
+        uint64_t reach = node_bit(node_of_rank_[batch_.source_of(t)]);
+        for (int k = 0; k < top_k_; ++k) reach |= node_bit(node_of_rank_[exec_rank_[row + k]]);
+        reach_[t] = reach;
+        for (int k = 0; k < top_k_; ++k) {
+          const int rep = rep_of(ids[row + k], exec_rank_[row + k]);
+          if (by_reach_pair) {
+            ++pairs[(static_cast<size_t>(rep) << 8) | reach];
+          } else {
+            ++count[rep];
+            int64_t* row_counts = per_node + static_cast<size_t>(rep) * num_nodes_;
+            for (uint64_t m = reach; m; m &= m - 1) ++row_counts[std::countr_zero(m)];
+          }
         }
+      }
+      if (by_reach_pair) {
+        for (size_t rep = 0; rep < reps; ++rep) {
+          const uint32_t* rep_pairs = pairs + (rep << 8);
+          int64_t total = 0;
+          for (int reach = 0; reach < 256; ++reach) total += rep_pairs[reach];
+          count[rep] = total;
+        }
+      }
+    });
+    count_.assign(num_reps_, 0);
+    reach_count_.assign(reps * num_nodes_, 0);
+    for (int c = 0; c < num_chunks; ++c) {
+      for (size_t rep = 0; rep < reps; ++rep) count_[rep] += chunk_count[c * reps + rep];
+      if (!by_reach_pair) {
+        const int64_t* per_node = chunk_reach.data() + c * tally_entries;
+        for (size_t i = 0; i < tally_entries; ++i) reach_count_[i] += per_node[i];
       }
     }
     if (by_reach_pair) {
       for (int rep = 0; rep < num_reps_; ++rep) {
-        const uint32_t* pairs = pair_count.data() + (static_cast<size_t>(rep) << 8);
         for (uint64_t reach = 0; reach < 256; ++reach) {
-          if (pairs[reach] == 0) continue;
-          count_[rep] += pairs[reach];
-          add_reach(rep, reach, pairs[reach]);
+          int64_t total = 0;
+          for (int c = 0; c < num_chunks; ++c) {
+            total += chunk_pairs[c * pair_entries + (static_cast<size_t>(rep) << 8) + reach];
+          }
+          if (total != 0) add_reach(rep, reach, total);
         }
       }
     }
-    // Tasks grouped by replica (counting sort, task order within a replica; the task's replica
-    // looked up again rather than stored).
     offsets_.assign(num_reps_ + 1, 0);
     for (int a = 0; a < num_reps_; ++a) offsets_[a + 1] = offsets_[a] + count_[a];
+    // Where each chunk's tasks of each replica start: after the earlier chunks' (in place of the
+    // chunk's counts, which are not needed again).
+    for (size_t rep = 0; rep < reps; ++rep) {
+      int64_t position = offsets_[rep];
+      for (int c = 0; c < num_chunks; ++c) {
+        const int64_t tasks_here = chunk_count[c * reps + rep];
+        chunk_count[c * reps + rep] = position;
+        position += tasks_here;
+      }
+    }
     // Every entry is written below (the batch's T K tasks are few enough to index with 32 bits:
     // spill_along_paths checks); a kept buffer of this size is not touched by the resize.
     tasks_.resize(exec_rank.size());
-    std::vector<int64_t>& list_end = s_.list_end;
-    list_end.assign(offsets_.begin(), offsets_.end() - 1);
-    for (size_t i = 0; i < exec_rank.size(); ++i)
-      tasks_[list_end[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
+    parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+      int64_t* next = chunk_count.data() + c * reps;
+      for (int64_t i = begin * top_k_; i < end * top_k_; ++i)
+        tasks_[next[rep_of(ids[i], exec_rank_[i])]++] = static_cast<uint32_t>(i);
+    });
     scan_begin_.assign(offsets_.begin(), offsets_.end() - 1);
     moved_in_.resize(num_reps_);
     for (auto& moved : moved_in_) moved.clear();
@@ -361,10 +415,10 @@ size_t bytes_of(const std::vector<std::vector<T>>& v) {
 
 size_t SpillScratch::capacity_bytes() const {
   return bytes_of(rep_rank) + bytes_of(rep_expert) + bytes_of(reps_of_rank) + bytes_of(rep_index) +
-         bytes_of(node_of_rank) + bytes_of(offsets) + bytes_of(scan_begin) + bytes_of(list_end) +
+         bytes_of(node_of_rank) + bytes_of(offsets) + bytes_of(scan_begin) + bytes_of(chunk_reach) +
          bytes_of(moved_in) + bytes_of(count) + bytes_of(reach_count) + bytes_of(pair_count) +
-         bytes_of(free_cursor) + bytes_of(dist) + bytes_of(parent_rep) + bytes_of(done) +
-         bytes_of(heap) + bytes_of(path);
+         bytes_of(chunk_count) + bytes_of(free_cursor) + bytes_of(dist) + bytes_of(parent_rep) +
+         bytes_of(done) + bytes_of(heap) + bytes_of(path);
 }
 
 bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t> load,
@@ -399,13 +453,13 @@ bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t>
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank,
                        std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                       SpillScratch* scratch) {
+                       SpillScratch* scratch, int num_threads) {
   // Nothing to do (the common case once balanced): skip the O(T K) bookkeeping.
   if (load.empty() || *std::max_element(load.begin(), load.end()) <= cap) return;
   // Nothing can move (the common case once a layout balances as well as it can): skip it too.
   if (!spill_target_reachable(layout, load, cap)) return;
   spill_along_paths_unchecked(batch, layout, cap, load, exec_rank, per_token, per_task,
-                              ReachCounting::kAuto, SpillScan::kCursors, scratch);
+                              ReachCounting::kAuto, SpillScan::kCursors, scratch, num_threads);
 }
 
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
@@ -427,14 +481,16 @@ void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& 
 void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                                  std::vector<int64_t>& load, std::span<RankId> exec_rank,
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                                 ReachCounting counting, SpillScan scan, SpillScratch* scratch) {
+                                 ReachCounting counting, SpillScan scan, SpillScratch* scratch,
+                                 int num_threads) {
   COBALT_CHECK(exec_rank.size() <= std::numeric_limits<uint32_t>::max(), kFailedPrecondition,
                "balanced assignment: the chain spill indexes tasks with 32 bits; this batch has {} "
                "tasks (split the step into batches of fewer than 2^32 tasks)",
                exec_rank.size());
+  COBALT_CHECK_INTERNAL(num_threads >= 1, "chain spill: {} threads", num_threads);
   SpillScratch own;
   PathSpill(batch, layout, load, exec_rank, per_token, per_task, counting, scan,
-            scratch ? *scratch : own)
+            scratch ? *scratch : own, num_threads)
       .run(cap);
 }
 

@@ -38,12 +38,16 @@ struct SpillScratch {
   std::vector<int> node_of_rank;                // [G]
   std::vector<int64_t> offsets;                 // [reps + 1] into the task lists
   std::vector<int64_t> scan_begin;              // [reps] first possibly live entry
-  std::vector<int64_t> list_end;                // [reps] fill position of the counting sort
   std::vector<std::vector<uint32_t>> moved_in;  // [reps] tasks moved onto each replica
   std::vector<int64_t> count;                   // [reps] live tasks
   std::vector<int64_t> reach_count;             // [reps, N] live tasks whose token reaches n
-  std::vector<uint32_t> pair_count;             // [reps, 256] (reach-set counting)
-  std::vector<SpillCursor> free_cursor;         // [reps, N] (SpillScan::kCursors)
+  // Per token chunk of the bookkeeping passes: reach-pair counts [chunks, reps, 256] (reach-set
+  // counting) or per-node counts [chunks, reps, N] (per task), and tasks per replica, then where
+  // the chunk's tasks of each replica go [chunks, reps].
+  std::vector<uint32_t> pair_count;
+  std::vector<int64_t> chunk_reach;
+  std::vector<int64_t> chunk_count;
+  std::vector<SpillCursor> free_cursor;  // [reps, N] (SpillScan::kCursors)
   // One augmentation's search ([G] each), its heap and its path.
   std::vector<std::pair<int, int>> dist;  // (paid, hops)
   std::vector<int> parent_rep;
@@ -77,10 +81,13 @@ struct SpillScratch {
 // buffers, so that nothing is allocated per call; their contents on entry do not matter); scratch:
 // the rest of its bookkeeping, kept likewise (nullptr: its own for this call). The result does not
 // depend on what they held.
+//
+// num_threads (>= 1) threads build the O(T K) bookkeeping over token chunks (batches of at least
+// two chunks of 4096 tokens); the augmentations are serial. The result does not depend on it.
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank,
                        std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
-                       SpillScratch* scratch = nullptr);
+                       SpillScratch* scratch = nullptr, int num_threads = 1);
 // The same with scratch of its own.
 void spill_along_paths(const RoutingBatch& batch, const ExpertLayout& layout, int64_t cap,
                        std::vector<int64_t>& load, std::span<RankId> exec_rank);
@@ -111,7 +118,7 @@ void spill_along_paths_unchecked(const RoutingBatch& batch, const ExpertLayout& 
                                  std::vector<uint64_t>& per_token, std::vector<uint32_t>& per_task,
                                  ReachCounting counting = ReachCounting::kAuto,
                                  SpillScan scan = SpillScan::kCursors,
-                                 SpillScratch* scratch = nullptr);
+                                 SpillScratch* scratch = nullptr, int num_threads = 1);
 
 // The check spill_along_paths makes before its O(T K) bookkeeping: whether its first augmentation
 // could find a target, judged on the layout alone. The graph "u -> v when u holds a replica of an
