@@ -54,6 +54,37 @@ SpillInstance random_spill_instance(uint64_t seed, SplitMix64& rng, int max_node
   return in;
 }
 
+// Everything a caller can keep across spills (as BalancedCoverWorkspace does).
+struct KeptSpillBuffers {
+  SpillScratch scratch;
+  std::vector<uint64_t> per_token;
+  std::vector<uint32_t> per_task;
+};
+struct SpillRun {
+  ReachCounting counting = ReachCounting::kAuto;
+  SpillScan scan = SpillScan::kCursors;
+  KeptSpillBuffers* kept = nullptr;  // nullptr: the spill's own buffers
+  int num_threads = 1;
+};
+// The assignment and loads after one spill of `in` (from copies of its own), run as described.
+struct SpillResult {
+  std::vector<RankId> exec;
+  std::vector<int64_t> load;
+  bool operator==(const SpillResult&) const = default;
+};
+SpillResult spill(const SpillInstance& in, const SpillRun& run) {
+  SpillResult r{in.exec, in.load};
+  if (run.kept != nullptr) {
+    spill_along_paths_unchecked(in.owned.view(), in.layout, in.cap, r.load, r.exec,
+                                run.kept->per_token, run.kept->per_task, run.counting, run.scan,
+                                &run.kept->scratch, run.num_threads);
+  } else {
+    spill_along_paths_unchecked(in.owned.view(), in.layout, in.cap, r.load, r.exec, run.counting,
+                                run.scan);
+  }
+  return r;
+}
+
 // 3 nodes x 1 rank: expert 0 on ranks 0 and 1, expert 1 on ranks 1 and 2, expert 2 on rank 2.
 ExpertLayout chain_layout() { return ExpertLayout(Topology(3, 3), 3, 2, {0, -1, 0, 1, 1, 2}); }
 
@@ -124,17 +155,9 @@ TEST(PathSpill, ReachCountingByPairsMatchesPerTask) {
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     SplitMix64 rng(seed * 31);
     const SpillInstance in = random_spill_instance(seed, rng, 8, 3, 3, 4, 200, 1.5, seed * 5);
-    const auto batch = in.owned.view();
-    const auto& [layout, owned, exec, load, cap] = in;
-    auto pairs_exec = exec, per_task_exec = exec;
-    auto pairs_load = load, per_task_load = load;
-    spill_along_paths_unchecked(batch, layout, cap, pairs_load, pairs_exec,
-                                ReachCounting::kByReachSet);
-    spill_along_paths_unchecked(batch, layout, cap, per_task_load, per_task_exec,
-                                ReachCounting::kPerTask);
-    EXPECT_EQ(pairs_exec, per_task_exec) << "seed " << seed;
-    EXPECT_EQ(pairs_load, per_task_load) << "seed " << seed;
-    num_moved += pairs_exec != exec;
+    const SpillResult by_pairs = spill(in, {ReachCounting::kByReachSet});
+    EXPECT_TRUE(spill(in, {ReachCounting::kPerTask}) == by_pairs) << "seed " << seed;
+    num_moved += by_pairs.exec != in.exec;
   }
   EXPECT_GT(num_moved, 50);  // the spill had work to do on many of them
 }
@@ -150,20 +173,12 @@ TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
     SplitMix64 rng(seed * 77);
     const SpillInstance in =
         random_spill_instance(seed, rng, seed % 3 == 0 ? 12 : 8, 4, 4, 6, 1500, 2.0, seed * 3);
-    const auto batch = in.owned.view();
-    const auto& [layout, owned, exec, load, cap] = in;
-    const int nodes = layout.num_nodes();
-    const auto pairs = nodes <= 8 ? ReachCounting::kByReachSet : ReachCounting::kPerTask;
+    const auto pairs =
+        in.layout.num_nodes() <= 8 ? ReachCounting::kByReachSet : ReachCounting::kPerTask;
     for (auto counting : {pairs, ReachCounting::kPerTask}) {
-      auto cursor_exec = exec, plain_exec = exec;
-      auto cursor_load = load, plain_load = load;
-      spill_along_paths_unchecked(batch, layout, cap, cursor_load, cursor_exec, counting,
-                                  SpillScan::kCursors);
-      spill_along_paths_unchecked(batch, layout, cap, plain_load, plain_exec, counting,
-                                  SpillScan::kPlain);
-      ASSERT_EQ(cursor_exec, plain_exec) << "seed " << seed;
-      ASSERT_EQ(cursor_load, plain_load) << "seed " << seed;
-      num_moved += plain_exec != exec;
+      const SpillResult plain = spill(in, {counting, SpillScan::kPlain});
+      ASSERT_TRUE(spill(in, {counting, SpillScan::kCursors}) == plain) << "seed " << seed;
+      num_moved += plain.exec != in.exec;
     }
   }
   EXPECT_GT(num_moved, 200);
@@ -173,29 +188,21 @@ TEST(PathSpill, CursorsFindTheSameTasksAsPlainSearches) {
 // scratch and one pair of [T] / [T K] buffers reused over instances whose replica count, rank
 // count, node count, counting and scan change from run to run give what runs with their own give.
 TEST(PathSpill, KeptScratchGivesTheSameResult) {
-  SpillScratch scratch;
-  std::vector<uint64_t> per_token;
-  std::vector<uint32_t> per_task;
+  KeptSpillBuffers kept;
   int num_moved = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     SplitMix64 rng(seed * 131);
     const SpillInstance in =
         random_spill_instance(seed, rng, seed % 3 == 0 ? 12 : 8, 4, 4, 6, 1500, 2.0, seed * 5);
-    const auto batch = in.owned.view();
     const auto counting = in.layout.num_nodes() <= 8 && seed % 2 == 0 ? ReachCounting::kByReachSet
                                                                       : ReachCounting::kPerTask;
     const auto scan = seed % 5 == 0 ? SpillScan::kPlain : SpillScan::kCursors;
-    auto own_exec = in.exec, kept_exec = in.exec;
-    auto own_load = in.load, kept_load = in.load;
-    spill_along_paths_unchecked(batch, in.layout, in.cap, own_load, own_exec, counting, scan);
-    spill_along_paths_unchecked(batch, in.layout, in.cap, kept_load, kept_exec, per_token, per_task,
-                                counting, scan, &scratch);
-    ASSERT_EQ(kept_exec, own_exec) << "seed " << seed;
-    ASSERT_EQ(kept_load, own_load) << "seed " << seed;
-    num_moved += own_exec != in.exec;
+    const SpillResult own = spill(in, {counting, scan});
+    ASSERT_TRUE(spill(in, {counting, scan, &kept}) == own) << "seed " << seed;
+    num_moved += own.exec != in.exec;
   }
   EXPECT_GT(num_moved, 40);  // 55 of the 150 instances move tasks
-  EXPECT_GT(scratch.capacity_bytes(), 0u);
+  EXPECT_GT(kept.scratch.capacity_bytes(), 0u);
 }
 
 // The bookkeeping built over token chunks on several threads (batches of at least two chunks of
@@ -203,32 +210,22 @@ TEST(PathSpill, KeptScratchGivesTheSameResult) {
 // counting reach and both scans, on random instances of up to 30000 tokens (one kept scratch, so
 // the chunk tallies of a run with more chunks are also reused by one with fewer).
 TEST(PathSpill, SameResultForAnyThreadCount) {
-  SpillScratch scratch;
-  std::vector<uint64_t> per_token;
-  std::vector<uint32_t> per_task;
+  KeptSpillBuffers kept;
   int num_chunked = 0, num_moved = 0;
   for (uint64_t seed = 1; seed <= 16; ++seed) {
     SplitMix64 rng(seed * 389);
     const SpillInstance in =
         random_spill_instance(seed, rng, seed % 3 == 0 ? 12 : 6, 4, 4, 6, 30000, 2.0, seed * 7);
-    const auto batch = in.owned.view();
-    num_chunked += batch.num_tokens() >= 2 * 4096;
+    num_chunked += in.owned.view().num_tokens() >= 2 * 4096;
     const auto pairs =
         in.layout.num_nodes() <= 8 ? ReachCounting::kByReachSet : ReachCounting::kPerTask;
     for (auto counting : {pairs, ReachCounting::kPerTask}) {
       const auto scan = seed % 2 ? SpillScan::kCursors : SpillScan::kPlain;
-      auto serial_exec = in.exec;
-      auto serial_load = in.load;
-      spill_along_paths_unchecked(batch, in.layout, in.cap, serial_load, serial_exec, counting,
-                                  scan);
-      num_moved += serial_exec != in.exec;
+      const SpillResult serial = spill(in, {counting, scan});
+      num_moved += serial.exec != in.exec;
       for (int threads : {4, 2, 3}) {
-        auto exec = in.exec;
-        auto load = in.load;
-        spill_along_paths_unchecked(batch, in.layout, in.cap, load, exec, per_token, per_task,
-                                    counting, scan, &scratch, threads);
-        ASSERT_EQ(exec, serial_exec) << "seed " << seed << ", " << threads << " threads";
-        ASSERT_EQ(load, serial_load) << "seed " << seed << ", " << threads << " threads";
+        ASSERT_TRUE(spill(in, {counting, scan, &kept, threads}) == serial)
+            << "seed " << seed << ", " << threads << " threads";
       }
     }
   }
