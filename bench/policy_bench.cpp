@@ -88,6 +88,34 @@ BENCHMARK(BM_Assign_BalancedCover)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// More than 8 nodes (the per-expert class lists instead of the key tables): 16 nodes x 8 ranks,
+// E = 512, 2^19 tokens. Args: threads, spill (1: cobalt+'s 0.05); workspace kept.
+void BM_Assign_BalancedCover_16Nodes(benchmark::State& state) {
+  const Topology topo(16, 128);
+  const int num_experts = 512, top_k = 8;
+  const int64_t num_tokens = 1 << 19;
+  auto w = make_routing(num_tokens, top_k, num_experts, topo.num_ranks(), 5);
+  auto layout = planned_layout(topo, num_experts, w, top_k);
+  auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
+  std::vector<RankId> exec(batch.num_tasks());
+  const int num_threads = static_cast<int>(state.range(0));
+  const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
+  assign::BalancedCoverWorkspace workspace;
+  for (auto _ : state) {
+    assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
+                                  spill_tolerance, &workspace);
+    benchmark::DoNotOptimize(exec.data());
+  }
+  state.SetItemsProcessed(state.iterations() * num_tokens);
+}
+BENCHMARK(BM_Assign_BalancedCover_16Nodes)
+    ->Args({1, 0})
+    ->Args({2, 0})
+    ->Args({1, 1})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void BM_Rebalance_IntraNode(benchmark::State& state) {
   const Topology topo(8, 64);
   const int num_experts = 256;

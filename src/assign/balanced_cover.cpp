@@ -100,8 +100,10 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   //   N <= 8 (when the per-chunk tables fit): a task's key is (e << N) | allowed; keys are counted
   //     per token chunk in parallel, classes are the used keys in key order, and the mapping runs
   //     per chunk from each class's count in the chunks before it.
-  //   Otherwise: each expert's (mask, class id) list is scanned (experts see few distinct masks,
-  //     so a linear scan beats hashing), sequentially, ids in first-seen token order.
+  //   Otherwise: per token chunk in parallel, each expert's (mask, local id) list is scanned
+  //     (experts see few distinct masks, so a linear scan beats hashing); the chunks' classes are
+  //     then merged in chunk order (ids in first-seen token order) and the mapping runs per chunk
+  //     as above.
   const int num_threads = resolve_threads(options.num_threads);
   const int64_t num_tokens = batch.num_tokens();
   const int num_chunks =
@@ -127,10 +129,11 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     classes.push_back(std::move(cls));
     return static_cast<int32_t>(classes.size() - 1);
   };
-  // [T K] key (use_keys) or class id of each task, both >= 0.
+  // [T K] key (use_keys) or chunk-local class id (lists) of each task, both >= 0.
   uint32_t* const task_class = scratch.per_task_.data();
-  std::vector<int32_t> class_of_key;  // [keys] (use_keys)
-  std::vector<int64_t> chunk_start;   // [chunks, classes]: tasks of a class in earlier chunks
+  std::vector<int32_t> class_of_key;                 // [keys] (use_keys)
+  std::vector<std::vector<int32_t>> class_of_local;  // [chunks][local ids] (lists)
+  std::vector<int64_t> chunk_start;  // [chunks, classes]: tasks of a class in earlier chunks
   int mapping_chunks = 1;
   if (use_keys) {
     std::vector<int32_t> counts(num_keys * static_cast<size_t>(num_chunks), 0);
@@ -168,14 +171,51 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     }
     mapping_chunks = num_chunks;
   } else {
+    // Per chunk, in parallel: the chunk's own classes (each expert's (mask, local id) list
+    // scanned), their task counts, and each task's chunk-local id.
+    struct ChunkClasses {
+      std::vector<std::vector<std::pair<uint64_t, int32_t>>> of_expert;  // [E] (mask, local id)
+      std::vector<std::pair<ExpertId, uint64_t>> key;                    // [local] (e, mask)
+      std::vector<int64_t> count;                                        // [local] tasks
+    };
+    std::vector<ChunkClasses> chunk(num_chunks);
+    parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
+      ChunkClasses& own = chunk[c];
+      own.of_expert.resize(layout.num_experts());
+      for (TokenIdx t = begin; t < end; ++t) {
+        const uint64_t reach = reach_of(t);
+        auto row = batch.experts_of(t);
+        for (int k = 0; k < top_k; ++k) {
+          const ExpertId e = row[k];
+          const uint64_t allowed = reach & layout.node_mask(e);
+          int32_t local = -1;
+          auto& known = own.of_expert[e];
+          for (const auto& [mask, idx] : known) {
+            if (mask == allowed) {
+              local = idx;
+              break;
+            }
+          }
+          if (local < 0) {
+            local = static_cast<int32_t>(own.key.size());
+            own.key.emplace_back(e, allowed);
+            own.count.push_back(0);
+            known.emplace_back(allowed, local);
+          }
+          ++own.count[local];
+          task_class[t * top_k + k] = static_cast<uint32_t>(local);
+        }
+      }
+    });
+    // In chunk order: local classes merged into global ones (ids in first-seen token order) and
+    // each class's tasks in the chunks before each chunk (the mapping's starting positions).
     std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(layout.num_experts());
-    std::vector<int64_t> class_count;  // tasks per class (kept apart from the classes: hot)
-    for (TokenIdx t = 0; t < num_tokens; ++t) {
-      const uint64_t reach = reach_of(t);
-      auto row = batch.experts_of(t);
-      for (int k = 0; k < top_k; ++k) {
-        const ExpertId e = row[k];
-        const uint64_t allowed = reach & layout.node_mask(e);
+    class_of_local.resize(num_chunks);
+    for (int c = 0; c < num_chunks; ++c) {
+      const ChunkClasses& own = chunk[c];
+      class_of_local[c].resize(own.key.size());
+      for (size_t local = 0; local < own.key.size(); ++local) {
+        const auto [e, allowed] = own.key[local];
         int32_t class_idx = -1;
         auto& known = classes_of_expert[e];
         for (const auto& [mask, idx] : known) {
@@ -186,15 +226,21 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
         }
         if (class_idx < 0) {
           class_idx = new_class(e, allowed);
-          class_count.push_back(0);
           known.emplace_back(allowed, class_idx);
         }
-        ++class_count[class_idx];
-        task_class[t * top_k + k] = static_cast<uint32_t>(class_idx);
+        class_of_local[c][local] = class_idx;
       }
     }
-    for (size_t c = 0; c < classes.size(); ++c) classes[c].count = class_count[c];
-    chunk_start.assign(classes.size(), 0);
+    chunk_start.assign(static_cast<size_t>(num_chunks) * classes.size(), 0);
+    for (int c = 0; c < num_chunks; ++c) {
+      const ChunkClasses& own = chunk[c];
+      for (size_t local = 0; local < own.key.size(); ++local) {
+        const int32_t class_idx = class_of_local[c][local];
+        chunk_start[static_cast<size_t>(c) * classes.size() + class_idx] = classes[class_idx].count;
+        classes[class_idx].count += own.count[local];
+      }
+    }
+    mapping_chunks = num_chunks;
   }
   // Least flexible classes first.
   std::vector<int32_t> order(classes.size());
@@ -239,11 +285,10 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
       left[k] = quota_size[q] - skip;
     }
     const uint32_t* task_class_data = task_class;
-    const int32_t* class_of_key_data = class_of_key.data();
+    const int32_t* class_of = use_keys ? class_of_key.data() : class_of_local[c].data();
     RankId* out = exec_rank.data();
     for (int64_t i = begin * top_k; i < end * top_k; ++i) {
-      const int32_t k = use_keys ? class_of_key_data[task_class_data[i]]
-                                 : static_cast<int32_t>(task_class_data[i]);
+      const int32_t k = class_of[task_class_data[i]];
       int64_t q = current[k];
       out[i] = quota_rank[q];
       if (--left[k] == 0) {

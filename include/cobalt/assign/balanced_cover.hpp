@@ -13,8 +13,8 @@
 //   4. mapping: tasks take their class's quotas in token order (ranks ascending).
 //
 // Deterministic and independent of the thread count (options.num_threads): steps 1, 2 and 4 run
-// in parallel over fixed token chunks for N <= 8 (step 1 for any N), and so does the spill's
-// O(T K) bookkeeping (any N); step 3 and the spill's moves are serial.
+// in parallel over token chunks, and so does the spill's O(T K) bookkeeping; step 3 and the
+// spill's moves are serial.
 #pragma once
 
 #include <cstddef>

@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/assignment.hpp"
@@ -18,6 +19,65 @@
 
 namespace cobalt::assign {
 namespace {
+
+// assign_balanced_cover without the spill, written plainly from its header's description: tasks
+// grouped by (expert, allowed nodes) in a map, classes in order of (allowed ranks, -count,
+// expert, mask), each class's tasks given one at a time to the allowed rank with the least load
+// (ties: the lower load before this class, then the lower id; the integer water-filling's quotas),
+// then the class's tasks, in token order, take its quotas by ascending rank.
+std::vector<RankId> balanced_cover_reference(const RoutingBatch& batch,
+                                             const ExpertLayout& layout) {
+  std::vector<uint64_t> covers(batch.num_tokens());
+  remote_node_covers(batch, layout, {}, covers);
+  const int per_node = layout.topology().ranks_per_node();
+  const auto allowed_of = [&](TokenIdx t, ExpertId e) {
+    return (covers[t] | uint64_t{1} << (batch.source_of(t) / per_node)) & layout.node_mask(e);
+  };
+  struct Class {
+    int64_t count = 0;
+    std::vector<RankId> ranks;        // allowed, ascending
+    std::map<RankId, int64_t> quota;  // rank -> tasks
+  };
+  std::map<std::pair<ExpertId, uint64_t>, Class> classes;
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    for (ExpertId e : batch.experts_of(t)) ++classes[{e, allowed_of(t, e)}].count;
+  }
+  std::vector<std::pair<std::pair<ExpertId, uint64_t>, Class*>> order;
+  for (auto& [key, cls] : classes) {
+    for (RankId r : layout.ranks_of(key.first)) {
+      if ((key.second >> (r / per_node)) & 1) cls.ranks.push_back(r);
+    }
+    order.emplace_back(key, &cls);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return std::make_tuple(a.second->ranks.size(), -a.second->count, a.first) <
+           std::make_tuple(b.second->ranks.size(), -b.second->count, b.first);
+  });
+  std::vector<int64_t> load(layout.num_ranks(), 0);
+  for (auto& [key, cls] : order) {
+    const std::vector<int64_t> before = load;
+    for (int64_t n = 0; n < cls->count; ++n) {
+      const RankId r =
+          *std::min_element(cls->ranks.begin(), cls->ranks.end(), [&](RankId a, RankId b) {
+            return std::make_tuple(load[a], before[a], a) < std::make_tuple(load[b], before[b], b);
+          });
+      ++load[r];
+      ++cls->quota[r];
+    }
+  }
+  std::vector<RankId> exec(batch.num_tasks());
+  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+    for (int k = 0; k < batch.top_k(); ++k) {
+      const ExpertId e = batch.experts_of(t)[k];
+      auto& quota = classes[{e, allowed_of(t, e)}].quota;
+      auto first = quota.begin();
+      while (first->second == 0) ++first;
+      exec[t * batch.top_k() + k] = first->first;
+      --first->second;
+    }
+  }
+  return exec;
+}
 
 TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
   // Random small clusters, layouts and skewed batches: with spill the maximum load is exactly
@@ -166,6 +226,37 @@ TEST(BalancedCover, QuotasAreTakenInTokenOrderAcrossChunks) {
     assign_balanced_cover(batch, layout, {CoverSearch::kAuto, threads}, exec);
     EXPECT_EQ(exec, expected) << threads << " threads";
   }
+}
+
+// Both class paths (per-chunk key tables up to 8 nodes, per-chunk expert lists above), on one to
+// three threads, against the plain reference above: random layouts of 1 to 12 nodes and batches
+// of up to 40000 tokens (1 to 4 token chunks on one thread, up to 12 on three).
+TEST(BalancedCover, MatchesThePlainReference) {
+  int num_chunked = 0, num_lists = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SplitMix64 rng(seed * 997);
+    const int nodes = 1 + static_cast<int>(rng.below(12)),
+              per_node = 1 + static_cast<int>(rng.below(3));
+    const Topology topo(nodes, nodes * per_node);
+    const int slots = 2 + static_cast<int>(rng.below(3));
+    const int experts = 2 + static_cast<int>(rng.below(topo.num_ranks() * slots - 1));
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 6)));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    const auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(40000)),
+                                             top_k, experts, topo.num_ranks(), 1.5);
+    const auto batch = owned.view();
+    num_chunked += batch.num_tokens() >= 2 * 8192;
+    num_lists += nodes > 8;
+    const std::vector<RankId> expected = balanced_cover_reference(batch, layout);
+    for (int threads : {1, 3}) {
+      std::vector<RankId> exec(batch.num_tasks());
+      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, threads}, exec);
+      ASSERT_EQ(exec, expected) << "seed " << seed << ", " << nodes << " nodes, " << threads
+                                << " threads";
+    }
+  }
+  EXPECT_GT(num_chunked, 10);
+  EXPECT_GT(num_lists, 5);
 }
 
 TEST(BalancedCover, SameResultForAnyChunkingAndBothClassPaths) {
