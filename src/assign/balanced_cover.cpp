@@ -15,6 +15,48 @@
 namespace cobalt::assign {
 namespace {
 
+// (expert, allowed node mask) -> class id: open addressing with linear probing over a power-of-two
+// table kept at most half full. Above 8 nodes an expert replicated on many nodes can see
+// thousands of distinct masks in one batch (16601 for one expert of a 16-node planned layout in
+// BM_Assign_BalancedCover_16Nodes), so a per-expert list scanned linearly is not enough.
+class ClassIndex {
+ public:
+  // The id stored for (e, mask); stores `id` first when there is none.
+  int32_t find_or_insert(ExpertId e, uint64_t mask, int32_t id) {
+    if (2 * (used_ + 1) > slots_.size()) grow();
+    const size_t bits = slots_.size() - 1;
+    for (size_t i = hash(e, mask) & bits;; i = (i + 1) & bits) {
+      Slot& slot = slots_[i];
+      if (slot.expert == e && slot.mask == mask) return slot.id;
+      if (slot.expert < 0) {
+        slot = Slot{mask, e, id};
+        ++used_;
+        return id;
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t mask = 0;
+    ExpertId expert = -1;  // -1: empty
+    int32_t id = -1;
+  };
+  static size_t hash(ExpertId e, uint64_t mask) {
+    return static_cast<size_t>(mix64(mask ^ (static_cast<uint64_t>(e) << 40)));
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
+    used_ = 0;
+    for (const Slot& slot : old) {
+      if (slot.expert >= 0) find_or_insert(slot.expert, slot.mask, slot.id);
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t used_ = 0;
+};
+
 struct TaskClass {
   ExpertId expert;
   uint64_t allowed_nodes;
@@ -100,10 +142,9 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   //   N <= 8 (when the per-chunk tables fit): a task's key is (e << N) | allowed; keys are counted
   //     per token chunk in parallel, classes are the used keys in key order, and the mapping runs
   //     per chunk from each class's count in the chunks before it.
-  //   Otherwise: per token chunk in parallel, each expert's (mask, local id) list is scanned
-  //     (experts see few distinct masks, so a linear scan beats hashing); the chunks' classes are
-  //     then merged in chunk order (ids in first-seen token order) and the mapping runs per chunk
-  //     as above.
+  //   Otherwise: per token chunk in parallel, classes are found in a hash index of (expert,
+  //     mask) (ClassIndex); the chunks' classes are then merged in chunk order (ids in first-seen
+  //     token order) and the mapping runs per chunk as above.
   const int num_threads = resolve_threads(options.num_threads);
   const int64_t num_tokens = batch.num_tokens();
   const int num_chunks =
@@ -174,33 +215,24 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     // Per chunk, in parallel: the chunk's own classes (each expert's (mask, local id) list
     // scanned), their task counts, and each task's chunk-local id.
     struct ChunkClasses {
-      std::vector<std::vector<std::pair<uint64_t, int32_t>>> of_expert;  // [E] (mask, local id)
-      std::vector<std::pair<ExpertId, uint64_t>> key;                    // [local] (e, mask)
-      std::vector<int64_t> count;                                        // [local] tasks
+      ClassIndex index;                                // (e, mask) -> local id
+      std::vector<std::pair<ExpertId, uint64_t>> key;  // [local] (e, mask)
+      std::vector<int64_t> count;                      // [local] tasks
     };
     std::vector<ChunkClasses> chunk(num_chunks);
     parallel_chunks(num_tokens, num_chunks, num_threads, [&](int c, int64_t begin, int64_t end) {
       ChunkClasses& own = chunk[c];
-      own.of_expert.resize(layout.num_experts());
       for (TokenIdx t = begin; t < end; ++t) {
         const uint64_t reach = reach_of(t);
         auto row = batch.experts_of(t);
         for (int k = 0; k < top_k; ++k) {
           const ExpertId e = row[k];
           const uint64_t allowed = reach & layout.node_mask(e);
-          int32_t local = -1;
-          auto& known = own.of_expert[e];
-          for (const auto& [mask, idx] : known) {
-            if (mask == allowed) {
-              local = idx;
-              break;
-            }
-          }
-          if (local < 0) {
-            local = static_cast<int32_t>(own.key.size());
+          const auto next = static_cast<int32_t>(own.key.size());
+          const int32_t local = own.index.find_or_insert(e, allowed, next);
+          if (local == next) {
             own.key.emplace_back(e, allowed);
             own.count.push_back(0);
-            known.emplace_back(allowed, local);
           }
           ++own.count[local];
           task_class[t * top_k + k] = static_cast<uint32_t>(local);
@@ -209,25 +241,16 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
     });
     // In chunk order: local classes merged into global ones (ids in first-seen token order) and
     // each class's tasks in the chunks before each chunk (the mapping's starting positions).
-    std::vector<std::vector<std::pair<uint64_t, int32_t>>> classes_of_expert(layout.num_experts());
+    ClassIndex global_index;
     class_of_local.resize(num_chunks);
     for (int c = 0; c < num_chunks; ++c) {
       const ChunkClasses& own = chunk[c];
       class_of_local[c].resize(own.key.size());
       for (size_t local = 0; local < own.key.size(); ++local) {
         const auto [e, allowed] = own.key[local];
-        int32_t class_idx = -1;
-        auto& known = classes_of_expert[e];
-        for (const auto& [mask, idx] : known) {
-          if (mask == allowed) {
-            class_idx = idx;
-            break;
-          }
-        }
-        if (class_idx < 0) {
-          class_idx = new_class(e, allowed);
-          known.emplace_back(allowed, class_idx);
-        }
+        const auto next = static_cast<int32_t>(classes.size());
+        const int32_t class_idx = global_index.find_or_insert(e, allowed, next);
+        if (class_idx == next) new_class(e, allowed);
         class_of_local[c][local] = class_idx;
       }
     }
