@@ -57,17 +57,19 @@ BENCHMARK(BM_Assign_NodeCover_Threads)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-void BM_Assign_BalancedCover(benchmark::State& state) {
-  const Topology topo(4, 32);
-  const int num_experts = 256, top_k = 8;
-  const int64_t num_tokens = 1 << 20;
-  auto w = make_routing(num_tokens, top_k, num_experts, topo.num_ranks(), 2);
+// cobalt+'s balanced assignment of one batch (E experts, top-8, skewed routing of `seed`) on a
+// layout planned from it. Args: threads (the result is the same for any), spill (1: cobalt+'s
+// 0.05, 0: none). keep_workspace: scratch kept across calls as cobalt+ keeps it (else allocated
+// per call).
+void run_balanced_cover(benchmark::State& state, const Topology& topo, int num_experts,
+                        int64_t num_tokens, uint64_t seed, bool keep_workspace) {
+  const int top_k = 8;
+  auto w = make_routing(num_tokens, top_k, num_experts, topo.num_ranks(), seed);
   auto layout = planned_layout(topo, num_experts, w, top_k);
   auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
   std::vector<RankId> exec(batch.num_tasks());
   const int num_threads = static_cast<int>(state.range(0));
   const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
-  const bool keep_workspace = state.range(2) != 0;
   assign::BalancedCoverWorkspace workspace;
   for (auto _ : state) {
     assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
@@ -76,8 +78,12 @@ void BM_Assign_BalancedCover(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);
 }
-// Args: threads (the result is the same for any), spill (1: cobalt+'s 0.05, 0: none), workspace
-// (1: kept across calls as cobalt+ keeps it, 0: scratch allocated per call).
+
+// 4 nodes x 8 ranks, E = 256, 2^20 tokens (the per-chunk key tables). Third arg: workspace (1:
+// kept, 0: allocated per call).
+void BM_Assign_BalancedCover(benchmark::State& state) {
+  run_balanced_cover(state, Topology(4, 32), 256, int64_t{1} << 20, 2, state.range(2) != 0);
+}
 BENCHMARK(BM_Assign_BalancedCover)
     ->Args({1, 1, 1})
     ->Args({2, 1, 1})
@@ -88,25 +94,10 @@ BENCHMARK(BM_Assign_BalancedCover)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// More than 8 nodes (the per-expert class lists instead of the key tables): 16 nodes x 8 ranks,
-// E = 512, 2^19 tokens. Args: threads, spill (1: cobalt+'s 0.05); workspace kept.
+// More than 8 nodes (the hashed class index instead of the key tables): 16 nodes x 8 ranks,
+// E = 512, 2^19 tokens; workspace kept.
 void BM_Assign_BalancedCover_16Nodes(benchmark::State& state) {
-  const Topology topo(16, 128);
-  const int num_experts = 512, top_k = 8;
-  const int64_t num_tokens = 1 << 19;
-  auto w = make_routing(num_tokens, top_k, num_experts, topo.num_ranks(), 5);
-  auto layout = planned_layout(topo, num_experts, w, top_k);
-  auto batch = RoutingBatch::trusted(w.ids, w.src, top_k, num_experts, topo.num_ranks());
-  std::vector<RankId> exec(batch.num_tasks());
-  const int num_threads = static_cast<int>(state.range(0));
-  const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
-  assign::BalancedCoverWorkspace workspace;
-  for (auto _ : state) {
-    assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
-                                  spill_tolerance, &workspace);
-    benchmark::DoNotOptimize(exec.data());
-  }
-  state.SetItemsProcessed(state.iterations() * num_tokens);
+  run_balanced_cover(state, Topology(16, 128), 512, int64_t{1} << 19, 5, true);
 }
 BENCHMARK(BM_Assign_BalancedCover_16Nodes)
     ->Args({1, 0})
