@@ -430,7 +430,10 @@ bool spill_target_reachable(const ExpertLayout& layout, std::span<const int64_t>
   }
   const int64_t source_load = load[source];
   std::vector<char> seen(num_ranks, 0);
-  std::vector<RankId> frontier{source};
+  std::vector<RankId> frontier;
+  frontier.reserve(
+      num_ranks);  // each rank enters once: two allocations per call, whatever the search
+  frontier.push_back(source);
   seen[source] = 1;
   while (!frontier.empty()) {
     const RankId u = frontier.back();

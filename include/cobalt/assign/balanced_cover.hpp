@@ -28,14 +28,19 @@
 namespace cobalt::assign {
 
 namespace detail {
-struct SpillScratch;  // the spill's per-replica bookkeeping (src/assign/path_spill.hpp)
+struct CoverClassScratch;  // the classes, quotas and mapping state (src/assign/balanced_cover.cpp)
+struct SpillScratch;       // the spill's per-replica bookkeeping (src/assign/path_spill.hpp)
 }  // namespace detail
 
 // The scratch memory of assign_balanced_cover, kept across calls so that a caller running it every
-// step (cobalt+ keeps one per policy) allocates and page-faults nothing once it has seen its
-// largest batch and layout: one word per token and one per task (shared by the class pass and the
-// spill), and the spill's per-replica task lists and search state. The buffers only grow; they are
-// freed with the workspace. Movable, not copyable. Not for concurrent calls.
+// step (cobalt+ keeps one per policy) allocates and page-faults nothing of the batch's size once it
+// has seen its largest batch and layout: one word per token and one per task (shared by the class
+// pass and the spill), the classes with their ranks and quotas (flat lists), the per-chunk class
+// tables and mapping state, and the spill's per-replica task lists and search state. What a call
+// still allocates is a few tables of the layout's size ([G] entries, the cover search's mask
+// table) and, with more than one thread, the threads (tests/cpp/allocation counts it). The
+// buffers only grow; they are freed with the workspace. Movable, not copyable. Not for concurrent
+// calls.
 class BalancedCoverWorkspace {
  public:
   BalancedCoverWorkspace();
@@ -49,9 +54,10 @@ class BalancedCoverWorkspace {
  private:
   friend void assign_balanced_cover(const RoutingBatch&, const ExpertLayout&, const AssignOptions&,
                                     std::span<RankId>, double, BalancedCoverWorkspace*);
-  std::vector<uint64_t> per_token_;              // [T] covers, then the spill's token reach
-  std::vector<uint32_t> per_task_;               // [T K] task classes, then the spill's task lists
-  std::unique_ptr<detail::SpillScratch> spill_;  // made by the first call that spills
+  std::vector<uint64_t> per_token_;  // [T] covers, then the spill's token reach
+  std::vector<uint32_t> per_task_;   // [T K] task classes, then the spill's task lists
+  std::unique_ptr<detail::CoverClassScratch> classes_;  // made by the first call
+  std::unique_ptr<detail::SpillScratch> spill_;         // made by the first call that spills
 };
 
 // spill_tolerance >= 0 adds a last step that trades cross-node transfers for balance: while the
