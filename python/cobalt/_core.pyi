@@ -109,10 +109,10 @@ def diff(from_layout: ExpertLayout, to_layout: ExpertLayout) -> LayoutDiff: ...
 
 class RoutingBatch:
     def __init__(self, topk_ids: ArrayLike, source_rank: Optional[ArrayLike], num_experts: int,
-                 num_ranks: int, validate: bool = True) -> None:
+                 num_ranks: int) -> None:
         """topk_ids [T, K], source_rank [T] (None: contiguous blocks per rank): any integer
         dtype whose values fit int32 (others raise ValueError); the batch keeps read-only int32
-        copies."""
+        copies, validated (K distinct ids in [0, E) per row, sources in [0, G))."""
     @property
     def num_tokens(self) -> int: ...
     @property

@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -76,7 +77,12 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
                          std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
       }
     }
-    return IntArray(Base::ensure(array));
+    // Empty arrays skip the dtype test above (np.asarray([]) is float64), so numpy's conversion
+    // can still fail here (an empty structured array): ensure() then returns a null handle.
+    IntArray converted(Base::ensure(array));
+    COBALT_CHECK_ARG(converted.ptr() != nullptr, "expected an integer array, got dtype {}",
+                     std::string(py::str(array.dtype())));
+    return converted;
   }
 
   // A new C-contiguous array of `shape` (elements not initialised) whose memory a capsule owns:
@@ -161,6 +167,28 @@ std::vector<py::ssize_t> c_strides(const std::vector<py::ssize_t>& shape) {
     step *= shape[i];
   }
   return strides;
+}
+
+// A read-only C-contiguous copy of `array` whose memory a capsule owns, so that numpy refuses to
+// make it writeable again: for inputs an object validates once and reads later (also with the
+// GIL released), which the caller must not be able to change under it.
+template <typename T, int Flags>
+py::array_t<T, Flags> private_readonly_copy(const py::array_t<T, Flags>& array) {
+  const std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
+  const auto count = static_cast<size_t>(array.size());
+  std::unique_ptr<T[]> data(new T[count > 0 ? count : 1]);
+  std::copy(array.data(), array.data() + count, data.get());
+  py::capsule owner(data.get(), [](void* p) { delete[] static_cast<T*>(p); });
+  T* raw = data.release();  // the capsule owns it now
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t step = sizeof(T);
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = step;
+    step *= shape[i];
+  }
+  py::array_t<T, Flags> copy(shape, strides, raw, owner);
+  copy.attr("setflags")(py::arg("write") = false);
+  return copy;
 }
 
 // Through numpy's public API (ndarray.setflags), not pybind11's internal array proxy: the bindings

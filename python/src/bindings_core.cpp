@@ -25,7 +25,7 @@ IntArray<int32_t> private_copy(const IntArray<int32_t>& array) {
 
 PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
                                     std::optional<py::object> source_rank_in, int num_experts,
-                                    int num_ranks, bool validate) {
+                                    int num_ranks) {
   // Own copies, read-only: the batch is validated once and read later (also with the GIL
   // released), so the caller must not be able to change the ids under it. An int64 source is
   // narrowed into a new array, which is that copy.
@@ -54,8 +54,8 @@ PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
   mark_readonly(src);
   auto ids = span_of(topk_ids);
   auto sources = span_of(src);
-  RoutingBatch view = validate ? RoutingBatch(ids, sources, top_k, num_experts, num_ranks)
-                               : RoutingBatch::trusted(ids, sources, top_k, num_experts, num_ranks);
+  // Always validated: every kernel indexes by these ids without a check.
+  const RoutingBatch view(ids, sources, top_k, num_experts, num_ranks);
   return PyRoutingBatch{std::move(topk_ids), std::move(src), view};
 }
 
@@ -81,9 +81,25 @@ void bind_topology(py::module_& m) {
       .def_property_readonly("num_nodes", &Topology::num_nodes)
       .def_property_readonly("num_ranks", &Topology::num_ranks)
       .def_property_readonly("ranks_per_node", &Topology::ranks_per_node)
-      .def_property_readonly("links", &Topology::links)
-      .def("node_of", &Topology::node_of, py::arg("rank"))
-      .def("first_rank_of", &Topology::first_rank_of, py::arg("node"))
+      // A copy: the topology is immutable once validated (a reference would let Python change
+      // the bandwidths of a layout's or a policy's topology under it).
+      .def_property_readonly("links", [](const Topology& t) { return LinkParams(t.links()); })
+      .def(
+          "node_of",
+          [](const Topology& t, RankId rank) {
+            COBALT_CHECK_ARG(rank >= 0 && rank < t.num_ranks(), "rank {} out of range [0, {})",
+                             rank, t.num_ranks());
+            return t.node_of(rank);
+          },
+          py::arg("rank"))
+      .def(
+          "first_rank_of",
+          [](const Topology& t, NodeId node) {
+            COBALT_CHECK_ARG(node >= 0 && node < t.num_nodes(), "node {} out of range [0, {})",
+                             node, t.num_nodes());
+            return t.first_rank_of(node);
+          },
+          py::arg("node"))
       .def("__eq__", &Topology::operator==)
       .def("__str__", &Topology::to_string)
       .def("__repr__", [](const Topology& t) { return "Topology('" + t.to_string() + "')"; })
@@ -213,7 +229,14 @@ void bind_layout(py::module_& m) {
             return l.holds(r, e);
           },
           py::arg("rank"), py::arg("expert"))
-      .def("num_used_slots", &ExpertLayout::num_used_slots, py::arg("rank"))
+      .def(
+          "num_used_slots",
+          [](const ExpertLayout& l, RankId r) {
+            COBALT_CHECK_ARG(r >= 0 && r < l.num_ranks(), "rank {} out of range [0, {})", r,
+                             l.num_ranks());
+            return l.num_used_slots(r);
+          },
+          py::arg("rank"))
       .def("to_json", &ExpertLayout::to_json)
       .def("__eq__", [](const ExpertLayout& a, const ExpertLayout& b) { return a == b; })
       .def("__repr__",
@@ -247,11 +270,10 @@ void bind_routing_batch(py::module_& m) {
       "One step of one layer's routing: topk_ids [T, K] and source_rank [T] (None: contiguous "
       "blocks per rank), any integer arrays (numpy, torch CPU tensors, lists) whose values fit "
       "int32. The batch keeps its own read-only int32 copy (int64 ids are narrowed into it in "
-      "one checked pass), so the caller may change or reuse its arrays. Validated unless "
-      "validate=False.")
+      "one checked pass), so the caller may change or reuse its arrays. Validated: every row "
+      "holds K distinct expert ids in [0, E), every source rank is in [0, G).")
       .def(py::init(&PyRoutingBatch::make), py::arg("topk_ids"),
-           py::arg("source_rank") = py::none(), py::arg("num_experts"), py::arg("num_ranks"),
-           py::arg("validate") = true)
+           py::arg("source_rank") = py::none(), py::arg("num_experts"), py::arg("num_ranks"))
       .def_property_readonly("num_tokens",
                              [](const PyRoutingBatch& b) { return b.batch.num_tokens(); })
       .def_property_readonly("top_k", [](const PyRoutingBatch& b) { return b.batch.top_k(); })

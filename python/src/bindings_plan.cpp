@@ -15,7 +15,8 @@ namespace {
 
 using LayoutPtr = std::shared_ptr<ExpertLayout>;
 
-// GlobalPlanInput whose arrays Python owns (the C++ struct only views them).
+// GlobalPlanInput whose arrays Python owns (the C++ struct only views them): read-only copies made
+// at construction, so they stay what was validated.
 struct PyPlanInput {
   Topology topology{1, 1};
   int num_experts = 0;
@@ -48,8 +49,17 @@ void bind_plan(py::module_& m) {
       .def(py::init([](const Topology& topology, int num_experts, int slots_per_rank,
                        InArray<double> load, InArray<double> coact, double eps,
                        std::optional<InArray<double>> demand, double source_weight) {
-             PyPlanInput in{topology,        num_experts,      slots_per_rank,    eps,
-                            std::move(load), std::move(coact), std::move(demand), source_weight};
+             // Own read-only copies: validated here, read by every later call (with the GIL
+             // released), so the caller's arrays must not be the ones read.
+             if (demand.has_value()) demand = private_readonly_copy(*demand);
+             PyPlanInput in{topology,
+                            num_experts,
+                            slots_per_rank,
+                            eps,
+                            private_readonly_copy(load),
+                            private_readonly_copy(coact),
+                            std::move(demand),
+                            source_weight};
              in.view().validate();
              return in;
            }),

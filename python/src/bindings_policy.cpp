@@ -109,7 +109,8 @@ void bind_policy(py::module_& m) {
       .def_property_readonly("name", [](const PyPolicy& p) { return p.impl->name(); })
       .def_property_readonly("needs_token_ids",
                              [](const PyPolicy& p) { return p.impl->needs_token_ids(); })
-      .def_readonly("config", &PyPolicy::config)
+      // A copy: changing it would not change the policy (its C++ state was made from it).
+      .def_property_readonly("config", [](const PyPolicy& p) { return PolicyConfig(p.config); })
       .def(
           "run",
           [](PyPolicy& p, int64_t step, int layer, const PyRoutingBatch& b) {

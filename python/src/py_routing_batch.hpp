@@ -14,12 +14,12 @@ struct PyRoutingBatch {
   InArray<int32_t> source_rank;  // [T]
   RoutingBatch batch;
 
-  // topk_ids: [T, K]; source_rank: [T] or None (contiguous blocks per rank). validate = false skips
-  // the per-token checks (for data validated elsewhere).
-  // Both are taken as IntArray<int32_t>::from takes them (int64 narrowed, out-of-range values
-  // refused).
+  // topk_ids: [T, K]; source_rank: [T] or None (contiguous blocks per rank). Both are taken as
+  // IntArray<int32_t>::from takes them (int64 narrowed, out-of-range values refused), then
+  // validated as RoutingBatch's constructor validates (there is no unchecked form in Python: the
+  // kernels index by these ids).
   static PyRoutingBatch make(py::object topk_ids, std::optional<py::object> source_rank,
-                             int num_experts, int num_ranks, bool validate);
+                             int num_experts, int num_ranks);
 };
 
 }  // namespace cobalt::py_bindings

@@ -12,11 +12,17 @@ void validate_assignment(const RoutingBatch& batch, const ExpertLayout& layout,
   COBALT_CHECK_INTERNAL(batch.num_experts() == layout.num_experts(),
                         "assignment of a batch with E = {} checked against a layout with E = {}",
                         batch.num_experts(), layout.num_experts());
+  COBALT_CHECK_INTERNAL(batch.num_ranks() == layout.num_ranks(),
+                        "assignment of a batch with G = {} checked against a layout with G = {}",
+                        batch.num_ranks(), layout.num_ranks());
   auto ids = batch.topk_ids();
   for (size_t i = 0; i < ids.size(); ++i) {
     const RankId r = exec_rank[i];
+    COBALT_CHECK_INTERNAL(r >= 0 && r < layout.num_ranks(),
+                          "task {} (token {}, expert {}) assigned to rank {} out of range [0, {})",
+                          i, i / batch.top_k(), ids[i], r, layout.num_ranks());
     COBALT_CHECK_INTERNAL(
-        r >= 0 && r < layout.num_ranks() && layout.holds(r, ids[i]),
+        layout.holds(r, ids[i]),
         "task {} (token {}, expert {}) assigned to rank {} which does not hold it", i,
         i / batch.top_k(), ids[i], r);
   }

@@ -52,6 +52,18 @@ int slots_for_extra(int num_experts, int num_ranks, int extra_slots) {
       num_experts, int64_t{(num_experts + num_ranks - 1) / num_ranks} + extra_slots));
 }
 
+namespace {
+
+// E and S in range, checked before anything is allocated from them.
+void check_layout_sizes(int num_experts, int slots_per_rank) {
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "layout: number of experts {} out of range [1, {}]", num_experts, kMaxExperts);
+  COBALT_CHECK_ARG(slots_per_rank >= 1 && slots_per_rank <= kMaxExperts,
+                   "layout: slots per rank {} out of range [1, {}]", slots_per_rank, kMaxExperts);
+}
+
+}  // namespace
+
 ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_rank,
                            std::vector<ExpertId> slots)
     : topology_(topology),
@@ -60,9 +72,7 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
       slots_(std::move(slots)) {
   const int num_ranks = topology_.num_ranks();
   const int num_nodes = topology_.num_nodes();
-  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
-                   "layout: number of experts {} out of range [1, {}]", num_experts, kMaxExperts);
-  COBALT_CHECK_ARG(slots_per_rank >= 1, "layout: slots per rank {} must be >= 1", slots_per_rank);
+  check_layout_sizes(num_experts, slots_per_rank);
   COBALT_CHECK_ARG(slots_.size() == static_cast<size_t>(num_ranks) * slots_per_rank,
                    "layout: {} slot entries, expected ranks {} x slots {} = {}", slots_.size(),
                    num_ranks, slots_per_rank, static_cast<size_t>(num_ranks) * slots_per_rank);
@@ -116,6 +126,7 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
 ExpertLayout ExpertLayout::from_rank_lists(
     Topology topology, int num_experts, int slots_per_rank,
     const std::vector<std::vector<ExpertId>>& experts_of_rank) {
+  check_layout_sizes(num_experts, slots_per_rank);
   COBALT_CHECK_ARG(static_cast<int>(experts_of_rank.size()) == topology.num_ranks(),
                    "layout: {} rank lists for {} ranks", experts_of_rank.size(),
                    topology.num_ranks());
@@ -132,6 +143,7 @@ ExpertLayout ExpertLayout::from_rank_lists(
 }
 
 ExpertLayout ExpertLayout::static_ep(Topology topology, int num_experts, int slots_per_rank) {
+  check_layout_sizes(num_experts, slots_per_rank);
   const int num_ranks = topology.num_ranks();
   std::vector<std::vector<ExpertId>> lists(num_ranks);
   for (ExpertId e = 0; e < num_experts; ++e) {

@@ -30,8 +30,9 @@ void contiguous_source_ranks(TokenIdx num_tokens, int num_ranks, std::span<RankI
 
 RoutingBatch::RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank,
                            int top_k, int num_experts, int num_ranks) {
-  COBALT_CHECK_ARG(num_experts >= 1, "routing batch: number of experts {} must be >= 1",
-                   num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "routing batch: number of experts {} out of range [1, {}]", num_experts,
+                   kMaxExperts);
   COBALT_CHECK_ARG(num_ranks >= 1, "routing batch: number of ranks {} must be >= 1", num_ranks);
   validate_topk_rows(topk_ids, top_k, num_experts, "routing batch");
   const size_t num_tokens = topk_ids.size() / top_k;

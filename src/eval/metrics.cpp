@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <numeric>
 
 #include "cobalt/core/assignment.hpp"
@@ -63,17 +64,33 @@ std::vector<int64_t> rank_loads(std::span<const RankId> exec_rank, int num_ranks
   return loads;
 }
 
-double imbalance(std::span<const int64_t> loads) {
-  if (loads.empty()) return 1.0;
-  const int64_t total = std::accumulate(loads.begin(), loads.end(), int64_t{0});
+namespace {
+
+// max / mean of counts that must be >= 0 and sum below 2^63 (`what` and `entry` name them in the
+// error).
+double max_over_mean(std::span<const int64_t> counts, const char* what, const char* entry) {
+  int64_t total = 0, max_count = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t count = counts[i];
+    COBALT_CHECK_ARG(count >= 0, "{}: {} {} has {} tasks, must be >= 0", what, entry, i, count);
+    COBALT_CHECK_ARG(count <= std::numeric_limits<int64_t>::max() - total,
+                     "{}: the {}s' tasks sum past 2^63 - 1 (at {} {})", what, entry, entry, i);
+    total += count;
+    max_count = std::max(max_count, count);
+  }
   if (total == 0) return 1.0;
-  const int64_t max_load = *std::max_element(loads.begin(), loads.end());
-  return static_cast<double>(max_load) * static_cast<double>(loads.size()) /
+  return static_cast<double>(max_count) * static_cast<double>(counts.size()) /
          static_cast<double>(total);
 }
 
+}  // namespace
+
+double imbalance(std::span<const int64_t> loads) {
+  return max_over_mean(loads, "imbalance", "rank");
+}
+
 double max_violation(std::span<const int64_t> expert_counts) {
-  return imbalance(expert_counts) - 1.0;
+  return max_over_mean(expert_counts, "max violation", "expert") - 1.0;
 }
 
 StepMetrics step_metrics(const RoutingBatch& batch, std::span<const RankId> exec_rank,

@@ -17,7 +17,8 @@ void GlobalPlanInput::validate() const {
   COBALT_CHECK_ARG(coactivation.size() == static_cast<size_t>(num_experts) * num_experts,
                    "global plan: co-activation has {} entries, need E*E = {}", coactivation.size(),
                    static_cast<size_t>(num_experts) * num_experts);
-  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be >= 0", eps);
+  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be finite and >= 0",
+                   eps);
   COBALT_CHECK_ARG(slots_per_rank >= 1, "global plan: slots per rank {} must be >= 1",
                    slots_per_rank);
   COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,

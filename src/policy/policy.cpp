@@ -15,11 +15,14 @@ void PolicyConfig::validate() const {
   COBALT_CHECK_ARG(top_k >= 1 && top_k <= num_experts, "policy: top-k {} out of range [1, {}]",
                    top_k, num_experts);
   COBALT_CHECK_ARG(num_layers >= 1, "policy: number of layers {} must be >= 1", num_layers);
+  COBALT_CHECK_ARG(slots_per_rank >= 1,
+                   "policy: slots per rank {} must be >= 1 (>= {} = ceil(E / G))", slots_per_rank,
+                   (num_experts + topology.num_ranks() - 1) / topology.num_ranks());
   COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,
                kFailedPrecondition,
                "replica budget too small: {} slots per rank x {} ranks < {} experts",
                slots_per_rank, topology.num_ranks(), num_experts);
-  COBALT_CHECK_ARG(eps >= 0, "policy: eps {} must be >= 0", eps);
+  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "policy: eps {} must be finite and >= 0", eps);
   COBALT_CHECK_ARG(steps_per_global_plan >= 1, "policy: steps per global plan {} must be >= 1",
                    steps_per_global_plan);
   COBALT_CHECK_ARG(ema_decay >= 0 && ema_decay < 1, "policy: EMA decay {} out of range [0, 1)",

@@ -184,9 +184,9 @@ void throw_first_bad_task(std::span<const ExpertId> ids, const ExpertLayout& lay
     COBALT_CHECK_ARG(exec_rank[i] >= 0 && exec_rank[i] < layout.num_ranks(),
                      "replica counts: task {} has execution rank {} out of range [0, {})", i,
                      exec_rank[i], layout.num_ranks());
-    COBALT_CHECK_INTERNAL(layout.holds(exec_rank[i], ids[i]),
-                          "replica counts: task {} on rank {} which lacks expert {}", i,
-                          exec_rank[i], ids[i]);
+    COBALT_CHECK_ARG(layout.holds(exec_rank[i], ids[i]),
+                     "replica counts: task {} on rank {} which lacks expert {}", i, exec_rank[i],
+                     ids[i]);
   }
   COBALT_CHECK_INTERNAL(false, "replica counts: a bad task was reported but none found");
 }
@@ -202,6 +202,9 @@ std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const Expert
   COBALT_CHECK_ARG(batch.num_experts() == layout.num_experts(),
                    "replica counts: the batch has E = {}, the layout E = {}", batch.num_experts(),
                    layout.num_experts());
+  COBALT_CHECK_ARG(batch.num_ranks() == layout.num_ranks(),
+                   "replica counts: the batch has G = {}, the layout G = {}", batch.num_ranks(),
+                   layout.num_ranks());
   // One branch-free pass checks the ranks (min and max); a bad entry is named by the ordered
   // checks, run only when there is one.
   RankId low = 0, high = 0;

@@ -28,11 +28,12 @@ CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
 // L_r = number of tasks executed on rank r: [G].
 std::vector<int64_t> rank_loads(std::span<const RankId> exec_rank, int num_ranks);
 
-// max_r L_r / mean_r L_r; 1.0 when there are no tasks.
+// max_r L_r / mean_r L_r; 1.0 when there are no tasks. kInvalidArgument for a negative load or
+// loads that sum past 2^63 - 1.
 double imbalance(std::span<const int64_t> loads);
 
 // Expert-level MaxVio = max_e c_e / mean(c) - 1 over expert task counts c [E]; 0 when there are
-// none.
+// none. The same errors as imbalance.
 double max_violation(std::span<const int64_t> expert_counts);
 
 // Bytes of `token_copies` token copies of `hidden` elements of `bytes_per_element` each.

@@ -97,7 +97,8 @@ class ReplicaLoads {
 };
 
 // Task counts per replica slot [G, S] of an assignment on a layout: task (t, e) on rank r counts
-// for the slot of r holding e.
+// for the slot of r holding e. kInvalidArgument when the sizes, E or G disagree, or naming the
+// first task whose rank is out of range or does not hold its expert.
 std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
                                          std::span<const RankId> exec_rank);
 

@@ -46,6 +46,27 @@ TEST(Metrics, HandComputedFixture) {
   EXPECT_DOUBLE_EQ(token_bytes(3, 4096, 2), 3.0 * 4096 * 2);
 }
 
+// Loads and counts that cannot be task counts (negative, or summing past int64) are refused, not
+// turned into a negative or zero imbalance.
+TEST(Metrics, ImbalanceRefusesNegativeAndOverflowingCounts) {
+  const int64_t huge = int64_t{1} << 62;
+  for (const std::vector<int64_t>& counts :
+       {std::vector<int64_t>{-1, 1}, std::vector<int64_t>{huge, huge}, {3, huge, huge, 1}}) {
+    for (const bool experts : {false, true}) {
+      try {
+        experts ? max_violation(counts) : imbalance(counts);
+        ADD_FAILURE() << "accepted " << counts[0] << ", " << counts[1];
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find(experts ? "expert" : "rank"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  // Up to 2^63 - 1 in total is fine.
+  EXPECT_DOUBLE_EQ(imbalance(std::vector<int64_t>{huge, huge - 1}), 2.0 * huge / (2.0 * huge - 1));
+}
+
 TEST(Metrics, CrossNodeMatchesSetReferenceOnRandomInputs) {
   for (uint64_t seed = 1; seed <= 20; ++seed) {
     SplitMix64 rng(seed);

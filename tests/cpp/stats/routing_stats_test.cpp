@@ -298,12 +298,12 @@ TEST(RoutingStats, ReplicaTaskCountsNameTheFirstBadTask) {
   EXPECT_NE(message.find("task 2 has execution rank 5 out of range [0, 2)"), std::string::npos)
       << message;
   std::tie(code, message) = error_of({0, 1, 0, 1});  // task 3: expert 0 on rank 1
-  EXPECT_EQ(code, ErrorCode::kInternal);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("task 3 on rank 1 which lacks expert 0"), std::string::npos) << message;
   const RoutingBatch wider(std::vector<ExpertId>{2, 0}, std::vector<RankId>{0}, 2, 3, 2);
   EXPECT_THROW(replica_task_counts(wider, layout, std::vector<RankId>{0, 0}), Error);  // E 3 vs 2
   std::tie(code, message) = error_of({1, 1, 0, -1});  // task 0 not held comes before task 3
-  EXPECT_EQ(code, ErrorCode::kInternal);
+  EXPECT_EQ(code, ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("task 0 on rank 1 which lacks expert 0"), std::string::npos) << message;
 }
 

@@ -1,0 +1,101 @@
+"""Bad inputs from Python: a one-line error naming the range, never a crash, and objects that
+were validated stay what was validated (found by a review that tried to break the bindings)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import cobalt
+
+
+def _topology() -> cobalt.Topology:
+    return cobalt.Topology(2, 4)
+
+
+def test_an_empty_array_of_a_non_integer_dtype_is_refused_not_a_crash() -> None:
+    structured = np.zeros((0, 2), dtype=[("a", "i4"), ("b", "i4")])
+    with pytest.raises(cobalt.InvalidArgumentError, match="expected an integer array"):
+        cobalt.RoutingBatch(structured, None, 8, 4)
+    with pytest.raises(cobalt.InvalidArgumentError, match="expected an integer array"):
+        cobalt.rank_loads(np.zeros(0, dtype=[("a", "i4"), ("b", "i4")]), 4)
+    # An empty float array is an empty integer array (np.asarray([]) is float64).
+    assert cobalt.RoutingBatch(np.zeros((0, 2)), None, 8, 4).num_tokens == 0
+
+
+def test_rank_and_node_lookups_are_range_checked() -> None:
+    layout = cobalt.ExpertLayout.static_ep(_topology(), 8, 2)
+    for bad in (-1, 4, 10**8):
+        with pytest.raises(cobalt.InvalidArgumentError, match=r"rank -?\d+ out of range \[0, 4\)"):
+            layout.num_used_slots(bad)
+        with pytest.raises(cobalt.InvalidArgumentError, match=r"rank -?\d+ out of range \[0, 4\)"):
+            layout.topology.node_of(bad)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"node 2 out of range \[0, 2\)"):
+        _topology().first_rank_of(2)
+    assert [layout.num_used_slots(r) for r in range(4)] == [2, 2, 2, 2]
+    assert _topology().node_of(3) == 1 and _topology().first_rank_of(1) == 2
+
+
+def test_routing_batch_is_always_validated() -> None:
+    ids = np.array([[0, 100000], [1, 2]], dtype=np.int32)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"out of range \[0, 8\)"):
+        cobalt.RoutingBatch(ids, None, 8, 4)
+    with pytest.raises(TypeError):  # there is no unchecked form any more
+        cobalt.RoutingBatch(ids, None, 8, 4, validate=False)  # type: ignore[call-arg]
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"experts 70000 out of range \[1, 65536\]"):
+        cobalt.RoutingBatch(np.array([[0, 1]], dtype=np.int32), None, 70000, 4)
+
+
+def test_validated_objects_cannot_be_changed_through_their_accessors() -> None:
+    layout = cobalt.ExpertLayout.static_ep(_topology(), 8, 2)
+    links = layout.topology.links
+    links.nvlink_bytes_per_s = float("nan")
+    assert layout.topology.links.nvlink_bytes_per_s == 900e9
+    config = cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3)
+    policy = cobalt.make_policy("static", config)
+    policy.config.num_experts = 16
+    assert policy.config.num_experts == 8
+    load = np.ones(8)
+    coactivation = np.ones((8, 8))
+    plan_input = cobalt.GlobalPlanInput(_topology(), 8, 3, load, coactivation)
+    load[:] = -50.0
+    coactivation[:] = np.nan
+    assert plan_input.total_load() == 8.0
+    assert not plan_input.expert_load.flags.writeable
+    with pytest.raises(ValueError):
+        plan_input.expert_load.setflags(write=True)
+
+
+def test_counts_that_are_not_task_counts_are_refused() -> None:
+    with pytest.raises(cobalt.InvalidArgumentError, match="rank 0 has -1 tasks, must be >= 0"):
+        cobalt.imbalance(np.array([-1, 1]))
+    with pytest.raises(cobalt.InvalidArgumentError, match="sum past 2"):
+        cobalt.imbalance(np.array([2**62] * 3))
+    with pytest.raises(cobalt.InvalidArgumentError, match="sum past 2"):
+        cobalt.max_violation(np.array([2**62] * 4))
+    assert math.isclose(cobalt.imbalance(np.array([3, 1])), 1.5)
+
+
+def test_sizes_are_refused_before_anything_is_allocated_from_them() -> None:
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank -1 out of range"):
+        cobalt.ExpertLayout.static_ep(_topology(), 8, -1)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"experts 1073741824 out of range"):
+        cobalt.ExpertLayout.static_ep(_topology(), 2**30, 2)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 0 must be >= 1 \(>= 2"):
+        cobalt.make_policy("static", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=0))
+    with pytest.raises(cobalt.InvalidArgumentError, match="eps inf must be finite and >= 0"):
+        cobalt.make_policy("static",
+                           cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3,
+                                               eps=float("inf")))
+
+
+def test_an_assignment_that_breaks_the_layout_is_an_invalid_argument() -> None:
+    layout = cobalt.ExpertLayout.static_ep(_topology(), 8, 2)
+    batch = cobalt.RoutingBatch(np.array([[0, 7]], dtype=np.int32), None, 8, 4)
+    with pytest.raises(cobalt.InvalidArgumentError, match="task 1 on rank 0 which lacks expert 7"):
+        cobalt.replica_task_counts(batch, layout, np.array([0, 0], dtype=np.int32))
+    wider = cobalt.RoutingBatch(np.array([[0, 7]], dtype=np.int32), None, 8, 8)
+    with pytest.raises(cobalt.InvalidArgumentError, match="the batch has G = 8, the layout G = 4"):
+        cobalt.replica_task_counts(wider, layout, np.array([0, 3], dtype=np.int32))
