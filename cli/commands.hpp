@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,10 @@
 #include "cobalt/core/expert_layout.hpp"
 
 namespace cobalt::cli {
+
+// Writes `text` to stderr and ignores a failure (a closed or full stderr must not turn a message,
+// least of all the final error report, into an exception or an abort).
+void write_stderr(std::string_view text) noexcept;
 
 // A bad combination or value of command-line options that CLI11 cannot check by itself.
 class UsageError : public std::runtime_error {

@@ -63,32 +63,33 @@ int main(int argc, char** argv) {
     status = app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::string unknown = unknown_subcommand(app, argc, argv);
-    fmt::print(stderr, "cobalt: usage error: {} (see --help)\n",
-               unknown.empty() ? e.what() : unknown);
+    cobalt::cli::write_stderr(fmt::format("cobalt: usage error: {} (see --help)\n",
+                                          unknown.empty() ? e.what() : unknown));
     return 2;
   } catch (const cobalt::cli::UsageError& e) {
-    fmt::print(stderr, "cobalt: usage error: {}\n", e.what());
+    cobalt::cli::write_stderr(fmt::format("cobalt: usage error: {}\n", e.what()));
     return 2;
   } catch (const cobalt::IoError& e) {
-    fmt::print(stderr, "cobalt: I/O error: {}\n", e.what());
+    cobalt::cli::write_stderr(fmt::format("cobalt: I/O error: {}\n", e.what()));
     return 1;
   } catch (const cobalt::Error& e) {
-    fmt::print(stderr, "cobalt: {}: {}\n", cobalt::error_code_name(e.code()), e.what());
+    cobalt::cli::write_stderr(
+        fmt::format("cobalt: {}: {}\n", cobalt::error_code_name(e.code()), e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr,
-               "cobalt: error: out of memory (the input or options need more memory than this "
-               "machine has; try fewer tokens, steps or layers)\n");
+    cobalt::cli::write_stderr(
+        fmt::format("cobalt: error: out of memory (the input or options need more memory than this "
+                    "machine has; try fewer tokens, steps or layers)\n"));
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "cobalt: error: {}\n", e.what());
+    cobalt::cli::write_stderr(fmt::format("cobalt: error: {}\n", e.what()));
     return 1;
   }
   // Results printed to stdout count only if they arrived (a full disk, a closed pipe).
   std::cout.flush();
   if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
-    fmt::print(stderr, "cobalt: error: cannot write to standard output: {}\n",
-               std::strerror(errno));
+    cobalt::cli::write_stderr(
+        fmt::format("cobalt: error: cannot write to standard output: {}\n", std::strerror(errno)));
     return 1;
   }
   return status;

@@ -110,18 +110,19 @@ void run_plan(const PlanArgs& args) {
     mopts.warm_start =
         args.backend == "both" && warm_start_problem.empty() ? &heuristic.plan : nullptr;
     if (!warm_start_problem.empty()) {
-      fmt::print(stderr, "cobalt plan: heuristic plan not used as CBC's start ({})\n",
-                 warm_start_problem);
+      write_stderr(fmt::format("cobalt plan: heuristic plan not used as CBC's start ({})\n",
+                               warm_start_problem));
       report["heuristic"]["valid"] = false;
       report["heuristic"]["invalid_because"] = warm_start_problem;
     }
-    fmt::print(stderr, "cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s);
+    write_stderr(fmt::format("cobalt plan: running CBC (time limit {} s)...\n", args.time_limit_s));
     try {
       solved.emplace(plan::solve_global_milp(input, mopts));
     } catch (const Error& e) {
       // With both backends a model too large to build leaves the heuristic's answer standing.
       if (args.backend != "both" || e.code() != ErrorCode::kFailedPrecondition) throw;
-      fmt::print(stderr, "cobalt plan: CBC not run, keeping the heuristic's plan ({})\n", e.what());
+      write_stderr(
+          fmt::format("cobalt plan: CBC not run, keeping the heuristic's plan ({})\n", e.what()));
       report["milp"] = {{"status", "too_large"}, {"error", e.what()}};
     }
   }

@@ -10,6 +10,11 @@
 
 namespace cobalt::cli {
 
+void write_stderr(std::string_view text) noexcept {
+  if (std::fwrite(text.data(), 1, text.size(), stderr) != text.size()) std::clearerr(stderr);
+  std::fflush(stderr);
+}
+
 Progress::Progress(std::string label, int64_t total) : label_(std::move(label)), total_(total) {
   const char* env = std::getenv("COBALT_PROGRESS");
   enabled_ = env ? std::string(env) == "1" : isatty(STDERR_FILENO) != 0;
@@ -26,13 +31,12 @@ void Progress::advance(int64_t amount) {
   if (percent == last_percent_) return;
   last_percent_ = percent;
   const int filled = std::clamp(percent / 5, 0, 20);
-  fmt::print(stderr, "\r{} [{}{}] {:3d}%", label_, std::string(filled, '#'),
-             std::string(20 - filled, '.'), percent);
-  std::fflush(stderr);
+  write_stderr(fmt::format("\r{} [{}{}] {:3d}%", label_, std::string(filled, '#'),
+                           std::string(20 - filled, '.'), percent));
 }
 
 void Progress::finish() {
-  if (enabled_ && last_percent_ >= 0) fmt::print(stderr, "\n");
+  if (enabled_ && last_percent_ >= 0) write_stderr("\n");
   last_percent_ = -1;
 }
 

@@ -245,6 +245,12 @@ void require_output_file(const std::string& path, const std::string& option,
                     option, path));
   }
   if (target.direct) return;
+  if (fs::exists(target.path, error) && ::access(target.path.c_str(), W_OK) != 0) {
+    throw UsageError(fmt::format(
+        "{} {}: the file is not writable (its permissions protect it; change them or give "
+        "another file)",
+        option, path));
+  }
   // The file is written next to its target and renamed over it (io/atomic_file.hpp); an existing
   // writable file in a directory that cannot hold the temporary file is written in place.
   const std::string why = cannot_create_in(target_parent);

@@ -88,6 +88,12 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
   if (!target_.direct) {
     struct stat existing {};
     const bool exists = ::stat(target_.path.c_str(), &existing) == 0;
+    // Renaming over a file needs only the directory's permission: a file whose own permissions
+    // refuse writing is refused here, as a shell redirection would refuse it.
+    COBALT_CHECK_IO(!exists || ::access(target_.path.c_str(), W_OK) == 0,
+                    "{}: {} is not writable (its permissions protect it; change them or give "
+                    "another file)",
+                    context_, path);
     fd_ = create_temporary(target_.path, exists ? (existing.st_mode & 07777) : 0666, tmp_path_);
     if (fd_ >= 0) {
       if (exists) ::fchmod(fd_, existing.st_mode & 07777);  // the replaced file's bits exactly

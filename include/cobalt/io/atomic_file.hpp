@@ -7,7 +7,8 @@
 // the file this process's stdout or stderr writes to (`--json /dev/stdout > out.txt`) are written
 // in place, as any tool writes them, never replaced; so is an existing writable file in a directory
 // that cannot hold the temporary file (not atomic then). Directories, block devices and sockets
-// are refused.
+// are refused, and so is an existing file this process may not write (a 0444 file: the rename
+// would need only the directory's permission, so it would bypass the file's own).
 #pragma once
 
 #include <cstddef>

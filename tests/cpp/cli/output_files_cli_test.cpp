@@ -109,6 +109,50 @@ TEST_F(OutputFilesCli, AFailedWriteKeepsTheOldFile) {
   }
 }
 
+// An existing output file whose permissions refuse writing (0444) is refused before the run, as a
+// shell redirection refuses it, instead of being replaced by a rename (which needs only the
+// directory's permission). Run as nobody when the tests run as root (root may write any file).
+TEST_F(OutputFilesCli, AReadOnlyOutputFileIsRefusedNotReplaced) {
+  std::string as_user;
+  if (::geteuid() == 0) {
+    if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "no setpriv to drop root";
+    as_user = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups ";
+    // The build may live where nobody cannot reach it (a checkout under /root).
+    if (run_shell(as_user + "'" + std::string(COBALT_CLI_PATH) + "' --version", dir_).exit_code !=
+        0)
+      GTEST_SKIP() << "nobody cannot run " << COBALT_CLI_PATH;
+  }
+  std::filesystem::permissions(dir_, std::filesystem::perms::all);
+  write("ro.json", "old");
+  std::filesystem::permissions(dir_ / "ro.json", std::filesystem::perms::owner_read |
+                                                     std::filesystem::perms::group_read |
+                                                     std::filesystem::perms::others_read);
+  const auto r = run_shell(as_user + "'" + std::string(COBALT_CLI_PATH) +
+                               "' plan --preset uniform --cluster 2x4 --steps 2 "
+                               "--tokens-per-step 64 --out '" +
+                               path("ro.json") + "'",
+                           dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("ro.json: the file is not writable"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(path("ro.json")), "old");
+}
+
+// Error messages go to stderr; when it is closed or full the exit status still says what
+// happened (a failed write of the message threw inside the error handler and aborted).
+TEST_F(OutputFilesCli, AClosedOrFullStderrDoesNotAbort) {
+  const std::string cli = "'" + std::string(COBALT_CLI_PATH) + "'";
+  for (const std::string redirect : {"2>&-", "2>/dev/full"}) {
+    if (redirect == "2>/dev/full" && !std::filesystem::exists("/dev/full")) continue;
+    const auto missing = run_shell("(" + cli + " trace info '" + path("missing.st") + "' " +
+                                       redirect + "; echo \"status $?\")",
+                                   dir_);
+    EXPECT_NE(missing.out.find("status 1"), std::string::npos) << redirect << ": " << missing.out;
+    const auto usage =
+        run_shell("(" + cli + " no-such-command " + redirect + "; echo \"status $?\")", dir_);
+    EXPECT_NE(usage.out.find("status 2"), std::string::npos) << redirect << ": " << usage.out;
+  }
+}
+
 // A file name that is not UTF-8 ends up in the JSON as U+FFFD instead of failing the run at the
 // end.
 TEST_F(OutputFilesCli, NonUtf8FileNamesInJson) {
