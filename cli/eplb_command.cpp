@@ -98,7 +98,7 @@ void run_eplb(const EplbArgs& args) {
   // experts x the most replicas of one expert, which rebalance_experts checks once it knows it).
   require_memory(kEplbBytesPerReplica * w.num_layers * static_cast<double>(args.replicas),
                  fmt::format("eplb: {} layers x {} replicas", w.num_layers, args.replicas),
-                 "lower --replicas");
+                 "lower --replicas, or give a weights file of fewer layers");
   const plan::EplbResult r = plan::rebalance_experts(
       w.values, w.num_layers, w.num_experts, args.replicas, args.groups, args.nodes, args.gpus);
   // Written as it is formatted (the same text as nlohmann's compact dump), not built as a JSON

@@ -128,7 +128,10 @@ void run_plan(const PlanArgs& args) {
   }
   if (solved) {
     const plan::MilpResult& milp = *solved;
-    report["milp"] = {{"status", milp.status},   {"objective", milp.objective},
+    // No solution (e.g. the watchdog stopped CBC first): no objective either, not 0.
+    const nlohmann::json objective =
+        milp.has_solution ? nlohmann::json(milp.objective) : nlohmann::json(nullptr);
+    report["milp"] = {{"status", milp.status},   {"objective", objective},
                       {"bound", milp.bound},     {"gap", milp.gap},
                       {"optimal", milp.optimal}, {"seconds", milp.seconds}};
     report["heuristic"]["gap_to_milp_bound"] = plan::relative_gap(heuristic.objective, milp.bound);

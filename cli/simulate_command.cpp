@@ -66,6 +66,11 @@ std::vector<std::string> parse_policies(const std::optional<std::string>& list) 
                       "separated list of {})",
                       *list, fmt::join(known, ", ")));
     }
+    if (name == "all") {
+      throw UsageError(fmt::format(
+          "--policies '{}': 'all' stands alone (it names every policy; or list some of {})", *list,
+          fmt::join(known, ", ")));
+    }
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw UsageError(fmt::format("--policies '{}': policy '{}' listed twice", *list, name));
     }

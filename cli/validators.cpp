@@ -29,15 +29,26 @@ std::string printable_value(const std::string& text) {
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
-// The value as a finite double, or NaN when it is not a number.
-double as_number(const std::string& text) {
+// The value as a double (NaN and infinities included), or nullopt when it is not a number.
+std::optional<double> as_number(const std::string& text) {
   try {
     size_t used = 0;
     const double value = std::stod(text, &used);
-    return used == text.size() ? value : std::nan("");
+    if (used == text.size()) return value;
   } catch (const std::exception&) {
-    return std::nan("");
   }
+  return std::nullopt;
+}
+
+// "" when `text` is a finite number that `fits`; else the message naming `range`.
+template <typename Fits>
+std::string check_number(const std::string& text, const std::string& range, Fits fits) {
+  const std::optional<double> value = as_number(text);
+  if (!value.has_value()) {
+    return fmt::format("value '{}' is not a number (valid: {})", printable_value(text), range);
+  }
+  if (std::isfinite(*value) && fits(*value)) return {};
+  return fmt::format("value {} out of range {}", printable_value(text), range);
 }
 
 }  // namespace
@@ -45,9 +56,7 @@ double as_number(const std::string& text) {
 const CLI::Validator& non_negative() {
   static const CLI::Validator validator(
       [](std::string& text) -> std::string {
-        const double value = as_number(text);
-        if (std::isfinite(value) && value >= 0) return {};
-        return fmt::format("value {} out of range (a finite number >= 0)", printable_value(text));
+        return check_number(text, "(a finite number >= 0)", [](double v) { return v >= 0; });
       },
       "NUMBER >= 0");
   return validator;
@@ -56,9 +65,7 @@ const CLI::Validator& non_negative() {
 const CLI::Validator& positive() {
   static const CLI::Validator validator(
       [](std::string& text) -> std::string {
-        const double value = as_number(text);
-        if (std::isfinite(value) && value > 0) return {};
-        return fmt::format("value {} out of range (a finite number > 0)", printable_value(text));
+        return check_number(text, "(a finite number > 0)", [](double v) { return v > 0; });
       },
       "NUMBER > 0");
   return validator;
@@ -123,9 +130,8 @@ CLI::Validator number_in(double lo, double hi, bool lo_open) {
   const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
   return CLI::Validator(
       [lo, hi, lo_open, range](std::string& text) -> std::string {
-        const double value = as_number(text);
-        if (std::isfinite(value) && (lo_open ? value > lo : value >= lo) && value <= hi) return {};
-        return fmt::format("value {} out of range {}", printable_value(text), range);
+        return check_number(text, range,
+                            [&](double v) { return (lo_open ? v > lo : v >= lo) && v <= hi; });
       },
       fmt::format("NUMBER in {}", range));
 }

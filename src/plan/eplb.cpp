@@ -271,7 +271,7 @@ EplbResult rebalance_experts(std::span<const double> weight, int num_layers, int
                  fmt::format("eplb: log2phy of {} layers x {} experts x {} replicas of the most "
                              "replicated expert",
                              num_layers, num_experts, out.max_replicas),
-                 "lower --replicas");
+                 "fewer replicas (or layers)");
   out.log2phy.assign(static_cast<size_t>(num_layers) * num_experts * out.max_replicas, -1);
   for (int l = 0; l < num_layers; ++l) {
     for (int p = 0; p < num_replicas; ++p) {

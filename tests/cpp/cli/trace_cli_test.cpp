@@ -251,6 +251,20 @@ TEST_F(CliTest, ClearMessagesForOddInputs) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--time-limit: value 1e10 out of range (0, 1000000]"), std::string::npos)
       << r.err;
+
+  // A value that is not a number says so (it said "out of range").
+  for (const std::string value : {"1,5", "''", "abc"}) {
+    r = run("plan --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 --rho " + value);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("is not a number (valid: (a finite number >= 0))"), std::string::npos)
+        << value << ": " << r.err;
+  }
+  // 'all' with other names contradicted the list of valid names it printed.
+  r =
+      run("simulate --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 --policies "
+          "all,static");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'all' stands alone"), std::string::npos) << r.err;
 }
 
 // A failed write to standard output exits 1 (README), --help and --version included.
