@@ -80,6 +80,14 @@ void run_bench(const BenchArgs& args) {
                  fmt::format("bench: the policy steps' statistics for {} layers x {} x {} experts",
                              args.layer + 1, num_experts, num_experts),
                  "choose a lower --layer");
+  // The timed rows' work on the step's batch (its ids, each row's exec ranks and scratch: the
+  // balanced assignment's workspace, the dispatch layout, the exchange plan): ~48 bytes a task,
+  // measured on 2026-12-04 at 2^18 and 2^21 tokens x top-8.
+  const int64_t step_tokens = source.num_tokens(args.step);
+  require_memory(50.0 * static_cast<double>(step_tokens) * source.top_k(),
+                 fmt::format("bench: the timed operations on step {} ({} tokens x top-{})",
+                             args.step, step_tokens, source.top_k()),
+                 "lower --tokens-per-step, or choose a smaller --step");
 
   eval::StepScratch scratch;
   const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);

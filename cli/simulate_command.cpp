@@ -151,7 +151,8 @@ void require_run_memory(const WorkloadInput& input, const eval::SimulationOption
   }
   require_memory(total, fmt::format("simulate ({})", breakdown),
                  "lower the layers (--layers, or a trace with fewer) or the experts, leave cobalt "
-                 "and cobalt+ out (--policies), or use fewer steps or tokens with --dump");
+                 "and cobalt+ out (--policies), use fewer tokens per step (--tokens-per-step), or "
+                 "fewer steps or tokens with --dump");
 }
 
 int measured_from(const SimulateArgs& args, int num_steps) {

@@ -258,15 +258,28 @@ std::vector<std::string> policies_over_top_k(const std::vector<std::string>& pol
 double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
                                std::string* breakdown) {
   const double num_experts = source.num_experts(), num_layers = source.num_layers();
-  const double per_layer =
-      (options.policy_config.async_planning ? 24.0 : 16.0) * num_experts * num_experts;
+  const double square = num_experts * num_experts;
+  const double per_layer = (options.policy_config.async_planning ? 27.0 : 19.0) * square;
   std::vector<std::string> holders;
   double total = 0;
+  bool balanced = false;
   for (const auto& name : options.policies) {
+    balanced = balanced || name == "cobalt+";
     if (!is_cobalt_family(name)) continue;
     holders.push_back(name);
     total += per_layer * num_layers;
   }
+  if (!holders.empty()) total += 10.0 * square;  // the planner's working copies, one at a time
+  // The largest step's work (the policies take turns on it).
+  int64_t max_step_tokens = 0;
+  if (source.has_tokens()) {
+    for (int s = 0; s < source.num_steps(); ++s) {
+      max_step_tokens = std::max(max_step_tokens, source.num_tokens(s));
+    }
+  }
+  const double step_work =
+      (balanced ? 16.0 : 10.0) * static_cast<double>(max_step_tokens) * source.top_k();
+  total += step_work;
   if (breakdown != nullptr) {
     *breakdown =
         holders.empty()
@@ -275,6 +288,8 @@ double simulation_memory_bytes(const StepSource& source, const SimulationOptions
                           format_bytes(per_layer * num_layers), source.num_layers(),
                           source.num_experts(), source.num_experts(),
                           options.policy_config.async_planning ? " with async plan snapshots" : "");
+    *breakdown += fmt::format("; the largest step's work {} ({} tokens x top-{})",
+                              format_bytes(step_work), max_step_tokens, source.top_k());
   }
   return total;
 }

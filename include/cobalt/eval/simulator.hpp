@@ -112,12 +112,16 @@ std::vector<std::string> policies_over_top_k(const std::vector<std::string>& pol
 
 // An estimate of the memory simulate(source, options) holds at its peak, in bytes, for an up-front
 // check (core/memory.hpp): every policy is built before the replay and kept to its end, and cobalt
-// and cobalt+ keep routing statistics per layer: the E x E EMA co-activation matrix (double) and
-// its int64 count scratch, 16 E^2 bytes a layer, plus with async planning a plan snapshot per layer
-// in flight (8 E^2). Left out: per-step work (one batch, its exec ranks), the other policies'
-// O(G S + E) state per layer, the workload itself and a --dump (DumpWriter::memory_bytes).
-// `breakdown`, when given, receives a one-line account ("cobalt 3.1 GiB, cobalt+ 3.1 GiB: 200
-// layers x E^2 = 1024^2 statistics").
+// and cobalt+ keep routing statistics per layer: the E x E EMA co-activation matrix (double), its
+// int64 count scratch and the planner's per-layer state, ~19 E^2 bytes a layer (measured:
+// 2026-12-04, E = 1024, 1 and 4 layers), plus with async planning a plan snapshot per layer in
+// flight (8 E^2), plus ~10 E^2 once for the planner's working copies; and the per-step work of the
+// largest step (its batch, exec ranks and the assignment's scratch, shared by the policies): ~10
+// bytes a task, ~16 with cobalt+ (its balanced assignment's workspace; measured at 2^18 and 2^21
+// tokens a step). Left out: the other policies' O(G S + E) state per layer (E x G tables in some
+// peers, which only matter at tens of thousands of experts on thousands of ranks), the workload
+// itself and a --dump (DumpWriter::memory_bytes). `breakdown`, when given, receives a one-line
+// account ("cobalt 3.1 GiB, cobalt+ 3.1 GiB: 200 layers x E^2 = 1024^2 statistics; ...").
 double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
                                std::string* breakdown = nullptr);
 

@@ -137,6 +137,18 @@ TEST_F(BenchCli, DeepLayersOfAWideTraceAreCheckedAgainstTheMemoryBudget) {
   EXPECT_NE(deep.err.find("choose a lower --layer"), std::string::npos) << deep.err;
   EXPECT_TRUE(deep.out.empty()) << deep.out;
   EXPECT_EQ(bench(0).exit_code, 0);
+  // A step re-chunked to 2^22 tokens x top-1: ~200 MiB of the timed operations' work (a top-8
+  // step of 2^24 tokens took 6.4 GB unchecked).
+  const auto big_step = testing::run_shell(
+      "COBALT_MEMORY_LIMIT=50M '" + std::string(COBALT_CLI_PATH) + "' bench --trace " +
+          path("wide.safetensors") + " --cluster 2x2 --reps 1 --steps 2 --tokens-per-step " +
+          std::to_string(int64_t{1} << 22),
+      dir_);
+  EXPECT_EQ(big_step.exit_code, 1) << big_step.err;
+  EXPECT_NE(big_step.err.find("the timed operations on step 0 (4194304 tokens x top-1) needs 200 "
+                              "MiB, above the memory budget of 50 MiB"),
+            std::string::npos)
+      << big_step.err;
 }
 
 TEST_F(BenchCli, LoadOnlyTraceIsAUsageError) {

@@ -463,7 +463,7 @@ TEST_F(SimulateCli, AFailedRunKeepsTheEarlierDumpWhole) {
   EXPECT_TRUE(leftovers(dir_ / "d").empty());
 }
 
-// The per-layer statistics of cobalt and cobalt+ (16 E^2 bytes a layer each) were checked one
+// The per-layer statistics of cobalt and cobalt+ (~19 E^2 bytes a layer each) were checked one
 // matrix at a time: a 3.5 KB trace with L = 200, E = 1024 took 6.7 GB. The whole run's estimate
 // is checked against the budget (COBALT_MEMORY_LIMIT here) before anything is allocated.
 TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
@@ -477,10 +477,11 @@ TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
   };
   const auto r = limited("100M", sim + "--json " + path("o.json"));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("cobalt, cobalt+ 64 MiB each: 4 layers x 1024 x 1024 statistics"),
+  EXPECT_NE(r.err.find("cobalt, cobalt+ 76 MiB each: 4 layers x 1024 x 1024 statistics"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("needs 128 MiB, above the memory budget of 100 MiB (COBALT_MEMORY_LIMIT)"),
+  // 2 x 76 MiB, and 10 MiB for the planner's copies (the four 1-token steps add 64 bytes).
+  EXPECT_NE(r.err.find("needs 162 MiB, above the memory budget of 100 MiB (COBALT_MEMORY_LIMIT)"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("--policies"), std::string::npos) << r.err;
@@ -489,6 +490,14 @@ TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
   EXPECT_FALSE(fs::exists(dir_ / "o.json"));
   // One of the two fits.
   EXPECT_EQ(limited("100M", sim + "--policies static,cobalt").exit_code, 0);
+  // Steps re-chunked from a trace are as large as --tokens-per-step says: 2^24 tokens x top-1
+  // need ~160 MiB of per-step work (a top-8 trace took 1.2 GB unchecked).
+  const auto big_steps = limited("100M", sim + "--policies static --steps 2 --tokens-per-step " +
+                                             std::to_string(int64_t{1} << 24));
+  EXPECT_EQ(big_steps.exit_code, 1) << big_steps.err;
+  EXPECT_NE(big_steps.err.find("the largest step's work 160 MiB (16777216 tokens x top-1)"),
+            std::string::npos)
+      << big_steps.err;
   // A generated workload is checked before it is generated.
   const auto gen = limited("1M", "simulate --preset uniform --steps 100 --tokens-per-step 10000");
   EXPECT_EQ(gen.exit_code, 1) << gen.err;
