@@ -483,16 +483,41 @@ class FlatExecRankSource(FixedLayoutSource):
         return chosen, np.asarray(exec_rank).ravel()
 
 
+class CastExecRankSource(FixedLayoutSource):
+    """Returns exec_rank through `cast` (float ranks 0.9 above the right ones, or ranks 2^32 above
+    them: a cast to int32 would truncate or wrap both back to the right ranks, silently)."""
+
+    def __init__(self, *args: Any, cast: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cast = cast
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
+               ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        chosen, exec_rank = super().decide(step, layer, batch)
+        return chosen, self.cast(np.asarray(exec_rank))
+
+
 def run_bad_exec_rank(ep: EPGroup) -> dict[str, Any]:
-    """A layout source whose exec_rank is not [T, K] is refused with a clear error."""
-    rt = ExpertParallelRuntime(ep, FlatExecRankSource(layout(LAYOUT_A), seed=SEED, name="flat"))
-    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
-    moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
-    try:
-        moe(micro_batch(ep.rank, 0)[0])
-        return {"error": None}
-    except ValueError as exc:
-        return {"error": str(exc)}
+    """A layout source whose exec_rank is not [T, K], or not integers in [0, G), is refused with
+    a clear error."""
+    sources = {
+        "error": FlatExecRankSource(layout(LAYOUT_A), seed=SEED, name="flat"),
+        "float_error": CastExecRankSource(layout(LAYOUT_A), seed=SEED, name="float",
+                                          cast=lambda r: r + 0.9),
+        "wrapped_error": CastExecRankSource(layout(LAYOUT_A), seed=SEED, name="wrapped",
+                                            cast=lambda r: r.astype(np.int64) + 2**32),
+    }
+    out: dict[str, Any] = {}
+    for key, source in sources.items():
+        rt = ExpertParallelRuntime(ep, source)
+        rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
+        moe = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+        try:
+            moe(micro_batch(ep.rank, 0)[0])
+            out[key] = None
+        except ValueError as exc:
+            out[key] = str(exc)
+    return out
 
 
 def run_inference_mode(ep: EPGroup) -> dict[str, Any]:

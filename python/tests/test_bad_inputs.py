@@ -99,3 +99,41 @@ def test_an_assignment_that_breaks_the_layout_is_an_invalid_argument() -> None:
     wider = cobalt.RoutingBatch(np.array([[0, 7]], dtype=np.int32), None, 8, 8)
     with pytest.raises(cobalt.InvalidArgumentError, match="the batch has G = 8, the layout G = 4"):
         cobalt.replica_task_counts(wider, layout, np.array([0, 3], dtype=np.int32))
+
+
+def test_torch_ops_refuse_what_a_cast_would_truncate() -> None:
+    import torch
+
+    from cobalt.torch import ops
+
+    topology = _topology()
+    with pytest.raises(ValueError, match="demand must be int32 or int64, got torch.float32"):
+        ops.solve_topoep(torch.full((4, 8), 0.99), topology, 3, token_bytes=1.0,
+                         expert_param_bytes=1.0)
+    with pytest.raises(TypeError, match="topk_ids must be a torch.Tensor, got ndarray"):
+        ops.routing_counts(np.zeros((2, 2), dtype=np.int32), 8)
+    with pytest.raises(TypeError, match="layout must be a cobalt.ExpertLayout"):
+        ops.assign_tasks(torch.zeros((1, 2), dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                         None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exec_rank must be int32 or int64, got torch.float64"):
+        ops.dispatch_layout(torch.zeros((1, 2), dtype=torch.float64),
+                            torch.zeros(1, dtype=torch.int32), topology)
+
+
+def test_the_recorder_refuses_ids_it_could_not_store_when_they_arrive() -> None:
+    import torch
+
+    from cobalt.torch import RoutingRecorder
+
+    router = torch.nn.Identity()
+    for ids, message in ((np.array([[0.2, 1.7]]), "dtype float64, expected integers"),
+                         (np.array([[3, 3]]), "token 0 selects expert 3 twice")):
+        recorder = RoutingRecorder(8, 2, extract=lambda module, inputs, output, ids=ids: ids)
+        recorder.attach(router, 0)
+        with pytest.raises(ValueError, match=message):
+            router(torch.zeros(1))
+        recorder.detach()
+    with pytest.raises(ValueError, match=r"metadata keys \['top_k'\] are reserved"):
+        RoutingRecorder(8, 2, metadata={"top_k": "3"})
+    with pytest.raises(ValueError, match="source_rank -1 must be >= 0"):
+        RoutingRecorder(8, 2, source_rank=-1)

@@ -252,13 +252,20 @@ def test_non_cpu_tensors_raise_on_every_rank(results: list[dict[str, Any]]) -> N
         assert got["after_shape"] == (rw.TOKENS[rank], rw.H)
 
 
-def test_exec_rank_of_the_wrong_shape_is_refused(results: list[dict[str, Any]]) -> None:
+def test_exec_rank_of_the_wrong_shape_or_dtype_is_refused(results: list[dict[str, Any]]) -> None:
     for res in results:
         error = res["bad_exec_rank"]["error"]
         tokens = sum(rw.TOKENS)
         assert error is not None and (
             f"layout source 'flat' returned exec_rank of shape [{tokens * rw.K}], expected "
             f"[tokens, top_k] = [{tokens}, {rw.K}]") in error, error
+        # Cast to int32, both would have become the right ranks again.
+        error = res["bad_exec_rank"]["float_error"]
+        assert error is not None and ("layout source 'float' returned exec_rank of dtype "
+                                      "float64, expected integers") in error, error
+        error = res["bad_exec_rank"]["wrapped_error"]
+        assert error is not None and "layout source 'wrapped' returned exec_rank 42949672" in \
+            error and f"for task 0, out of range [0, {rw.WORLD})" in error, error
 
 
 def test_forward_under_inference_mode(results: list[dict[str, Any]]) -> None:

@@ -431,6 +431,16 @@ class ExpertParallelMoE(nn.Module):
         if layout.topology.ranks_per_node != ep.ranks_per_node:
             raise ValueError(f"layout topology {layout.topology} does not "
                              f"match the group's {ep.num_nodes}x{ep.ranks_per_node}")
+        exec_rank = np.asarray(exec_rank)
+        if exec_rank.dtype.kind not in "iu":  # a float or bool rank would be truncated
+            raise ValueError(f"layout source '{name}' returned exec_rank of dtype "
+                             f"{exec_rank.dtype}, expected integers")
+        outside = np.flatnonzero((exec_rank < 0) | (exec_rank >= ep.world_size))
+        if outside.size:
+            task = int(outside[0])
+            raise ValueError(f"layout source '{name}' returned exec_rank "
+                             f"{int(exec_rank.reshape(-1)[task])} for task {task}, out of range "
+                             f"[0, {ep.world_size})")
         exec_rank = np.ascontiguousarray(exec_rank, dtype=np.int32)
         if exec_rank.shape != (batch.num_tokens, self.top_k):
             raise ValueError(f"layout source '{name}' "

@@ -48,13 +48,19 @@ def _check_int32_range(t: torch.Tensor, name: str) -> None:
                              f"outside int32 [{_INT32_MIN}, {_INT32_MAX}]")
 
 
-def _host_ints(t: torch.Tensor, name: str) -> np.ndarray:
-    """The numpy view of CPU tensor t (no copy). The bindings narrow int64 to int32 in one
-    checked pass (values outside int32 are an error naming the range), so nothing is cast here."""
+def _require_int_tensor(t: torch.Tensor, name: str) -> None:
+    """TypeError unless t is a tensor, ValueError unless it holds int32 or int64 (on either device:
+    a float or bool id, rank or count would be truncated by a cast)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"cobalt.torch.ops: {name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"cobalt.torch.ops: {name} must be int32 or int64, got {t.dtype}")
+
+
+def _host_ints(t: torch.Tensor, name: str) -> np.ndarray:
+    """The numpy view of CPU tensor t (no copy). The bindings narrow int64 to int32 in one
+    checked pass (values outside int32 are an error naming the range), so nothing is cast here."""
+    _require_int_tensor(t, name)
     return t.detach().numpy()
 
 
@@ -104,7 +110,12 @@ def assign_tasks(topk_ids: torch.Tensor, source_rank: torch.Tensor,
     if search not in _SEARCH:
         raise ValueError(f"cobalt.torch.ops: unknown cover search {search!r} "
                          f"(valid: {', '.join(_SEARCH)})")
+    _require_int_tensor(topk_ids, "topk_ids")
+    _require_int_tensor(source_rank, "source_rank")
     host_layout = layout.layout if isinstance(layout, cuda.DeviceLayout) else layout
+    if not isinstance(host_layout, cobalt.ExpertLayout):
+        raise TypeError(f"cobalt.torch.ops: layout must be a cobalt.ExpertLayout or "
+                        f"cobalt.cuda.DeviceLayout, got {type(layout).__name__}")
     if topk_ids.device.type == "cuda":
         if validate:
             _validate_ids(topk_ids, host_layout.num_experts)
@@ -130,6 +141,7 @@ def routing_counts(topk_ids: torch.Tensor, num_experts: int, *, method: str = "a
     num_threads the CPU threads (0: one per core; the counts do not depend on it; ignored on
     CUDA)."""
     _check_threads(num_threads)
+    _require_int_tensor(topk_ids, "topk_ids")
     if topk_ids.device.type == "cuda":
         if validate:
             _validate_ids(topk_ids, num_experts)
@@ -154,6 +166,8 @@ def dispatch_layout(exec_rank: torch.Tensor, source_rank: torch.Tensor, topology
     C++ buffers across steps: the tensors returned are then views of it that the next call with
     the same workspace overwrites, and must not be written (clone what must outlive the step). On
     CUDA the workspace is not used: the outputs come from torch's caching allocator."""
+    _require_int_tensor(exec_rank, "exec_rank")
+    _require_int_tensor(source_rank, "source_rank")
     if exec_rank.device.type == "cuda":
         if validate:
             _validate_ranks(exec_rank, topology.num_ranks, "execution rank")
@@ -199,6 +213,7 @@ def solve_topoep(demand: torch.Tensor, topology: cobalt.Topology, slots_per_rank
     like the CPU solver; the CUDA solver also raises RuntimeError when a node needs more than
     `max_moves_per_node` refinement moves (its move log's capacity; the CPU solver has no such
     limit and ignores the argument)."""
+    _require_int_tensor(demand, "demand")
     if demand.device.type == "cuda":
         p = cuda.solve_topoep(demand.to(torch.int64).contiguous(), topology.num_nodes,
                               slots_per_rank, token_bytes=token_bytes,

@@ -70,8 +70,17 @@ class RoutingRecorder:
     def __init__(self, num_experts: int, top_k: int, *, extract: Optional[Extract] = None,
                  ep: Optional[EPGroup] = None, source_rank: Optional[int] = None,
                  num_sources: int = 0, metadata: Optional[dict[str, str]] = None) -> None:
+        if not 1 <= num_experts <= 65536:
+            raise ValueError(f"RoutingRecorder: num_experts {num_experts} out of range "
+                             "[1, 65536]")
         if not 1 <= top_k <= num_experts:
             raise ValueError(f"RoutingRecorder: top_k {top_k} out of range [1, {num_experts}]")
+        if source_rank is not None and source_rank < 0:
+            raise ValueError(f"RoutingRecorder: source_rank {source_rank} must be >= 0")
+        reserved = {"top_k", "num_experts"} & set(metadata or {})
+        if reserved:
+            raise ValueError(f"RoutingRecorder: metadata keys {sorted(reserved)} are reserved "
+                             "(the recorder writes them)")
         self.num_experts = num_experts
         self.top_k = top_k
         self.extract = extract if extract is not None else default_extract(top_k)
@@ -114,11 +123,22 @@ class RoutingRecorder:
             if a.ndim != 2 or a.shape[1] != self.top_k:
                 raise ValueError(f"layer {layer}: extracted ids of shape {a.shape}, expected "
                                  f"[T, {self.top_k}]")
+            if a.dtype.kind not in "iu":  # a float or bool id would be truncated when stored
+                raise ValueError(f"layer {layer}: extracted ids of dtype {a.dtype}, expected "
+                                 "integers")
             bad = np.argwhere((a < 0) | (a >= self.num_experts))
             if bad.shape[0]:
                 t, k = (int(v) for v in bad[0])
                 raise ValueError(f"layer {layer}: expert id {int(a[t, k])} for token {t} out of "
                                  f"range [0, {self.num_experts})")
+            if self.top_k > 1 and a.shape[0]:
+                ordered = np.sort(a, axis=1)
+                repeated = np.argwhere(ordered[:, 1:] == ordered[:, :-1])
+                if repeated.shape[0]:
+                    t = int(repeated[0][0])
+                    raise ValueError(f"layer {layer}: token {t} selects expert "
+                                     f"{int(ordered[t, repeated[0][1]])} twice (the top-k ids of "
+                                     "a token must be distinct)")
             self._current.setdefault(layer, []).append(a.astype(np.int32))
         except Exception as exc:  # noqa: BLE001 - with a group: raised on every rank at end_step
             if self.ep is None:
