@@ -55,6 +55,8 @@ CrossNodeTransfers cross_node_transfers(const RoutingBatch& batch,
 }
 
 std::vector<int64_t> rank_loads(std::span<const RankId> exec_rank, int num_ranks) {
+  COBALT_CHECK_ARG(num_ranks >= 1 && num_ranks <= kMaxRanks,
+                   "metrics: number of ranks {} out of range [1, {}]", num_ranks, kMaxRanks);
   std::vector<int64_t> loads(num_ranks, 0);
   for (RankId r : exec_rank) {
     COBALT_CHECK_ARG(r >= 0 && r < num_ranks, "metrics: execution rank {} out of range [0, {})", r,

@@ -1,8 +1,10 @@
 #include "cobalt/plan/intra_node_rebalance.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/value_checks.hpp"
 #include "cobalt/plan/rank_matching.hpp"
 
 namespace cobalt::plan {
@@ -14,6 +16,9 @@ RebalanceResult rebalance_intra_node(const ExpertLayout& layout, std::span<const
   COBALT_CHECK_ARG(slot_loads.size() == layout.slots().size(),
                    "rebalance: {} slot loads for a layout of {} slots", slot_loads.size(),
                    layout.slots().size());
+  check_finite_non_negative(slot_loads, "rebalance: slot loads");
+  COBALT_CHECK_ARG(std::isfinite(min_gain) && min_gain >= 0,
+                   "rebalance: minimum gain {} must be finite and >= 0", min_gain);
   std::vector<ExpertId> new_slots(layout.slots().begin(), layout.slots().end());
   std::vector<double> new_loads(slot_loads.begin(), slot_loads.end());
   int64_t num_moves = 0;

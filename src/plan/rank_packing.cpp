@@ -3,12 +3,18 @@
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/value_checks.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "cobalt/plan/rank_matching.hpp"
 
 namespace cobalt::plan {
 
 NodePlan node_plan_of(const ExpertLayout& layout, std::span<const double> expert_load) {
+  COBALT_CHECK_ARG(
+      expert_load.empty() || expert_load.size() == static_cast<size_t>(layout.num_experts()),
+      "node plan of a layout: {} expert loads for E = {} (give E, or none)", expert_load.size(),
+      layout.num_experts());
+  check_finite_non_negative(expert_load, "node plan of a layout: expert load");
   NodePlan plan(layout.num_experts(), layout.num_nodes());
   for (ExpertId e = 0; e < layout.num_experts(); ++e) {
     const double per_replica =

@@ -56,7 +56,8 @@ inline void for_each_split(int64_t w, int k, RankId s, Fn&& fn) {
 
 void check_topoep_input(const TopoEpInput& in) {
   const int num_ranks = in.topology.num_ranks(), num_experts = in.num_experts;
-  COBALT_CHECK_ARG(num_experts >= 1, "topoep: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "topoep: number of experts {} out of range [1, {}]", num_experts, kMaxExperts);
   COBALT_CHECK_ARG(in.demand.size() == static_cast<size_t>(num_ranks) * num_experts,
                    "topoep: demand has {} entries, expected {} ranks x {} experts",
                    in.demand.size(), num_ranks, num_experts);
@@ -91,16 +92,28 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   stats_ = {};
 
   // D [N, E] (one pass over Omega, row order, vectorisable).
+  // Sums in unsigned arithmetic (a huge entry wraps instead of overflowing) until the row is
+  // checked: entries at most 2^40 tasks and at most 2^52 in all, so every later sum fits.
   node_demand_.assign(static_cast<size_t>(num_nodes_) * num_experts, 0);
+  constexpr int64_t kMaxEntry = int64_t{1} << 40, kMaxTotal = int64_t{1} << 52;
+  int64_t total = 0;
   for (RankId s = 0; s < num_ranks; ++s) {
     const int64_t* row = in.demand.data() + static_cast<size_t>(s) * num_experts;
     int64_t* node_row = node_demand_.data() + static_cast<size_t>(s / per_node_) * num_experts;
-    int64_t smallest = 0;
+    int64_t smallest = 0, largest = 0;
+    uint64_t row_total = 0;
     for (ExpertId e = 0; e < num_experts; ++e) {
       smallest = std::min(smallest, row[e]);
-      node_row[e] += row[e];
+      largest = std::max(largest, row[e]);
+      node_row[e] =
+          static_cast<int64_t>(static_cast<uint64_t>(node_row[e]) + static_cast<uint64_t>(row[e]));
+      row_total += static_cast<uint64_t>(row[e]);
     }
     if (smallest < 0) fail_negative_demand(in, s);
+    COBALT_CHECK_ARG(largest <= kMaxEntry, "topoep: demand row {} holds {} tasks, above 2^40", s,
+                     largest);
+    total += static_cast<int64_t>(row_total);  // <= 2^16 experts x 2^40: no wrap
+    COBALT_CHECK_ARG(total <= kMaxTotal, "topoep: the demand sums past 2^52 tasks (at row {})", s);
   }
 
   // Main instances (C5).

@@ -64,9 +64,15 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
           rank_loads.size() == static_cast<size_t>(num_ranks_),
       "policy {}: counts has {} entries (need G x E = {} x {}), rank loads {} (need {})", name(),
       counts.size(), num_ranks_, num_experts_, rank_loads.size(), num_ranks_);
-  // Refused before any policy state changes.
+  // Refused before any policy state changes. Loads are summed (and some peers compute in
+  // doubles): at most 2^52 tasks in all, as the balance floor takes.
+  int64_t total = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     COBALT_CHECK_ARG(counts[i] >= 0, "policy {}: counts[{}][{}] = {} is negative", name(),
+                     i / num_experts_, i % num_experts_, counts[i]);
+    total += std::min<int64_t>(counts[i], int64_t{1} << 53);
+    COBALT_CHECK_ARG(total <= int64_t{1} << 52,
+                     "policy {}: the counts sum past 2^52 tasks (at counts[{}][{}] = {})", name(),
                      i / num_experts_, i % num_experts_, counts[i]);
   }
   check_step_order(step, layer);

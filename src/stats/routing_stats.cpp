@@ -10,6 +10,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/memory.hpp"
 #include "cobalt/core/parallel.hpp"
+#include "cobalt/core/value_checks.hpp"
 
 namespace cobalt {
 
@@ -107,6 +108,8 @@ OchiaiSummary summarize_ochiai(std::span<const double> expert_load,
   COBALT_CHECK_ARG(coactivation.size() == num_experts * num_experts,
                    "ochiai summary: co-activation has {} entries, need {}", coactivation.size(),
                    num_experts * num_experts);
+  check_finite_non_negative(expert_load, "ochiai summary: expert load");
+  check_finite_non_negative(coactivation, "ochiai summary: co-activation");
   double weighted_sum = 0, pair_sum = 0, partner_sum = 0, load_sum = 0;
   for (size_t i = 0; i < num_experts; ++i) {
     double best = 0;
@@ -144,9 +147,13 @@ std::vector<int> hottest(std::span<const double> load, int count) {
 
 double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load,
                      int hot_count) {
-  COBALT_CHECK_ARG(prev_load.size() == next_load.size() && hot_count >= 1,
-                   "hot-set churn: loads sized {} and {}, hot count {}", prev_load.size(),
-                   next_load.size(), hot_count);
+  COBALT_CHECK_ARG(prev_load.size() == next_load.size(),
+                   "hot-set churn: loads sized {} and {} (they must match)", prev_load.size(),
+                   next_load.size());
+  COBALT_CHECK_ARG(hot_count >= 1, "hot-set churn: hot count {} must be >= 1 (above E: all E)",
+                   hot_count);
+  check_finite_non_negative(prev_load, "hot-set churn: previous load");
+  check_finite_non_negative(next_load, "hot-set churn: next load");
   const auto a = hottest(prev_load, hot_count);
   const auto b = hottest(next_load, hot_count);
   std::vector<int> common;
@@ -158,18 +165,28 @@ ReplicaLoads::ReplicaLoads(int num_ranks, int slots_per_rank, double decay)
     : num_ranks_(num_ranks), slots_per_rank_(slots_per_rank), decay_(decay) {
   COBALT_CHECK_ARG(decay >= 0 && decay < 1, "replica loads: EMA decay {} out of range [0, 1)",
                    decay);
+  COBALT_CHECK_ARG(num_ranks >= 1 && num_ranks <= kMaxRanks,
+                   "replica loads: number of ranks {} out of range [1, {}]", num_ranks, kMaxRanks);
+  COBALT_CHECK_ARG(slots_per_rank >= 1 && slots_per_rank <= kMaxExperts,
+                   "replica loads: slots per rank {} out of range [1, {}]", slots_per_rank,
+                   kMaxExperts);
   loads_.assign(static_cast<size_t>(num_ranks) * slots_per_rank, 0.0);
 }
 
 void ReplicaLoads::reset(std::span<const double> expected_loads) {
   COBALT_CHECK_ARG(expected_loads.size() == loads_.size(), "replica loads: got {} entries, need {}",
                    expected_loads.size(), loads_.size());
+  check_finite_non_negative(expected_loads, "replica loads");
   std::copy(expected_loads.begin(), expected_loads.end(), loads_.begin());
 }
 
 void ReplicaLoads::update(std::span<const int64_t> replica_counts) {
   COBALT_CHECK_ARG(replica_counts.size() == loads_.size(), "replica loads: got {} counts, need {}",
                    replica_counts.size(), loads_.size());
+  for (size_t i = 0; i < replica_counts.size(); ++i) {
+    COBALT_CHECK_ARG(replica_counts[i] >= 0, "replica loads: count {} of slot {} must be >= 0",
+                     replica_counts[i], i);
+  }
   for (size_t i = 0; i < loads_.size(); ++i) {
     loads_[i] = decay_ * loads_[i] + (1.0 - decay_) * static_cast<double>(replica_counts[i]);
   }

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "cobalt/core/error.hpp"
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/ids.hpp"
 #include "cobalt/core/routing_batch.hpp"
@@ -36,8 +37,12 @@ double imbalance(std::span<const int64_t> loads);
 // none. The same errors as imbalance.
 double max_violation(std::span<const int64_t> expert_counts);
 
-// Bytes of `token_copies` token copies of `hidden` elements of `bytes_per_element` each.
+// Bytes of `token_copies` token copies of `hidden` elements of `bytes_per_element` each (all >= 0:
+// kInvalidArgument otherwise).
 inline double token_bytes(int64_t token_copies, int hidden, int bytes_per_element) {
+  COBALT_CHECK_ARG(token_copies >= 0 && hidden >= 0 && bytes_per_element >= 0,
+                   "token bytes: copies {}, hidden {}, bytes per element {} must be >= 0",
+                   token_copies, hidden, bytes_per_element);
   return static_cast<double>(token_copies) * hidden * bytes_per_element;
 }
 

@@ -98,7 +98,8 @@ inline RankId topoep_main_rank(ExpertId e, int num_experts, int num_ranks) {
 class TopoEpSolver {
  public:
   // Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
-  // negative value, or slots_per_rank < ceil(E / G) (no room for the main instances).
+  // negative value, an entry above 2^40 or more than 2^52 tasks in all, or slots_per_rank <
+  // ceil(E / G) (no room for the main instances).
   void solve(const TopoEpInput& input, TopoEpPlan& plan);
 
  private:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -243,6 +244,16 @@ TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
   // Balanced already: nothing moves.
   std::vector<double> even = {5, 5, 5, 5};
   EXPECT_EQ(rebalance_intra_node(layout, even).num_moves, 0);
+  // Loads that are not loads, a gain that is not a number: refused, not planned with.
+  for (const double bad : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    std::vector<double> odd = loads;
+    odd[2] = bad;
+    EXPECT_THROW(rebalance_intra_node(layout, odd), Error) << bad;
+    EXPECT_THROW(node_plan_of(layout, odd), Error) << bad;
+    EXPECT_THROW(rebalance_intra_node(layout, loads, bad), Error) << bad;
+  }
+  EXPECT_THROW(node_plan_of(layout, std::vector<double>{1, 2}), Error);  // E = 4: read past it
+  EXPECT_NO_THROW(node_plan_of(layout, {}));
 }
 
 // Replicas of one expert are interchangeable: a packing whose groups are the ranks' current

@@ -370,6 +370,32 @@ TEST(TopoEpSolver, RejectsBadInputs) {
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, -1, demand}), Error);
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, -1, 1, demand}), Error);
   EXPECT_THROW(solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, std::nan(""), demand}), Error);
+  // Counts whose sums do not fit (they gave rank loads of 0): an entry above 2^40, or 2^52 in
+  // all, named with the row.
+  const auto message_of = [](const std::vector<int64_t>& omega) {
+    try {
+      solve_topoep(TopoEpInput{Topology(2, 8), 16, 2, 1, 1, omega});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::vector<int64_t> huge = demand;
+  huge[5 * 16 + 2] = int64_t{1} << 62;
+  EXPECT_NE(message_of(huge).find("demand row 5 holds 4611686018427387904 tasks, above 2^40"),
+            std::string::npos)
+      << message_of(huge);
+  std::vector<int64_t> many(8 * 16, int64_t{1} << 40);  // 2^47 in all: fine
+  EXPECT_EQ(message_of(many), "no error");
+  many.assign(8 * 16 * 64, int64_t{1} << 40);  // E = 1024: 2^53 in all
+  try {
+    solve_topoep(TopoEpInput{Topology(2, 8), 1024, 128, 1, 1, many});
+    ADD_FAILURE() << "accepted 2^53 tasks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the demand sums past 2^52 tasks (at row 4)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

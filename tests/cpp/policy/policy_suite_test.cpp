@@ -248,10 +248,12 @@ TEST(PolicyRun, CobaltPlansOnOneNode) {
 // run_loads refuses negative counts before the policy changes any state.
 TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
   const PolicyConfig config = small_config(Topology(2, 8), 8, 2, 3);
-  std::vector<int64_t> good(8 * 8), bad;
+  std::vector<int64_t> good(8 * 8), bad, huge;
   for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<int64_t>((i * 7) % 13);
   bad = good;
   bad[9] = -5;
+  huge = good;  // counts summing past 2^52 gave loads of -2^63 or 0
+  huge[3] = huge[4] = int64_t{1} << 62;
   for (const auto& name : policy_names()) {
     auto policy = make_policy(name, config), fresh = make_policy(name, config);
     std::vector<int64_t> loads(8), fresh_loads(8);  // G = 8
@@ -267,6 +269,15 @@ TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
       ADD_FAILURE() << name << " accepted a negative count";
     } catch (const Error& error) {
       EXPECT_NE(std::string(error.what()).find("counts[1][1] = -5 is negative"), std::string::npos)
+          << error.what();
+    }
+    try {
+      policy->run_loads(0, 0, huge, loads);
+      ADD_FAILURE() << name << " accepted counts summing past 2^52";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(error.what()).find("the counts sum past 2^52 tasks (at counts[0][3]"),
+                std::string::npos)
           << error.what();
     }
     EXPECT_EQ(policy->counters().num_global_plans, 0) << name;

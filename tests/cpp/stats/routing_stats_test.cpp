@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -125,6 +126,49 @@ TEST(RoutingStats, HotSetChurn) {
   // hot-3 of a = {0,1,2}; of b = {0,2,3}: one of three changed.
   EXPECT_NEAR(hot_set_churn(a, b, 3), 1.0 / 3, 1e-12);
   EXPECT_DOUBLE_EQ(hot_set_churn(a, a, 3), 0.0);
+}
+
+// Loads and counts that are not loads (negative, NaN, infinite) are refused naming the entry,
+// instead of a summary of 1.5 or NaN, a churn of 1 or negative replica loads.
+TEST(RoutingStats, SummariesRefuseValuesThatAreNotLoads) {
+  const auto message_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::vector<double> ones(4, 1.0), square(16, 1.0);
+  std::vector<double> negative = ones, nan_load = ones, inf_square = square;
+  negative[0] = -1;
+  nan_load[2] = std::nan("");
+  inf_square[5] = std::numeric_limits<double>::infinity();
+  EXPECT_NE(message_of([&] {
+              summarize_ochiai(negative, square);
+            }).find("ochiai summary: expert load: entry 0 is -1, must be finite and >= 0"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { summarize_ochiai(ones, inf_square); }).find("entry 5 is inf"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { hot_set_churn(ones, nan_load, 2); }).find("next load: entry 2"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] {
+              hot_set_churn(ones, ones, 0);
+            }).find("hot-set churn: hot count 0 must be >= 1"),
+            std::string::npos);
+  ReplicaLoads loads(2, 2, 0.5);
+  EXPECT_NE(message_of([&] { loads.reset(negative); }).find("replica loads: entry 0 is -1"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] {
+              loads.update(std::vector<int64_t>{1, 2, -3, 4});
+            }).find("replica loads: count -3 of slot 2 must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(message_of([] {
+              ReplicaLoads(-1, 2, 0.5);
+            }).find("replica loads: number of ranks -1 out of range [1, 8192]"),
+            std::string::npos);
+  EXPECT_EQ(message_of([&] { loads.reset(ones); }), "no error");
 }
 
 TEST(RoutingStats, AStepWithoutTasksIsNoObservation) {
