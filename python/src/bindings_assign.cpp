@@ -1,9 +1,13 @@
 // assign/: Cobalt Algorithm 1 (minimum remote-node set cover per token).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <pybind11/stl.h>
 
 #include <cmath>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "bindings_common.hpp"
 #include "cobalt/assign/balanced_cover.hpp"
@@ -20,21 +24,36 @@ struct PyBalancedCoverWorkspace {
   std::mutex mutex;
 };
 
-// `out` when given (a writeable C-contiguous int32 array of the batch's task count), else a new
+// `out` when given (a writeable C-contiguous int32 numpy array of shape [T, K] or [T * K]: it is
+// written in place, never copied, so anything else is refused naming what is wrong), else a new
 // [T, K] array.
-py::array_t<int32_t, py::array::c_style> exec_output(
-    const PyRoutingBatch& b, const std::optional<py::array_t<int32_t, py::array::c_style>>& out,
-    const char* what) {
-  const auto num_tasks = static_cast<py::ssize_t>(b.batch.num_tasks());
-  py::array_t<int32_t, py::array::c_style> exec =
-      out.has_value() ? *out
-                      : py::array_t<int32_t, py::array::c_style>(
-                            {static_cast<py::ssize_t>(b.batch.num_tokens()),
-                             static_cast<py::ssize_t>(b.batch.top_k())});
-  COBALT_CHECK_ARG(exec.size() == num_tasks && exec.writeable(),
-                   "{}: out must be a writeable int32 array of {} tasks, got {} elements", what,
-                   num_tasks, exec.size());
-  return exec;
+py::array_t<int32_t, py::array::c_style> exec_output(const PyRoutingBatch& b,
+                                                     const std::optional<py::object>& out,
+                                                     const char* what) {
+  const auto num_tokens = static_cast<py::ssize_t>(b.batch.num_tokens());
+  const auto top_k = static_cast<py::ssize_t>(b.batch.top_k());
+  if (!out.has_value() || out->is_none()) return py::array_t<int32_t>({num_tokens, top_k});
+  if (!py::isinstance<py::array>(*out)) {
+    throw py::type_error(fmt::format("{}: out must be a numpy int32 array, got {}", what,
+                                     std::string(py::str(py::type::of(*out).attr("__name__")))));
+  }
+  const auto array = py::reinterpret_borrow<py::array>(*out);
+  if (!array.dtype().is(py::dtype::of<int32_t>())) {
+    throw py::type_error(fmt::format("{}: out must be an int32 array, got dtype {}", what,
+                                     std::string(py::str(array.dtype()))));
+  }
+  const bool shaped =
+      (array.ndim() == 2 && array.shape(0) == num_tokens && array.shape(1) == top_k) ||
+      (array.ndim() == 1 && array.shape(0) == num_tokens * top_k);
+  std::vector<py::ssize_t> shape(array.shape(), array.shape() + array.ndim());
+  COBALT_CHECK_ARG(shaped, "{}: out has shape [{}], the batch needs [{}, {}] (or [{}])", what,
+                   fmt::join(shape, ", "), num_tokens, top_k, num_tokens * top_k);
+  if ((array.flags() & py::array::c_style) == 0) {
+    throw py::type_error(
+        fmt::format("{}: out must be C-contiguous (it is written in place)", what));
+  }
+  COBALT_CHECK_ARG(array.writeable(), "{}: out is read-only", what);
+  return py::reinterpret_borrow<py::array_t<int32_t, py::array::c_style>>(*out);
 }
 
 }  // namespace
@@ -55,7 +74,7 @@ void bind_assign(py::module_& m) {
       "assign_node_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, uint64_t seed, int64_t step,
          int layer, int64_t token_offset, assign::CoverSearch search, int num_threads,
-         std::optional<py::array_t<int32_t, py::array::c_style>> out, assign::CpuKernel kernel) {
+         std::optional<py::object> out, assign::CpuKernel kernel) {
         py::array_t<int32_t, py::array::c_style> exec = exec_output(b, out, "assign_node_cover");
         std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));
         {
@@ -68,7 +87,7 @@ void bind_assign(py::module_& m) {
       py::arg("batch"), py::arg("layout"), py::arg("seed") = 0, py::arg("step") = 0,
       py::arg("layer") = 0, py::arg("token_offset") = 0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out").noconvert() = py::none(), py::arg("kernel") = assign::CpuKernel::kAuto,
+      py::arg("out") = py::none(), py::arg("kernel") = assign::CpuKernel::kAuto,
       "Cobalt Algorithm 1: execution rank of every task, [T, K] int32 (written into `out` when "
       "given). Draws are keyed by (seed, step, layer, token_offset + t, k); every kernel writes "
       "the same ranks.");
@@ -90,8 +109,7 @@ void bind_assign(py::module_& m) {
   m.def(
       "assign_balanced_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, double spill_tolerance,
-         assign::CoverSearch search, int num_threads,
-         std::optional<py::array_t<int32_t, py::array::c_style>> out,
+         assign::CoverSearch search, int num_threads, std::optional<py::object> out,
          PyBalancedCoverWorkspace* kept) {
         COBALT_CHECK_ARG(std::isfinite(spill_tolerance),
                          "assign_balanced_cover: spill_tolerance {} must be finite (< 0: no spill)",
@@ -110,7 +128,7 @@ void bind_assign(py::module_& m) {
       },
       py::arg("batch"), py::arg("layout"), py::arg("spill_tolerance") = -1.0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out").noconvert() = py::none(), py::arg("workspace") = py::none(),
+      py::arg("out") = py::none(), py::arg("workspace") = py::none(),
       "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
       "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
       "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "

@@ -79,6 +79,11 @@ void bind_dispatch(py::module_& m) {
         COBALT_CHECK_ARG(top_k >= 1, "dispatch_layout: exec_rank needs K >= 1 columns");
         const py::ssize_t t = exec_rank.shape(0), k = top_k;
         if (!workspace.is_none()) {
+          if (!py::isinstance<DispatchWorkspace>(workspace)) {
+            throw py::type_error(
+                fmt::format("dispatch_layout: workspace must be a DispatchLayoutWorkspace, got {}",
+                            std::string(py::str(py::type::of(workspace).attr("__name__")))));
+          }
           auto& ws = workspace.cast<DispatchWorkspace&>();
           COBALT_CHECK_ARG(ws.topology == topology,
                            "dispatch_layout: the workspace is for {}, the call for {}",

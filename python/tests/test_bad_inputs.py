@@ -137,3 +137,10 @@ def test_the_recorder_refuses_ids_it_could_not_store_when_they_arrive() -> None:
         RoutingRecorder(8, 2, metadata={"top_k": "3"})
     with pytest.raises(ValueError, match="source_rank -1 must be >= 0"):
         RoutingRecorder(8, 2, source_rank=-1)
+
+
+def test_a_workspace_of_the_wrong_type_is_a_type_error() -> None:
+    topology = _topology()
+    exec_rank = np.zeros((2, 2), dtype=np.int32)
+    with pytest.raises(TypeError, match="workspace must be a DispatchLayoutWorkspace, got int"):
+        cobalt.dispatch_layout(exec_rank, np.zeros(2, dtype=np.int32), topology, workspace=5)

@@ -149,13 +149,22 @@ def test_balanced_assignment_with_a_kept_workspace_and_output() -> None:
     for i, ranks in enumerate(results):
         np.testing.assert_array_equal(ranks, expected[i % 4])
     batch, layout, _ = calls[0]
-    with pytest.raises(ValueError, match="out must be a writeable int32 array of 1800 tasks"):
+    with pytest.raises(ValueError, match=r"out has shape \[5\], the batch needs \[900, 2\] "
+                                         r"\(or \[1800\]\)"):
         cobalt.assign_balanced_cover(batch, layout, out=np.zeros(5, dtype=np.int32))
+    with pytest.raises(ValueError, match=r"out has shape \[2, 900\]"):  # the right size, transposed
+        cobalt.assign_node_cover(batch, layout, out=np.zeros((2, 900), dtype=np.int32))
+    read_only = np.zeros((900, 2), dtype=np.int32)
+    read_only.setflags(write=False)
+    with pytest.raises(ValueError, match="out is read-only"):
+        cobalt.assign_node_cover(batch, layout, out=read_only)
+    with pytest.raises(TypeError, match="out must be a numpy int32 array, got Tensor"):
+        cobalt.assign_node_cover(batch, layout, out=torch.zeros((900, 2), dtype=torch.int32))
     # An `out` the call could only fill through a converted copy is refused, not left unwritten.
     for wrong in (np.asfortranarray(np.full((900, 2), -7, np.int32)),
                   np.full((900, 4), -7, np.int32)[:, :2], np.full((900, 2), -7, np.int64)):
         for assign in (cobalt.assign_balanced_cover, cobalt.assign_node_cover):
-            with pytest.raises(TypeError):
+            with pytest.raises(TypeError, match="out must be (an int32 array|C-contiguous)"):
                 assign(batch, layout, out=wrong)
         assert (wrong == -7).all()
     with pytest.raises(TypeError):
