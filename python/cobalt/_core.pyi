@@ -494,10 +494,9 @@ class TraceStats:
 # ---------------------------------------------------------------- io
 class TraceData:
     @overload
-    def __init__(self, num_experts: int, topk_ids: Optional[ArrayLike] = None,
+    def __init__(self, num_experts: int, topk_ids: ArrayLike,
                  step_offsets: Optional[ArrayLike] = None, source_rank: Optional[ArrayLike] = None,
-                 num_sources: int = 0, counts: Optional[ArrayLike] = None,
-                 metadata: dict[str, str] = ...) -> None:
+                 num_sources: int = 0, metadata: dict[str, str] = ...) -> None:
         """Token trace from topk_ids [L, T, K] (step_offsets [S + 1], source_rank [T])."""
     @overload
     def __init__(self, num_experts: int, top_k: int, counts: ArrayLike, num_sources: int = 0,

@@ -257,7 +257,10 @@ struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
   PYBIND11_TYPE_CASTER(cobalt::py_bindings::IntArray<T>, const_name("numpy.ndarray"));
 
   bool load(handle src, bool /*convert*/) {
-    if (src.is_none()) return false;
+    // None and plain Python numbers are not arrays: declined, so that pybind11 tries the next
+    // overload (TraceData(E, top_k, counts) after TraceData(E, topk_ids, ...)) or reports the
+    // call's signatures.
+    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr())) return false;
     value = cobalt::py_bindings::IntArray<T>::from(src);
     return true;
   }

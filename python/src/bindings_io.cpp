@@ -75,10 +75,19 @@ void bind_io(py::module_& m) {
       m, "TraceData",
       "An in-memory cobalt-trace v1: topk_ids [L, T, K], step_offsets [S + 1], source_rank [T] "
       "(optional), or counts [S, L, R, E] for a load-only trace; metadata is a str -> str map.")
-      .def(py::init(&make_trace_data), py::arg("num_experts"), py::arg("topk_ids") = py::none(),
-           py::arg("step_offsets") = py::none(), py::arg("source_rank") = py::none(),
-           py::arg("num_sources") = 0, py::arg("counts") = py::none(),
-           py::arg("metadata") = std::map<std::string, std::string>{})
+      // A token trace (the load-only form below takes top_k, which this one reads from the ids).
+      .def(py::init([](int num_experts, InArray<int32_t> topk_ids,
+                       std::optional<InArray<int64_t>> step_offsets,
+                       std::optional<InArray<int32_t>> source_rank, int num_sources,
+                       std::map<std::string, std::string> metadata) {
+             return make_trace_data(num_experts, std::move(topk_ids), std::move(step_offsets),
+                                    std::move(source_rank), num_sources, std::nullopt,
+                                    std::move(metadata));
+           }),
+           py::arg("num_experts"), py::arg("topk_ids"), py::arg("step_offsets") = py::none(),
+           py::arg("source_rank") = py::none(), py::arg("num_sources") = 0,
+           py::arg("metadata") = std::map<std::string, std::string>{},
+           "Token trace from topk_ids [L, T, K].")
       .def(py::init([](int num_experts, int top_k, InArray<int32_t> counts, int num_sources,
                        std::map<std::string, std::string> metadata) {
              TraceData d = make_trace_data(num_experts, std::nullopt, std::nullopt, std::nullopt,

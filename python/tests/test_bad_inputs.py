@@ -144,3 +144,13 @@ def test_a_workspace_of_the_wrong_type_is_a_type_error() -> None:
     exec_rank = np.zeros((2, 2), dtype=np.int32)
     with pytest.raises(TypeError, match="workspace must be a DispatchLayoutWorkspace, got int"):
         cobalt.dispatch_layout(exec_rank, np.zeros(2, dtype=np.int32), topology, workspace=5)
+
+
+def test_both_trace_data_forms_are_reachable_positionally(tmp_path) -> None:
+    counts = np.arange(2 * 1 * 3 * 8, dtype=np.int64).reshape(2, 1, 3, 8)
+    load_only = cobalt.TraceData(8, 2, counts)  # was taken as topk_ids = 2
+    assert load_only.top_k == 2 and load_only.num_count_steps == 2
+    cobalt.write_trace(str(tmp_path / "counts.safetensors"), load_only)
+    ids = np.array([[[0, 1], [2, 3]]], dtype=np.int32)
+    tokens = cobalt.TraceData(8, ids)
+    assert tokens.top_k == 2 and tokens.num_tokens == 2
