@@ -83,8 +83,10 @@ def test_sizes_are_refused_before_anything_is_allocated_from_them() -> None:
         cobalt.ExpertLayout.static_ep(_topology(), 8, -1)
     with pytest.raises(cobalt.InvalidArgumentError, match=r"experts 1073741824 out of range"):
         cobalt.ExpertLayout.static_ep(_topology(), 2**30, 2)
-    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 0 must be >= 1 \(>= 2"):
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 0 out of range \[2, 8\]"):
         cobalt.make_policy("static", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=0))
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 1073741824 out of range"):
+        cobalt.make_policy("static", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=2**30))
     with pytest.raises(cobalt.InvalidArgumentError, match="eps inf must be finite and >= 0"):
         cobalt.make_policy("static",
                            cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3,

@@ -71,6 +71,9 @@ void check_topoep_input(const TopoEpInput& in) {
   COBALT_CHECK_ARG(in.slots_per_rank >= mains_per_rank,
                    "topoep: {} slots per rank cannot hold the {} main instances per rank",
                    in.slots_per_rank, mains_per_rank);
+  COBALT_CHECK_ARG(in.slots_per_rank <= kMaxExperts,
+                   "topoep: slots per rank {} out of range [{}, {}]", in.slots_per_rank,
+                   mains_per_rank, kMaxExperts);
 }
 
 void fail_negative_demand(const TopoEpInput& in, RankId source) {

@@ -15,9 +15,11 @@ void PolicyConfig::validate() const {
   COBALT_CHECK_ARG(top_k >= 1 && top_k <= num_experts, "policy: top-k {} out of range [1, {}]",
                    top_k, num_experts);
   COBALT_CHECK_ARG(num_layers >= 1, "policy: number of layers {} must be >= 1", num_layers);
-  COBALT_CHECK_ARG(slots_per_rank >= 1,
-                   "policy: slots per rank {} must be >= 1 (>= {} = ceil(E / G))", slots_per_rank,
-                   (num_experts + topology.num_ranks() - 1) / topology.num_ranks());
+  COBALT_CHECK_ARG(slots_per_rank >= 1 && slots_per_rank <= num_experts,
+                   "policy: slots per rank {} out of range [{}, {}] (ceil(E / G) to E: a rank "
+                   "never holds an expert twice)",
+                   slots_per_rank, (num_experts + topology.num_ranks() - 1) / topology.num_ranks(),
+                   num_experts);
   COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,
                kFailedPrecondition,
                "replica budget too small: {} slots per rank x {} ranks < {} experts",
