@@ -64,7 +64,12 @@ Weights read_weights(const std::string& path) {
     const auto& row = doc[l];
     COBALT_CHECK_ARG(row.is_array() && !row.empty(),
                      "weights file '{}': row {} must be a non-empty array of loads", path, l);
-    if (l == 0) w.num_experts = static_cast<int>(row.size());
+    if (l == 0) {
+      COBALT_CHECK_ARG(row.size() >= 1 && row.size() <= static_cast<size_t>(kMaxExperts),
+                       "weights file '{}': {} experts per layer, out of range [1, {}]", path,
+                       row.size(), kMaxExperts);
+      w.num_experts = static_cast<int>(row.size());
+    }
     COBALT_CHECK_ARG(static_cast<int>(row.size()) == w.num_experts,
                      "weights file '{}': row {} has {} loads, row 0 has {}", path, l, row.size(),
                      w.num_experts);
@@ -81,9 +86,14 @@ void run_eplb(const EplbArgs& args) {
   if (args.replicas < 1 || args.groups < 1 || args.nodes < 1 || args.gpus < 1) {
     throw UsageError("--replicas, --groups, --nodes and --gpus must all be >= 1");
   }
-  if (args.gpus > kMaxRanks || args.replicas / args.gpus > kMaxExperts) {
-    throw UsageError(fmt::format("--gpus {} out of range [1, {}] or --replicas {} above {} per GPU",
-                                 args.gpus, kMaxRanks, args.replicas, kMaxExperts));
+  if (args.gpus > kMaxRanks) {
+    throw UsageError(fmt::format("--gpus {} out of range [1, {}]", args.gpus, kMaxRanks));
+  }
+  if (args.replicas / args.gpus > kMaxExperts) {
+    throw UsageError(
+        fmt::format("--replicas {} on --gpus {}: {} replicas per GPU, out of range "
+                    "[1, {}]",
+                    args.replicas, args.gpus, args.replicas / args.gpus, kMaxExperts));
   }
   if (args.gpus % args.nodes != 0) {
     throw UsageError(

@@ -43,10 +43,19 @@ std::optional<int> metadata_int(const std::map<std::string, std::string>& metada
   const std::string& text = it->second;
   int value = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  COBALT_CHECK_ARG(!text.empty() && ec == std::errc() && ptr == text.data() + text.size() &&
-                       value >= 1 && value <= max_value,
-                   "{}: __metadata__: {} = \"{}\" out of range (an integer in [1, {}])", context,
-                   key, printable(text), max_value);
+  // Plain decimal digits only (from_chars also takes a leading '-'): " 8", "+8", "8.0" and "nan"
+  // are not integers; a number of digits outside the range is out of range.
+  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(),
+                                                   [](char c) { return c >= '0' && c <= '9'; });
+  COBALT_CHECK_ARG(digits || (text.size() > 1 && text[0] == '-' &&
+                              std::all_of(text.begin() + 1, text.end(),
+                                          [](char c) { return c >= '0' && c <= '9'; })),
+                   "{}: __metadata__: {} = \"{}\" is not an integer (an integer in [1, {}])",
+                   context, key, printable(text), max_value);
+  COBALT_CHECK_ARG(
+      ec == std::errc() && ptr == text.data() + text.size() && value >= 1 && value <= max_value,
+      "{}: __metadata__: {} = \"{}\" out of range (an integer in [1, {}])", context, key,
+      printable(text), max_value);
   return value;
 }
 

@@ -68,6 +68,13 @@ TEST_F(EplbCli, BadInputExitCodes) {
   EXPECT_EQ(r.exit_code, 2);
   r = run("eplb " + w + " --replicas 16 --groups 4 --nodes 2");  // --gpus missing
   EXPECT_EQ(r.exit_code, 2);
+  // The option that is out of range, and its range (it named --gpus 1 as out of [1, 8192]).
+  r = run("eplb " + w + " --replicas 2147483647 --groups 1 --nodes 1 --gpus 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--replicas 2147483647 on --gpus 1: 2147483647 replicas per GPU, out of "
+                       "range [1, 65536]"),
+            std::string::npos)
+      << r.err;
   // Runtime errors: loads that do not fit, unreadable or malformed files.
   r = run("eplb " + w + " --replicas 8 --groups 4 --nodes 2 --gpus 8");
   EXPECT_EQ(r.exit_code, 1);
@@ -77,6 +84,13 @@ TEST_F(EplbCli, BadInputExitCodes) {
   r = run("eplb --weights '" + ragged.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("row 1 has 2 loads"), std::string::npos) << r.err;
+  std::string wide = "[[1";
+  for (int e = 1; e < 70000; ++e) wide += ",1";
+  r = run("eplb --weights '" + write("wide.json", wide + "]]").string() +
+          "' --replicas 70000 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("70000 experts per layer, out of range [1, 65536]"), std::string::npos)
+      << r.err;
   const auto broken = write("broken.json", "[[1,2,");
   r = run("eplb --weights '" + broken.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
   EXPECT_EQ(r.exit_code, 1);

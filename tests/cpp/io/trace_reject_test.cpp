@@ -140,6 +140,17 @@ TEST_F(TraceReject, NumExpertsMissingOrNotPositive) {
     meta["num_experts"] = bad;
     expect_tensors_rejected(small_tensors(), "num_experts", meta);
   }
+  // What is wrong is named: not an integer at all, or an integer out of range.
+  for (const char* bad : {"eight", "8.0", "", " 8", "+8", "nan"}) {
+    Json meta = trace_meta();
+    meta["num_experts"] = bad;
+    expect_tensors_rejected(small_tensors(), "is not an integer (an integer in [1, 65536])", meta);
+  }
+  for (const char* bad : {"0", "-3", "65537", "99999999999"}) {
+    Json meta = trace_meta();
+    meta["num_experts"] = bad;
+    expect_tensors_rejected(small_tensors(), "out of range (an integer in [1, 65536])", meta);
+  }
   Json meta = trace_meta();
   meta.erase("num_experts");
   expect_tensors_rejected(small_tensors(), "num_experts missing", meta);
