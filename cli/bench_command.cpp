@@ -209,7 +209,8 @@ void register_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative());
   cmd->add_option("--model", args->model,
-                  "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)");
+                  "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)")
+      ->check(non_empty_value());
   cmd->add_option("--threads", args->threads,
                   "worker threads (statistics, planner restarts, assignments; the other calls run "
                   "on one; a preset is generated on every core, before anything is timed)")

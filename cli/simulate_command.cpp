@@ -347,14 +347,17 @@ void register_simulate_command(CLI::App& app) {
   add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster,
                   "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: "
-                  "the --cluster-preset's own shape)");
+                  "the --cluster-preset's own shape)")
+      ->check(non_empty_value());
   cmd->add_option("--cluster-preset", args->cluster_preset,
-                  "modelled hardware: 4x8-b200 (default) or 4x8-h800");
+                  "modelled hardware: 4x8-b200 (default) or 4x8-h800")
+      ->check(non_empty_value());
   cmd->add_option(
-      "--model", args->model,
-      "model sizes for the cost model: glm-4.5-air, deepseek-v3, qwen3-30b-a3b, "
-      "deepseek-v2, deepseek-v2-lite, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
-      "metadata or E/K, else glm-4.5-air)");
+         "--model", args->model,
+         "model sizes for the cost model: glm-4.5-air, deepseek-v3, qwen3-30b-a3b, "
+         "deepseek-v2, deepseek-v2-lite, olmoe-1b-7b, qwen1.5-moe-a2.7b (default: from the trace's "
+         "metadata or E/K, else glm-4.5-air)")
+      ->check(non_empty_value());
   cmd->add_option("--policies", args->policies, "comma-separated policy names, or 'all' (default)");
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")

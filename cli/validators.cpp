@@ -174,6 +174,16 @@ const CLI::Validator& non_empty_name() {
   return validator;
 }
 
+const CLI::Validator& non_empty_value() {
+  static const CLI::Validator validator(
+      [](std::string& text) -> std::string {
+        if (!text.empty()) return {};
+        return "empty value (leave the option out for its default)";
+      },
+      "TEXT");
+  return validator;
+}
+
 void require_output_directory(const std::string& path, const std::string& option) {
   if (path.empty()) throw UsageError(fmt::format("{}: empty path", option));
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();

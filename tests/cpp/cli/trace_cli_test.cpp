@@ -259,6 +259,12 @@ TEST_F(CliTest, ClearMessagesForOddInputs) {
     EXPECT_NE(r.err.find("is not a number (valid: (a finite number >= 0))"), std::string::npos)
         << value << ": " << r.err;
   }
+  // An empty value is refused, not read as "the default" (bench refused it already).
+  for (const std::string option : {"--cluster", "--cluster-preset", "--model"}) {
+    r = run("simulate --preset uniform --steps 2 --tokens-per-step 64 " + option + " ''");
+    EXPECT_EQ(r.exit_code, 2) << option << ": " << r.err;
+    EXPECT_NE(r.err.find("empty value"), std::string::npos) << option << ": " << r.err;
+  }
   // 'all' with other names contradicted the list of valid names it printed.
   r =
       run("simulate --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 --policies "
