@@ -13,6 +13,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/dump.hpp"
@@ -154,33 +155,31 @@ void decimal_integer_options(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) decimal_integer_options(*sub);
 }
 
+namespace {
+
+// A validator refusing "" with `message`; `type` is the option's placeholder in --help.
+CLI::Validator refuse_empty(std::string message, std::string type) {
+  return CLI::Validator(
+      [message](std::string& text) -> std::string { return text.empty() ? message : ""; },
+      std::move(type));
+}
+
+}  // namespace
+
 const CLI::Validator& non_empty_path() {
-  static const CLI::Validator validator(
-      [](std::string& text) -> std::string {
-        if (!text.empty()) return {};
-        return "empty path (give a file name)";
-      },
-      "PATH");
+  static const CLI::Validator validator = refuse_empty("empty path (give a file name)", "PATH");
   return validator;
 }
 
 const CLI::Validator& non_empty_name() {
-  static const CLI::Validator validator(
-      [](std::string& text) -> std::string {
-        if (!text.empty()) return {};
-        return "empty name (see `cobalt trace gen --list-presets`)";
-      },
-      "NAME");
+  static const CLI::Validator validator =
+      refuse_empty("empty name (see `cobalt trace gen --list-presets`)", "NAME");
   return validator;
 }
 
 const CLI::Validator& non_empty_value() {
-  static const CLI::Validator validator(
-      [](std::string& text) -> std::string {
-        if (!text.empty()) return {};
-        return "empty value (leave the option out for its default)";
-      },
-      "TEXT");
+  static const CLI::Validator validator =
+      refuse_empty("empty value (leave the option out for its default)", "");
   return validator;
 }
 
