@@ -87,7 +87,7 @@ void run_bench(const BenchArgs& args) {
   require_memory(50.0 * static_cast<double>(step_tokens) * source.top_k(),
                  fmt::format("bench: the timed operations on step {} ({} tokens x top-{})",
                              args.step, step_tokens, source.top_k()),
-                 "lower --tokens-per-step, or choose a smaller --step");
+                 "lower --tokens-per-step, or choose another --step");
 
   eval::StepScratch scratch;
   const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);

@@ -77,9 +77,10 @@ int main(int argc, char** argv) {
         fmt::format("cobalt: {}: {}\n", cobalt::error_code_name(e.code()), e.what()));
     return 1;
   } catch (const std::bad_alloc&) {
+    // A literal: formatting could need the memory that just ran out.
     cobalt::cli::write_stderr(
-        fmt::format("cobalt: error: out of memory (the input or options need more memory than this "
-                    "machine has; try fewer tokens, steps or layers)\n"));
+        "cobalt: error: out of memory (the input or options need more memory than this machine "
+        "has; try fewer tokens, steps or layers)\n");
     return 1;
   } catch (const std::exception& e) {
     cobalt::cli::write_stderr(fmt::format("cobalt: error: {}\n", e.what()));

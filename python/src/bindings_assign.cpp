@@ -38,7 +38,12 @@ py::array_t<int32_t, py::array::c_style> exec_output(const PyRoutingBatch& b,
                                      std::string(py::str(py::type::of(*out).attr("__name__")))));
   }
   const auto array = py::reinterpret_borrow<py::array>(*out);
-  if (!array.dtype().is(py::dtype::of<int32_t>())) {
+  // By value, not dtype identity (an equal native int32 dtype may be another object).
+  const py::object dtype = array.dtype();
+  const bool int32 = py::cast<std::string>(dtype.attr("kind")) == "i" &&
+                     py::cast<int>(dtype.attr("itemsize")) == 4 &&
+                     py::cast<bool>(dtype.attr("isnative"));
+  if (!int32) {
     throw py::type_error(fmt::format("{}: out must be an int32 array, got dtype {}", what,
                                      std::string(py::str(array.dtype()))));
   }

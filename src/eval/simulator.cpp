@@ -269,7 +269,8 @@ double simulation_memory_bytes(const StepSource& source, const SimulationOptions
     holders.push_back(name);
     total += per_layer * num_layers;
   }
-  if (!holders.empty()) total += 10.0 * square;  // the planner's working copies, one at a time
+  const double planner_copies = holders.empty() ? 0.0 : 10.0 * square;  // one at a time
+  total += planner_copies;
   // The largest step's work (the policies take turns on it).
   int64_t max_step_tokens = 0;
   if (source.has_tokens()) {
@@ -288,6 +289,9 @@ double simulation_memory_bytes(const StepSource& source, const SimulationOptions
                           format_bytes(per_layer * num_layers), source.num_layers(),
                           source.num_experts(), source.num_experts(),
                           options.policy_config.async_planning ? " with async plan snapshots" : "");
+    if (planner_copies > 0) {
+      *breakdown += fmt::format("; the planner's copies {}", format_bytes(planner_copies));
+    }
     *breakdown += fmt::format("; the largest step's work {} ({} tokens x top-{})",
                               format_bytes(step_work), max_step_tokens, source.top_k());
   }

@@ -219,9 +219,6 @@ std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const Expert
   COBALT_CHECK_ARG(batch.num_experts() == layout.num_experts(),
                    "replica counts: the batch has E = {}, the layout E = {}", batch.num_experts(),
                    layout.num_experts());
-  COBALT_CHECK_ARG(batch.num_ranks() == layout.num_ranks(),
-                   "replica counts: the batch has G = {}, the layout G = {}", batch.num_ranks(),
-                   layout.num_ranks());
   // One branch-free pass checks the ranks (min and max); a bad entry is named by the ordered
   // checks, run only when there is one.
   RankId low = 0, high = 0;

@@ -24,7 +24,9 @@ int slots_for_extra(int num_experts, int num_ranks, int extra_slots);
 
 class ExpertLayout {
  public:
-  // slots: [G, slots_per_rank] row-major expert ids, kEmptySlot where unused.
+  // slots: [G, slots_per_rank] row-major expert ids, kEmptySlot where unused. E and
+  // slots_per_rank in [1, 65536] (kInvalidArgument, checked by the builders below too before they
+  // allocate).
   ExpertLayout(Topology topology, int num_experts, int slots_per_rank, std::vector<ExpertId> slots);
 
   // Builds the layout from per-rank expert lists (each list no longer than slots_per_rank).

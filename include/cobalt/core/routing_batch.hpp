@@ -16,8 +16,9 @@ namespace cobalt {
 class RoutingBatch {
  public:
   // topk_ids: [T, K] row-major; source_rank: [T], each in [0, num_ranks).
-  // Validates once: sizes agree, K >= 1, every id in [0, num_experts), ids distinct within a row,
-  // every source rank in range. Throws kInvalidArgument naming the first offending token.
+  // Validates once: num_experts in [1, 65536], sizes agree, K >= 1, every id in [0, num_experts),
+  // ids distinct within a row, every source rank in range. Throws kInvalidArgument naming the
+  // first offending token.
   RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank, int top_k,
                int num_experts, int num_ranks);
 

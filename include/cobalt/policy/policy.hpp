@@ -84,7 +84,8 @@ class Policy {
   // Load-only replay (traces with a `counts` tensor, no per-token ids). counts: [G, E] tasks from
   // rank r choosing expert e this (step, layer) (sources already mapped onto the G ranks). Writes
   // the tasks each rank executes, rank_loads [G], and returns the layout in force. Token-level
-  // policies cannot run here: they throw kFailedPrecondition naming the policy.
+  // policies cannot run here: they throw kFailedPrecondition naming the policy. A negative count,
+  // or counts summing past 2^52, is kInvalidArgument before any state changes.
   std::shared_ptr<const ExpertLayout> run_loads(int64_t step, int layer,
                                                 std::span<const int64_t> counts,
                                                 std::span<int64_t> rank_loads);

@@ -70,16 +70,19 @@ struct OchiaiSummary {
   double count_weighted = 0;  // sum_{i<j} c_ij Ochiai(i,j) / sum_{i<j} c_ij
   double top_partner = 0;     // sum_i w_i max_j Ochiai(i,j) / sum_i w_i
 };
+// Loads and co-activations must be finite and >= 0 (kInvalidArgument naming the first that is not).
 OchiaiSummary summarize_ochiai(std::span<const double> expert_load,
                                std::span<const double> coactivation);
 
 // Fraction of the `hot_count` most loaded experts of `prev` that are not among those of `next`
-// (TopoEP's hot-set churn). Ties broken by lower expert id.
+// (TopoEP's hot-set churn). Ties broken by lower expert id; a hot_count above E takes all E.
+// kInvalidArgument when the sizes differ, hot_count < 1 or a load is not finite and >= 0.
 double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load,
                      int hot_count);
 
 // EMA loads of replicas, keyed by (rank, slot) of the layout in force. Stage 2 of Cobalt reads
-// these.
+// these. kInvalidArgument for G outside [1, 8192], S outside [1, 65536], a decay outside [0, 1),
+// a load that is not finite and >= 0 or a negative count.
 class ReplicaLoads {
  public:
   ReplicaLoads(int num_ranks, int slots_per_rank, double decay);
@@ -97,8 +100,8 @@ class ReplicaLoads {
 };
 
 // Task counts per replica slot [G, S] of an assignment on a layout: task (t, e) on rank r counts
-// for the slot of r holding e. kInvalidArgument when the sizes, E or G disagree, or naming the
-// first task whose rank is out of range or does not hold its expert.
+// for the slot of r holding e. kInvalidArgument when the sizes or E disagree, or naming the first
+// task whose rank is out of range or does not hold its expert.
 std::vector<int64_t> replica_task_counts(const RoutingBatch& batch, const ExpertLayout& layout,
                                          std::span<const RankId> exec_rank);
 

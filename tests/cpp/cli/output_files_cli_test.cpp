@@ -117,10 +117,14 @@ TEST_F(OutputFilesCli, AReadOnlyOutputFileIsRefusedNotReplaced) {
   if (::geteuid() == 0) {
     if (!std::filesystem::exists("/usr/bin/setpriv")) GTEST_SKIP() << "no setpriv to drop root";
     as_user = "/usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups ";
-    // The build may live where nobody cannot reach it (a checkout under /root).
+    // The build may live where nobody cannot reach it (a checkout under /root), and so may the
+    // scratch directory (TMPDIR).
     if (run_shell(as_user + "'" + std::string(COBALT_CLI_PATH) + "' --version", dir_).exit_code !=
         0)
       GTEST_SKIP() << "nobody cannot run " << COBALT_CLI_PATH;
+    std::filesystem::permissions(dir_, std::filesystem::perms::all);
+    if (run_shell(as_user + "test -w '" + dir_.string() + "'", dir_).exit_code != 0)
+      GTEST_SKIP() << "nobody cannot write in " << dir_;
   }
   std::filesystem::permissions(dir_, std::filesystem::perms::all);
   write("ro.json", "old");

@@ -481,6 +481,7 @@ TEST_F(SimulateCli, RunsBeyondTheMemoryBudgetAreRefusedUpFront) {
             std::string::npos)
       << r.err;
   // 2 x 76 MiB, and 10 MiB for the planner's copies (the four 1-token steps add 64 bytes).
+  EXPECT_NE(r.err.find("; the planner's copies 10 MiB; "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("needs 162 MiB, above the memory budget of 100 MiB (COBALT_MEMORY_LIMIT)"),
             std::string::npos)
       << r.err;

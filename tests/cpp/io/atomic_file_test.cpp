@@ -17,12 +17,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Exit statuses of run_unprivileged's child when it cannot run fn as intended.
+constexpr int kCannotDropRoot = 100, kCannotReachDir = 101;
+
 // Runs fn in a child process whose file permissions apply (as nobody when this process is root,
-// which would write a 0444 file anyway); its result is the child's exit status.
-int run_unprivileged(const std::function<int()>& fn) {
+// which would write a 0444 file anyway) and that can create files in `dir`; its result is the
+// child's exit status.
+int run_unprivileged(const fs::path& dir, const std::function<int()>& fn) {
   const pid_t pid = ::fork();
   if (pid == 0) {
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(100);
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+      ::_exit(kCannotDropRoot);
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) ::_exit(kCannotReachDir);
     ::_exit(fn());
   }
   int status = 0;
@@ -33,8 +40,9 @@ int run_unprivileged(const std::function<int()>& fn) {
 // Renaming over a file needs only the directory's permission: a file whose own permissions refuse
 // writing is refused (IoError naming it) and stays as it was; a writable one beside it is replaced.
 TEST(AtomicFile, AFileItsPermissionsProtectIsNotReplaced) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("cobalt_atomic_file_" + std::to_string(::getpid()));
+  // /tmp when there is one: TMPDIR may name a directory that nobody cannot enter.
+  const fs::path tmp = fs::is_directory("/tmp") ? fs::path("/tmp") : fs::temp_directory_path();
+  const fs::path dir = tmp / ("cobalt_atomic_file_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::all);  // anyone may create and rename files here
@@ -45,7 +53,7 @@ TEST(AtomicFile, AFileItsPermissionsProtectIsNotReplaced) {
                   fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   fs::permissions(open_file, fs::perms::all);
   const auto write_as_unprivileged = [&](const fs::path& path) {
-    return run_unprivileged([&] {
+    return run_unprivileged(dir, [&] {
       try {
         write_file_atomically(path.string(), "new", "--out");
         return 0;
@@ -56,7 +64,13 @@ TEST(AtomicFile, AFileItsPermissionsProtectIsNotReplaced) {
       }
     });
   };
-  EXPECT_EQ(write_as_unprivileged(protected_file), 3);
+  const int status = write_as_unprivileged(protected_file);
+  if (status == kCannotDropRoot || status == kCannotReachDir) {
+    fs::remove_all(dir);
+    GTEST_SKIP() << (status == kCannotDropRoot ? "cannot switch to user nobody"
+                                               : "user nobody cannot reach " + dir.string());
+  }
+  EXPECT_EQ(status, 3);
   EXPECT_EQ(testing::read_file(protected_file), "old");
   EXPECT_EQ(write_as_unprivileged(open_file), 0);
   EXPECT_EQ(testing::read_file(open_file), "new");
