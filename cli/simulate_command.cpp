@@ -128,10 +128,11 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
   return input;
 }
 
-// The run's dominant memory (eval::simulation_memory_bytes: per-layer statistics of cobalt and
-// cobalt+; the dump writer's buffers when `dump_topology` is given; a generated workload, which is
-// held already) against the budget of core/memory.hpp: a failed precondition naming the estimate,
-// the budget and what to lower, before the replay allocates it.
+// The run's dominant memory (eval::simulation_memory_bytes: the largest policy's state, per-layer
+// statistics of cobalt and cobalt+ or the peers' [G, E] tables; the dump writer's buffers when
+// `dump_topology` is given; a generated workload, which is held already) against the budget of
+// core/memory.hpp: a failed precondition naming the estimate, the budget and what to lower, before
+// the replay allocates it.
 void require_run_memory(const WorkloadInput& input, const eval::SimulationOptions& options,
                         const Topology* dump_topology) {
   const eval::StepSource& source = *input.source;
@@ -150,9 +151,9 @@ void require_run_memory(const WorkloadInput& input, const eval::SimulationOption
     breakdown += fmt::format("; the generated workload {}", format_bytes(workload));
   }
   require_memory(total, fmt::format("simulate ({})", breakdown),
-                 "lower the layers (--layers, or a trace with fewer) or the experts, leave cobalt "
-                 "and cobalt+ out (--policies), use fewer tokens per step (--tokens-per-step), or "
-                 "fewer steps or tokens with --dump");
+                 "lower the layers (--layers, or a trace with fewer), the experts or the ranks "
+                 "(--cluster), leave the largest policy out (--policies), use fewer tokens per "
+                 "step (--tokens-per-step), or fewer steps or tokens with --dump");
 }
 
 int measured_from(const SimulateArgs& args, int num_steps) {

@@ -80,7 +80,7 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
                "layout: {} ranks x {} slots cannot hold {} experts", num_ranks, slots_per_rank,
                num_experts);
 
-  holds_.assign(static_cast<size_t>(num_experts) * num_ranks, 0);
+  holds_.assign((static_cast<size_t>(num_experts) * num_ranks + 63) / 64, 0);
   std::vector<int32_t> count(num_experts, 0);
   for (RankId r = 0; r < num_ranks; ++r) {
     for (int s = 0; s < slots_per_rank; ++s) {
@@ -90,9 +90,11 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
           e >= 0 && e < num_experts,
           "layout: rank {} slot {} holds expert id {} out of range [0, {}) (or -1 empty)", r, s, e,
           num_experts);
-      uint8_t& held = holds_[static_cast<size_t>(e) * num_ranks + r];
-      COBALT_CHECK_ARG(!held, "layout: rank {} holds two replicas of expert {}", r, e);
-      held = 1;
+      const size_t bit = static_cast<size_t>(e) * num_ranks + r;
+      uint64_t& word = holds_[bit >> 6];
+      const uint64_t mask = uint64_t{1} << (bit & 63);
+      COBALT_CHECK_ARG(!(word & mask), "layout: rank {} holds two replicas of expert {}", r, e);
+      word |= mask;
       ++count[e];
     }
   }
@@ -103,22 +105,27 @@ ExpertLayout::ExpertLayout(Topology topology, int num_experts, int slots_per_ran
                      num_experts);
     replica_offsets_[e + 1] = replica_offsets_[e] + count[e];
   }
-  // Experts' ranks ascending: scan in (expert, rank) order.
+  // Each expert's ranks ascending: place ranks in rank order into their experts' ranges
+  // (O(G S + E N), not a scan of the E x G table).
   replica_ranks_.resize(replica_offsets_[num_experts]);
+  std::vector<int32_t> cursor(replica_offsets_.begin(), replica_offsets_.end() - 1);
+  for (RankId r = 0; r < num_ranks; ++r) {
+    for (int s = 0; s < slots_per_rank; ++s) {
+      const ExpertId e = slots_[static_cast<size_t>(r) * slots_per_rank + s];
+      if (e != kEmptySlot) replica_ranks_[cursor[e]++] = r;
+    }
+  }
   node_offsets_.assign(static_cast<size_t>(num_experts) * num_nodes + 1, 0);
   node_mask_.assign(num_experts, 0);
-  size_t pos = 0;
   for (ExpertId e = 0; e < num_experts; ++e) {
-    const uint8_t* row = holds_.data() + static_cast<size_t>(e) * num_ranks;
+    int32_t pos = replica_offsets_[e];
     for (NodeId n = 0; n < num_nodes; ++n) {
-      const RankId first = topology_.first_rank_of(n);
-      for (RankId r = first; r < first + topology_.ranks_per_node(); ++r) {
-        if (row[r]) {
-          replica_ranks_[pos++] = r;
-          node_mask_[e] |= uint64_t{1} << n;
-        }
+      const RankId end_rank = topology_.first_rank_of(n) + topology_.ranks_per_node();
+      if (pos < replica_offsets_[e + 1] && replica_ranks_[pos] < end_rank) {
+        node_mask_[e] |= uint64_t{1} << n;
+        while (pos < replica_offsets_[e + 1] && replica_ranks_[pos] < end_rank) ++pos;
       }
-      node_offsets_[static_cast<size_t>(e) * num_nodes + n + 1] = static_cast<int32_t>(pos);
+      node_offsets_[static_cast<size_t>(e) * num_nodes + n + 1] = pos;
     }
   }
 }

@@ -257,20 +257,19 @@ std::vector<std::string> policies_over_top_k(const std::vector<std::string>& pol
 
 double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
                                std::string* breakdown) {
-  const double num_experts = source.num_experts(), num_layers = source.num_layers();
-  const double square = num_experts * num_experts;
-  const double per_layer = (options.policy_config.async_planning ? 27.0 : 19.0) * square;
-  std::vector<std::string> holders;
-  double total = 0;
+  // The policies replay one at a time and each is freed after its replay: the largest counts.
+  std::string largest;
+  policy::PolicyMemory largest_memory;
   bool balanced = false;
   for (const auto& name : options.policies) {
     balanced = balanced || name == "cobalt+";
-    if (!is_cobalt_family(name)) continue;
-    holders.push_back(name);
-    total += per_layer * num_layers;
+    const policy::PolicyMemory memory = policy::policy_memory(name, options.policy_config);
+    if (largest.empty() || memory.total_bytes() > largest_memory.total_bytes()) {
+      largest = name;
+      largest_memory = memory;
+    }
   }
-  const double planner_copies = holders.empty() ? 0.0 : 10.0 * square;  // one at a time
-  total += planner_copies;
+  double total = largest_memory.total_bytes();
   // The largest step's work (the policies take turns on it).
   int64_t max_step_tokens = 0;
   if (source.has_tokens()) {
@@ -282,16 +281,18 @@ double simulation_memory_bytes(const StepSource& source, const SimulationOptions
       (balanced ? 16.0 : 10.0) * static_cast<double>(max_step_tokens) * source.top_k();
   total += step_work;
   if (breakdown != nullptr) {
-    *breakdown =
-        holders.empty()
-            ? std::string("no policy keeps per-layer statistics")
-            : fmt::format("{} {} each: {} layers x {} x {} statistics{}", fmt::join(holders, ", "),
-                          format_bytes(per_layer * num_layers), source.num_layers(),
-                          source.num_experts(), source.num_experts(),
-                          options.policy_config.async_planning ? " with async plan snapshots" : "");
-    if (planner_copies > 0) {
-      *breakdown += fmt::format("; the planner's copies {}", format_bytes(planner_copies));
-    }
+    const auto& config = options.policy_config;
+    *breakdown = largest.empty()
+                     ? std::string("no policy")
+                     : fmt::format(
+                           "the largest policy, {}, {}: {} a layer x {} layer{} + {} once for E = "
+                           "{} experts on G = {} ranks{}",
+                           largest, format_bytes(largest_memory.total_bytes()),
+                           format_bytes(largest_memory.per_layer_bytes), largest_memory.num_layers,
+                           largest_memory.num_layers == 1 ? "" : "s",
+                           format_bytes(largest_memory.working_bytes), config.num_experts,
+                           config.topology.num_ranks(),
+                           config.async_planning ? " with async plan snapshots" : "");
     *breakdown += fmt::format("; the largest step's work {} ({} tokens x top-{})",
                               format_bytes(step_work), max_step_tokens, source.top_k());
   }
@@ -327,7 +328,9 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
                      "workload has top-k {}",
                      fmt::join(over, ", "), assign::kMaxNodeCoverTopK, config.top_k);
   }
-  // Fail early on unknown names before doing any work.
+  // Fail early on unknown names and bad configurations before doing any work. Building a policy
+  // allocates little (its per-layer state grows as it replays); each is freed after its replay,
+  // so the policies' state does not add up.
   std::vector<std::unique_ptr<policy::Policy>> policies;
   for (const auto& name : options.policies) policies.push_back(policy::make_policy(name, config));
 
@@ -349,6 +352,7 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
       skipped.skipped = e.what();
       result.policies.push_back(std::move(skipped));
     }
+    pol.reset();
   }
 
   const auto it = std::find_if(result.policies.begin(), result.policies.end(),

@@ -17,15 +17,15 @@ namespace cobalt::policy {
 
 class PerBatchPolicy : public Policy {
  public:
-  explicit PerBatchPolicy(const PolicyConfig& config)
-      : config_(config),
-        demand_(static_cast<size_t>(config.topology.num_ranks()) * config.num_experts, 0) {}
+  explicit PerBatchPolicy(const PolicyConfig& config) : config_(config) {}
 
   bool needs_token_ids() const override { return false; }
 
  protected:
   std::shared_ptr<const ExpertLayout> do_run(int64_t, int, const RoutingBatch& batch,
                                              std::span<RankId> exec_rank) final {
+    // Sized on first use: a policy built only to check its configuration holds no [G, E] table.
+    demand_.resize(static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts);
     count_demand(batch, demand_);
     auto layout = plan(demand_);
     assign(batch, exec_rank);

@@ -104,6 +104,24 @@ std::vector<std::string> policy_names() {
   return names;
 }
 
+PolicyMemory policy_memory(const std::string& name, const PolicyConfig& config) {
+  for (const auto& entry : registry()) {
+    if (entry.name != name) continue;
+    const MemoryCoefficients& c = entry.memory;
+    const double num_experts = config.num_experts;
+    const double eg = num_experts * config.topology.num_ranks(), ee = num_experts * num_experts;
+    PolicyMemory memory;
+    memory.num_layers = config.num_layers;
+    memory.per_layer_bytes =
+        c.per_layer_eg * eg +
+        (c.per_layer_ee + (config.async_planning ? c.async_per_layer_ee : 0.0)) * ee;
+    memory.working_bytes = c.working_eg * eg + c.working_ee * ee;
+    return memory;
+  }
+  fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", name,
+       fmt::join(policy_names(), ", "));
+}
+
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config) {
   config.validate();
   for (const auto& entry : registry()) {

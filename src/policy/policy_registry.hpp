@@ -10,9 +10,20 @@
 
 namespace cobalt::policy {
 
+// Bytes a policy holds, as multiples of E x G (G = ranks) and E x E, fitted to peak RSS
+// (docs/simulator.md "Memory" gives the command and the figures): `per_layer_*` for each MoE layer
+// (statistics, windows of [G, E] demand matrices, the layer's layout), `working_*` once (the
+// per-batch planners' [G, E] tables, the global planner's copies).
+struct MemoryCoefficients {
+  double per_layer_eg = 0, per_layer_ee = 0;
+  double async_per_layer_ee = 0;  // added per layer with PolicyConfig::async_planning
+  double working_eg = 0, working_ee = 0;
+};
+
 struct RegistryEntry {
   std::string name;
   std::function<std::unique_ptr<Policy>(const PolicyConfig&)> make;
+  MemoryCoefficients memory;
 };
 
 const std::vector<RegistryEntry>& registry();

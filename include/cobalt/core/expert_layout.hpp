@@ -68,7 +68,8 @@ class ExpertLayout {
   uint64_t node_mask(ExpertId e) const { return node_mask_[e]; }
   std::span<const uint64_t> node_masks() const { return node_mask_; }
   bool holds(RankId rank, ExpertId e) const {
-    return holds_[static_cast<size_t>(e) * num_ranks() + rank] != 0;
+    const size_t bit = static_cast<size_t>(e) * num_ranks() + rank;
+    return (holds_[bit >> 6] >> (bit & 63)) & 1;
   }
   int num_used_slots(RankId rank) const;
 
@@ -94,7 +95,7 @@ class ExpertLayout {
   std::vector<RankId> replica_ranks_;     // ranks grouped by expert, ascending within each
   std::vector<int32_t> node_offsets_;     // [E * N + 1] into replica_ranks_ (same order)
   std::vector<uint64_t> node_mask_;       // [E]
-  std::vector<uint8_t> holds_;            // [E * G]
+  std::vector<uint64_t> holds_;           // [ceil(E * G / 64)]: bit e * G + r set when r holds e
 };
 
 // One replica a new layout needs that the old one did not have on that rank. The parameters come

@@ -111,17 +111,15 @@ int policy_max_top_k(const std::string& policy);
 std::vector<std::string> policies_over_top_k(const std::vector<std::string>& policies, int top_k);
 
 // An estimate of the memory simulate(source, options) holds at its peak, in bytes, for an up-front
-// check (core/memory.hpp): every policy is built before the replay and kept to its end, and cobalt
-// and cobalt+ keep routing statistics per layer: the E x E EMA co-activation matrix (double), its
-// int64 count scratch and the planner's per-layer state, ~19 E^2 bytes a layer (measured:
-// 2026-12-04, E = 1024, 1 and 4 layers), plus with async planning a plan snapshot per layer in
-// flight (8 E^2), plus ~10 E^2 once for the planner's working copies; and the per-step work of the
-// largest step (its batch, exec ranks and the assignment's scratch, shared by the policies): ~10
-// bytes a task, ~16 with cobalt+ (its balanced assignment's workspace; measured at 2^18 and 2^21
-// tokens a step). Left out: the other policies' O(G S + E) state per layer (E x G tables in some
-// peers, which only matter at tens of thousands of experts on thousands of ranks), the workload
-// itself and a --dump (DumpWriter::memory_bytes). `breakdown`, when given, receives a one-line
-// account ("cobalt 3.1 GiB, cobalt+ 3.1 GiB: 200 layers x E^2 = 1024^2 statistics; ...").
+// check (core/memory.hpp): the policies replay one after another and each is freed after its
+// replay, so the largest policy's policy::policy_memory counts (per-layer statistics of cobalt and
+// cobalt+, the peers' [G, E] demand windows and tables, per-layer layouts), plus the per-step work
+// of the largest step (its batch, exec ranks and the assignment's scratch, shared by the
+// policies): ~10 bytes a task, ~16 with cobalt+ (its balanced assignment's workspace; measured at
+// 2^18 and 2^21 tokens a step). Left out: the workload itself and a --dump
+// (DumpWriter::memory_bytes). Throws kInvalidArgument for an unknown policy name. `breakdown`, when
+// given, receives a one-line account ("the largest policy, cobalt, 3.1 GiB: 16 MiB a layer x 200
+// layers + ...; the largest step's work ...").
 double simulation_memory_bytes(const StepSource& source, const SimulationOptions& options,
                                std::string* breakdown = nullptr);
 

@@ -113,6 +113,22 @@ class Policy {
 
 // Known policy names, in display order.
 std::vector<std::string> policy_names();
+
+// An estimate of the memory one policy holds at its peak while replaying config's shape (E =
+// config.num_experts, G = config.topology.num_ranks(), config.num_layers layers), for up-front
+// checks (core/memory.hpp). Fitted to peak RSS (docs/simulator.md "Memory"): cobalt and cobalt+
+// keep ~19 E^2 bytes a layer of routing statistics (27 with async planning) plus ~10 E^2 + 3.5 E G
+// once for the planner's copies; smartmoe and laer keep windows of [G, E] demand matrices per
+// layer (16 and 24 E G bytes); the peers' per-batch routing and planning hold 17-32 E G bytes once;
+// every policy but static keeps a layout per layer (~0.25 E G). Not included: the step's batch
+// and tasks (eval::simulation_memory_bytes adds them). Throws kInvalidArgument for an unknown name.
+struct PolicyMemory {
+  double per_layer_bytes = 0;  // held for each layer
+  double working_bytes = 0;    // held once
+  int num_layers = 0;
+  double total_bytes() const { return per_layer_bytes * num_layers + working_bytes; }
+};
+PolicyMemory policy_memory(const std::string& name, const PolicyConfig& config);
 // Throws kInvalidArgument listing the valid names when `name` is unknown.
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
 

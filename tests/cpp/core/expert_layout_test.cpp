@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <random>
 
 #include "cobalt/core/error.hpp"
 
@@ -31,6 +33,67 @@ TEST(ExpertLayout, DerivedMaps) {
   EXPECT_TRUE(layout.holds(2, 0));
   EXPECT_FALSE(layout.holds(1, 0));
   EXPECT_EQ(layout.num_used_slots(1), 1);
+}
+
+// The derived maps (the E x G bit table, each expert's ranks overall and per node, node masks)
+// against a brute-force reading of the slots, on random layouts whose E x G is rarely a multiple
+// of 64 (bits of one expert straddle words).
+TEST(ExpertLayout, DerivedMapsMatchTheSlotsOnRandomLayouts) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int num_nodes = 1 + static_cast<int>(rng() % 5);
+    const int ranks_per_node = 1 + static_cast<int>(rng() % 9);
+    const Topology topology(num_nodes, num_nodes * ranks_per_node);
+    const int num_ranks = topology.num_ranks();
+    const int slots_per_rank = 1 + static_cast<int>(rng() % 4);
+    const int num_experts =
+        1 + static_cast<int>(rng() % static_cast<uint64_t>(num_ranks * slots_per_rank));
+    // Every expert once, then random extra replicas on ranks that lack them, shuffled per rank.
+    std::vector<std::vector<ExpertId>> rank_lists(num_ranks);
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      RankId r = static_cast<RankId>(rng() % num_ranks);
+      while (static_cast<int>(rank_lists[r].size()) == slots_per_rank) r = (r + 1) % num_ranks;
+      rank_lists[r].push_back(e);
+    }
+    std::vector<ExpertId> slots;
+    for (RankId r = 0; r < num_ranks; ++r) {
+      auto& list = rank_lists[r];
+      while (static_cast<int>(list.size()) < slots_per_rank) {
+        const ExpertId e = static_cast<ExpertId>(rng() % num_experts);
+        const bool held = std::find(list.begin(), list.end(), e) != list.end();
+        list.push_back(held || rng() % 3 == 0 ? kEmptySlot : e);
+      }
+      std::shuffle(list.begin(), list.end(), rng);
+      slots.insert(slots.end(), list.begin(), list.end());
+    }
+    const ExpertLayout layout(topology, num_experts, slots_per_rank, slots);
+    int num_replicas = 0;
+    for (ExpertId e = 0; e < num_experts; ++e) {
+      std::vector<RankId> ranks;
+      uint64_t mask = 0;
+      for (RankId r = 0; r < num_ranks; ++r) {
+        const auto first = slots.begin() + static_cast<ptrdiff_t>(r) * slots_per_rank;
+        const bool held = std::find(first, first + slots_per_rank, e) != first + slots_per_rank;
+        ASSERT_EQ(layout.holds(r, e), held)
+            << "trial " << trial << " rank " << r << " expert " << e;
+        if (!held) continue;
+        ranks.push_back(r);
+        mask |= uint64_t{1} << topology.node_of(r);
+      }
+      num_replicas += static_cast<int>(ranks.size());
+      EXPECT_EQ(std::vector<RankId>(layout.ranks_of(e).begin(), layout.ranks_of(e).end()), ranks);
+      EXPECT_EQ(layout.node_mask(e), mask);
+      for (NodeId n = 0; n < num_nodes; ++n) {
+        std::vector<RankId> on_node;
+        for (RankId r : ranks) {
+          if (topology.node_of(r) == n) on_node.push_back(r);
+        }
+        EXPECT_EQ(std::vector<RankId>(layout.ranks_of(e, n).begin(), layout.ranks_of(e, n).end()),
+                  on_node);
+      }
+    }
+    EXPECT_EQ(layout.num_replicas(), num_replicas);
+  }
 }
 
 TEST(ExpertLayout, Validation) {

@@ -181,6 +181,46 @@ TEST(PolicyRegistry, UnknownNameListsValidOnes) {
   EXPECT_THROW(make_policy("cobalt", c), Error);
 }
 
+// Every registered policy has a memory estimate; it grows with the layers, experts and ranks as
+// its state does (E x E statistics for the cobalt family, [G, E] tables for the peers).
+TEST(PolicyRegistry, EveryPolicyHasAMemoryEstimate) {
+  PolicyConfig config = small_config();
+  config.num_layers = 2;
+  for (const auto& name : policy_names()) {
+    const PolicyMemory one = policy_memory(name, config);
+    EXPECT_EQ(one.num_layers, 2) << name;
+    EXPECT_DOUBLE_EQ(one.total_bytes(), 2 * one.per_layer_bytes + one.working_bytes) << name;
+    PolicyConfig more_ranks = config;
+    more_ranks.topology = Topology(2, 8);
+    PolicyConfig more_experts = config;
+    more_experts.num_experts = 16;
+    if (name == "static") {
+      EXPECT_EQ(one.total_bytes(), 0) << name;  // one layout for every layer, O(G S + E)
+      continue;
+    }
+    EXPECT_GT(one.per_layer_bytes, 0) << name;  // a layout per layer at least
+    EXPECT_GT(policy_memory(name, more_ranks).total_bytes(), one.total_bytes()) << name;
+    EXPECT_GT(policy_memory(name, more_experts).total_bytes(), one.total_bytes()) << name;
+    PolicyConfig async = config;
+    async.async_planning = true;
+    const bool snapshots = name == "cobalt" || name == "cobalt+";
+    EXPECT_EQ(policy_memory(name, async).per_layer_bytes > one.per_layer_bytes, snapshots) << name;
+  }
+  // E = 65536 on 64 x 128 ranks: laer's demand windows for two layers and its routing tables
+  // need ~36 GB (it took that until the kernel killed it; now the estimate refuses it up front).
+  PolicyConfig huge = config;
+  huge.num_experts = 65536;
+  huge.topology = Topology(64, 8192);
+  EXPECT_GT(policy_memory("laer", huge).total_bytes(), 3e10);
+  try {
+    policy_memory("nope", config);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("valid: static"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cobalt::policy
 
