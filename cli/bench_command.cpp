@@ -15,6 +15,7 @@
 #include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/step_timing.hpp"
 #include "cobalt/io/atomic_file.hpp"
+#include "cobalt/policy/policy.hpp"
 #include "commands.hpp"
 #include "workload_input.hpp"
 
@@ -80,6 +81,16 @@ void run_bench(const BenchArgs& args) {
                  fmt::format("bench: the policy steps' statistics for {} layers x {} x {} experts",
                              args.layer + 1, num_experts, num_experts),
                  "choose a lower --layer");
+  // The topoep rows (its solver alone and its policy step) route through [G, E] tables (~17 E G
+  // bytes, policy::policy_memory), after the cobalt rows have freed theirs.
+  policy::PolicyConfig topoep_config;
+  topoep_config.topology = topology;
+  topoep_config.num_experts = num_experts;
+  topoep_config.num_layers = args.layer + 1;
+  require_memory(policy::policy_memory("topoep", topoep_config).total_bytes(),
+                 fmt::format("bench: topoep's [G, E] tables for {} experts on {} ranks",
+                             num_experts, num_ranks),
+                 "use fewer ranks (--cluster)");
   // The timed rows' work on the step's batch (its ids, each row's exec ranks and scratch: the
   // balanced assignment's workspace, the dispatch layout, the exchange plan): ~48 bytes a task,
   // measured on 2026-12-04 at 2^18 and 2^21 tokens x top-8.

@@ -137,6 +137,16 @@ TEST_F(BenchCli, DeepLayersOfAWideTraceAreCheckedAgainstTheMemoryBudget) {
   EXPECT_NE(deep.err.find("choose a lower --layer"), std::string::npos) << deep.err;
   EXPECT_TRUE(deep.out.empty()) << deep.out;
   EXPECT_EQ(bench(0).exit_code, 0);
+  // topoep's rows route through [G, E] tables: 69 MiB for 1024 experts on 4096 ranks.
+  const auto wide_cluster = testing::run_shell(
+      "COBALT_MEMORY_LIMIT=50M '" + std::string(COBALT_CLI_PATH) + "' bench --trace " +
+          path("wide.safetensors") + " --cluster 64x64 --replica-slots 1 --reps 1",
+      dir_);
+  EXPECT_EQ(wide_cluster.exit_code, 1) << wide_cluster.err;
+  EXPECT_NE(wide_cluster.err.find("bench: topoep's [G, E] tables for 1024 experts on 4096 ranks "
+                                  "needs 69 MiB, above the memory budget of 50 MiB"),
+            std::string::npos)
+      << wide_cluster.err;
   // A step re-chunked to 2^22 tokens x top-1: ~200 MiB of the timed operations' work (a top-8
   // step of 2^24 tokens took 6.4 GB unchecked).
   const auto big_step = testing::run_shell(
