@@ -3,6 +3,7 @@ were validated stay what was validated (found by a review that tried to break th
 
 from __future__ import annotations
 
+import errno
 import math
 
 import numpy as np
@@ -156,3 +157,30 @@ def test_both_trace_data_forms_are_reachable_positionally(tmp_path) -> None:
     ids = np.array([[[0, 1], [2, 3]]], dtype=np.int32)
     tokens = cobalt.TraceData(8, ids)
     assert tokens.top_k == 2 and tokens.num_tokens == 2
+
+
+def test_file_errors_are_os_errors_with_their_errno(tmp_path) -> None:
+    # A missing trace was a plain InvalidArgumentError: `except FileNotFoundError` / `except
+    # OSError` missed it. It stays an InvalidArgumentError (a ValueError) too.
+    missing = str(tmp_path / "missing.safetensors")
+    with pytest.raises(FileNotFoundError, match="cannot open: No such file") as info:
+        cobalt.TraceReader(missing)
+    assert isinstance(info.value, cobalt.IoFileNotFoundError)
+    assert isinstance(info.value, cobalt.InvalidArgumentError)
+    assert info.value.errno == errno.ENOENT
+    assert str(info.value).startswith(f"trace {missing}: cannot open")  # not "[Errno 2] ..."
+    ids = np.array([[[0, 1], [2, 3]]], dtype=np.int32)
+    data = cobalt.TraceData(8, ids)
+    with pytest.raises(FileNotFoundError):  # into a directory that does not exist
+        cobalt.write_trace(str(tmp_path / "no-such-dir" / "t.safetensors"), data)
+    # Another errno: an OSError of the base class, with that errno.
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(cobalt.IoError) as not_dir:
+        cobalt.write_trace(str(tmp_path / "file" / "t.safetensors"), data)
+    assert isinstance(not_dir.value, OSError) and not_dir.value.errno == errno.ENOTDIR
+    assert not isinstance(not_dir.value, FileNotFoundError)
+    # Content errors are not OS errors.
+    (tmp_path / "garbage.safetensors").write_bytes(b"\x01")
+    with pytest.raises(cobalt.InvalidArgumentError) as garbage:
+        cobalt.TraceReader(str(tmp_path / "garbage.safetensors"))
+    assert not isinstance(garbage.value, OSError)

@@ -35,8 +35,8 @@ std::string make_temporary_directory(const std::filesystem::path& stem, const st
     const std::string candidate = fmt::format("{}.{}-{}-{:x}", stem.string(), ::getpid(), counter++,
                                               static_cast<uint64_t>(clock) & 0xffffff);
     if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
-    COBALT_CHECK_IO(errno == EEXIST, "--dump {}: cannot create the temporary directory {}: {}", dir,
-                    candidate, std::strerror(errno));
+    COBALT_CHECK_ERRNO(errno == EEXIST, "--dump {}: cannot create the temporary directory {}: {}",
+                       dir, candidate, std::strerror(errno));
   }
   fail_io("--dump {}: cannot create a temporary directory", dir);
 }
@@ -131,8 +131,10 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
   } else {
     const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
     fs::create_directories(parent, ec);
-    COBALT_CHECK_IO(!ec, "--dump {}: cannot create directory '{}': {}", dir_, parent.string(),
-                    ec.message());
+    if (ec) {
+      fail_io_errno(ec.value(), "--dump {}: cannot create directory '{}': {}", dir_,
+                    parent.string(), ec.message());
+    }
     tmp_.path = make_temporary_directory(
         parent / ("." + target.filename().string() + ".cobalt-dump-tmp"), dir_);
   }
@@ -208,16 +210,17 @@ void DumpWriter::commit() {
       committed_ = true;
       return;
     }
-    COBALT_CHECK_IO(errno == EEXIST || errno == ENOTEMPTY, "--dump {}: cannot rename {} to it: {}",
-                    dir_, tmp_.path, std::strerror(errno));
+    COBALT_CHECK_ERRNO(errno == EEXIST || errno == ENOTEMPTY,
+                       "--dump {}: cannot rename {} to it: {}", dir_, tmp_.path,
+                       std::strerror(errno));
     // Created meanwhile: move the files in, as into any existing directory.
   }
   COBALT_CHECK_ARG(fs::is_directory(dir_, ec), "--dump {}: is not a directory any more", dir_);
   for (const auto& name : written_) {
     const std::string from = (fs::path(tmp_.path) / name).string();
     const std::string to = (fs::path(dir_) / name).string();
-    COBALT_CHECK_IO(::rename(from.c_str(), to.c_str()) == 0, "--dump {}: cannot move {} to {}: {}",
-                    dir_, from, to, std::strerror(errno));
+    COBALT_CHECK_ERRNO(::rename(from.c_str(), to.c_str()) == 0,
+                       "--dump {}: cannot move {} to {}: {}", dir_, from, to, std::strerror(errno));
   }
   committed_ = true;  // the new dump is in place; what follows only tidies up
   // Files of an earlier dump that this run did not write (e.g. a policy not run this time).

@@ -90,10 +90,12 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
     const bool exists = ::stat(target_.path.c_str(), &existing) == 0;
     // Renaming over a file needs only the directory's permission: a file whose own permissions
     // refuse writing is refused here, as a shell redirection would refuse it.
-    COBALT_CHECK_IO(!exists || ::access(target_.path.c_str(), W_OK) == 0,
+    if (exists && ::access(target_.path.c_str(), W_OK) != 0) {
+      fail_io_errno(EACCES,
                     "{}: {} is not writable (its permissions protect it; change them or give "
                     "another file)",
                     context_, path);
+    }
     fd_ = create_temporary(target_.path, exists ? (existing.st_mode & 07777) : 0666, tmp_path_);
     if (fd_ >= 0) {
       if (exists) ::fchmod(fd_, existing.st_mode & 07777);  // the replaced file's bits exactly
@@ -106,12 +108,13 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
     // files) would most likely fail the write too, after truncating the old file: refused.
     const bool permission =
         create_errno == EACCES || create_errno == EPERM || create_errno == EROFS;
-    COBALT_CHECK_IO(permission && exists && ::access(target_.path.c_str(), W_OK) == 0,
-                    "{}: cannot create a temporary file next to {}: {}", context_, path,
-                    errno_text(create_errno));
+    if (!(permission && exists && ::access(target_.path.c_str(), W_OK) == 0)) {
+      fail_io_errno(create_errno, "{}: cannot create a temporary file next to {}: {}", context_,
+                    path, errno_text(create_errno));
+    }
     target_.direct = true;
     fd_ = ::open(target_.path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-    COBALT_CHECK_IO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
+    COBALT_CHECK_ERRNO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
     return;
   }
   if (target_.stream_fd >= 0) {
@@ -122,7 +125,7 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
   } else {
     fd_ = ::open(target_.path.c_str(), O_WRONLY | O_CLOEXEC);
   }
-  COBALT_CHECK_IO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
+  COBALT_CHECK_ERRNO(fd_ >= 0, "{}: cannot open {}: {}", context_, path, errno_text(errno));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -135,8 +138,10 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   while (!bytes.empty()) {
     const ssize_t written = ::write(fd_, bytes.data(), bytes.size());
     if (written < 0 && errno == EINTR) continue;
-    COBALT_CHECK_IO(written > 0, "{}: cannot write {}: {}", context_, target_.path,
-                    errno_text(written < 0 ? errno : EIO));
+    if (written <= 0) {
+      const int err = written < 0 ? errno : EIO;
+      fail_io_errno(err, "{}: cannot write {}: {}", context_, target_.path, errno_text(err));
+    }
     bytes = bytes.subspan(static_cast<size_t>(written));
   }
 }
@@ -144,15 +149,15 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
 void AtomicFileWriter::commit() {
   COBALT_CHECK(fd_ >= 0 && !committed_, kFailedPrecondition, "{}: committed twice", context_);
   if (!target_.direct) {
-    COBALT_CHECK_IO(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_.path,
-                    errno_text(errno));
+    COBALT_CHECK_ERRNO(::fsync(fd_) == 0, "{}: cannot sync {}: {}", context_, target_.path,
+                       errno_text(errno));
   }
   const int rc = ::close(fd_);  // close can report deferred write errors
   fd_ = -1;
-  COBALT_CHECK_IO(rc == 0, "{}: cannot close {}: {}", context_, target_.path, errno_text(errno));
+  COBALT_CHECK_ERRNO(rc == 0, "{}: cannot close {}: {}", context_, target_.path, errno_text(errno));
   if (!target_.direct) {
-    COBALT_CHECK_IO(::rename(tmp_path_.c_str(), target_.path.c_str()) == 0,
-                    "{}: cannot replace {}: {}", context_, target_.path, errno_text(errno));
+    COBALT_CHECK_ERRNO(::rename(tmp_path_.c_str(), target_.path.c_str()) == 0,
+                       "{}: cannot replace {}: {}", context_, target_.path, errno_text(errno));
   }
   committed_ = true;
 }

@@ -204,9 +204,10 @@ std::string printable(std::string_view text, size_t max_chars) {
 MappedFile::MappedFile(const std::string& path, std::string_view context) {
   // O_NONBLOCK so that opening a FIFO does not hang; it is then rejected as not a regular file.
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  COBALT_CHECK_IO(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));
+  COBALT_CHECK_ERRNO(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));
   struct stat st {};
-  COBALT_CHECK_IO(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", context, errno_text(errno));
+  COBALT_CHECK_ERRNO(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", context,
+                     errno_text(errno));
   COBALT_CHECK_ARG(S_ISREG(st.st_mode), "{}: cannot open: not a regular file", context);
   COBALT_CHECK_ARG(
       st.st_size >= 0 && static_cast<uint64_t>(st.st_size) <= std::numeric_limits<size_t>::max(),
@@ -214,8 +215,8 @@ MappedFile::MappedFile(const std::string& path, std::string_view context) {
   const auto size = static_cast<size_t>(st.st_size);
   if (size == 0) return;
   void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
-  COBALT_CHECK_IO(mapping != MAP_FAILED, "{}: cannot map {} bytes: {}", context, size,
-                  errno_text(errno));
+  COBALT_CHECK_ERRNO(mapping != MAP_FAILED, "{}: cannot map {} bytes: {}", context, size,
+                     errno_text(errno));
   data_ = static_cast<const std::byte*>(mapping);
   size_ = size;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,16 +30,30 @@ class Error : public std::runtime_error {
 };
 
 // A failed operating-system file operation (open, stat, map, read, write, sync, rename): an Error
-// with code kInvalidArgument (as such failures always were, so callers and the Python mapping are
-// unchanged) that callers can tell apart by its type, e.g. to report it as an I/O error.
+// with code kInvalidArgument (as such failures always were) that callers can tell apart by its
+// type, e.g. to report it as an I/O error. os_errno() is the errno value the operation failed
+// with (ENOENT, EACCES, ...), or 0 when none applies; Python raises cobalt.IoError (an
+// InvalidArgumentError and an OSError with that errno), as FileNotFoundError and PermissionError
+// subclasses for ENOENT and EACCES / EPERM.
 class IoError : public Error {
  public:
-  explicit IoError(std::string message) : Error(ErrorCode::kInvalidArgument, std::move(message)) {}
+  explicit IoError(std::string message, int os_errno = 0)
+      : Error(ErrorCode::kInvalidArgument, std::move(message)), os_errno_(os_errno) {}
+  int os_errno() const { return os_errno_; }
+
+ private:
+  int os_errno_;
 };
 
 template <typename... Args>
 [[noreturn]] void fail_io(fmt::format_string<Args...> format, Args&&... args) {
   throw IoError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// fail_io with the errno value the failed operation set.
+template <typename... Args>
+[[noreturn]] void fail_io_errno(int os_errno, fmt::format_string<Args...> format, Args&&... args) {
+  throw IoError(fmt::format(format, std::forward<Args>(args)...), os_errno);
 }
 
 template <typename... Args>
@@ -62,6 +77,16 @@ template <typename... Args>
     if (!(cond)) [[unlikely]] {       \
       ::cobalt::fail_io(__VA_ARGS__); \
     }                                 \
+  } while (0)
+
+// COBALT_CHECK_ERRNO(cond, "fmt", args...): as COBALT_CHECK_IO for a system call that sets errno
+// when it fails (cond false): the IoError carries that errno, read before the message's arguments.
+#define COBALT_CHECK_ERRNO(cond, ...)                            \
+  do {                                                           \
+    if (!(cond)) [[unlikely]] {                                  \
+      const int cobalt_failed_errno = errno;                     \
+      ::cobalt::fail_io_errno(cobalt_failed_errno, __VA_ARGS__); \
+    }                                                            \
   } while (0)
 
 // Shorthands for the two common cases.

@@ -1,4 +1,6 @@
 // cobalt-trace v1: one test per kind of malformed input.
+#include <cerrno>
+
 #include "io/trace_fixtures.hpp"
 
 namespace cobalt::io {
@@ -66,6 +68,14 @@ TEST_F(TraceReject, ValidBaselineIsAccepted) {
 
 TEST_F(TraceReject, MissingFile) {
   expect_path_rejected(dir_.file("nope.safetensors"), "cannot open");
+  // An IoError carrying the open's errno (Python raises it as a FileNotFoundError).
+  try {
+    TraceReader reader(dir_.file("nope.safetensors"));
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.os_errno(), ENOENT);
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
 }
 
 TEST_F(TraceReject, Directory) {
