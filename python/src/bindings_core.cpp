@@ -6,6 +6,7 @@
 #include "bindings_common.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/core/topology.hpp"
 #include "py_routing_batch.hpp"
 
@@ -100,7 +101,15 @@ void bind_topology(py::module_& m) {
             return t.first_rank_of(node);
           },
           py::arg("node"))
-      .def("__eq__", &Topology::operator==)
+      // Another type compares unequal (is_operator: NotImplemented, not a TypeError); equal
+      // topologies hash equal, so a Topology can key a dict.
+      .def("__eq__", &Topology::operator==, py::is_operator())
+      .def("__hash__",
+           [](const Topology& t) {
+             return py::hash(py::make_tuple(t.num_nodes(), t.num_ranks(),
+                                            t.links().nvlink_bytes_per_s,
+                                            t.links().ib_bytes_per_s_per_node));
+           })
       .def("__str__", &Topology::to_string)
       .def("__repr__", [](const Topology& t) { return "Topology('" + t.to_string() + "')"; })
       .def(py::pickle(
@@ -109,6 +118,10 @@ void bind_topology(py::module_& m) {
                                   t.links().ib_bytes_per_s_per_node);
           },
           [](py::tuple s) {
+            COBALT_CHECK_ARG(s.size() == 4,
+                             "Topology state: expected (num_nodes, num_ranks, nvlink_bytes_per_s, "
+                             "ib_bytes_per_s_per_node), got {} items",
+                             s.size());
             return Topology(s[0].cast<int>(), s[1].cast<int>(),
                             LinkParams{s[2].cast<double>(), s[3].cast<double>()});
           }));
@@ -238,7 +251,9 @@ void bind_layout(py::module_& m) {
           },
           py::arg("rank"))
       .def("to_json", &ExpertLayout::to_json)
-      .def("__eq__", [](const ExpertLayout& a, const ExpertLayout& b) { return a == b; })
+      .def(
+          "__eq__", [](const ExpertLayout& a, const ExpertLayout& b) { return a == b; },
+          py::is_operator())
       .def("__repr__",
            [](const ExpertLayout& l) {
              return fmt::format("ExpertLayout(E={}, topology={}, slots_per_rank={}, replicas={})",
@@ -254,7 +269,14 @@ void bind_layout(py::module_& m) {
                     .attr("copy")());
           },
           [](py::tuple s) {
+            COBALT_CHECK_ARG(s.size() == 4,
+                             "ExpertLayout state: expected (num_nodes, num_ranks, num_experts, "
+                             "slots [G, S]), got {} items",
+                             s.size());
             InArray<int32_t> slots = s[3].cast<InArray<int32_t>>();
+            COBALT_CHECK_ARG(slots.ndim() == 2,
+                             "ExpertLayout state: slots must be [G, S], got {} dimension(s)",
+                             slots.ndim());
             return std::make_shared<ExpertLayout>(
                 Topology(s[0].cast<int>(), s[1].cast<int>()), s[2].cast<int>(),
                 static_cast<int>(slots.shape(1)), vector_of(slots));
@@ -309,6 +331,9 @@ void bind_routing_batch(py::module_& m) {
       [](int64_t num_tokens, int num_ranks) {
         COBALT_CHECK_ARG(num_tokens >= 0, "number of tokens {} must be >= 0", num_tokens);
         COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);
+        require_memory(4.0 * static_cast<double>(num_tokens),
+                       fmt::format("contiguous_source_ranks: [T] int32 for {} tokens", num_tokens),
+                       "ask for fewer tokens");
         std::vector<RankId> out(static_cast<size_t>(num_tokens));
         contiguous_source_ranks(num_tokens, num_ranks, out);
         return owned_array(std::move(out), {static_cast<py::ssize_t>(num_tokens)});

@@ -184,3 +184,29 @@ def test_file_errors_are_os_errors_with_their_errno(tmp_path) -> None:
     with pytest.raises(cobalt.InvalidArgumentError) as garbage:
         cobalt.TraceReader(str(tmp_path / "garbage.safetensors"))
     assert not isinstance(garbage.value, OSError)
+
+
+def test_value_types_compare_and_hash_like_python_values() -> None:
+    topology = cobalt.Topology(2, 4)
+    assert {topology: "a"}[cobalt.Topology(2, 4)] == "a"  # was unhashable
+    assert hash(topology) != hash(cobalt.Topology(4, 8))
+    assert (topology == 5) is False and (topology != "2x4") is True  # was a TypeError dump
+    layout = cobalt.ExpertLayout.static_ep(topology, 8, 2)
+    assert (layout == 5) is False and (layout != None) is True  # noqa: E711
+    assert layout == cobalt.ExpertLayout.static_ep(topology, 8, 2)
+
+
+def test_a_malformed_pickle_state_is_an_invalid_argument() -> None:
+    blank = cobalt.ExpertLayout.__new__(cobalt.ExpertLayout)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"expected \(num_nodes, .* got 1 items"):
+        blank.__setstate__((1,))  # was an IndexError
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots must be \[G, S\]"):
+        blank.__setstate__((1, 2, 2, np.array([0, 1], dtype=np.int32)))
+    with pytest.raises(cobalt.InvalidArgumentError, match="got 2 items"):
+        cobalt.Topology.__new__(cobalt.Topology).__setstate__((1, 2))
+
+
+def test_an_array_past_the_memory_budget_is_refused_naming_it() -> None:
+    with pytest.raises(cobalt.FailedPreconditionError,
+                       match=r"contiguous_source_ranks: \[T\] int32 for 4611686018427387904 tokens"):
+        cobalt.contiguous_source_ranks(2**62, 4)  # was "cannot create std::vector larger ..."
