@@ -44,11 +44,12 @@ auto as_usage_error(Fn&& fn) -> decltype(fn()) {
 
 // Option validators with one-line messages naming the valid range (CLI11's NonNegativeNumber and
 // PositiveNumber print "in range 0.000000 to 1.79...e308", the latter even for 0).
-const CLI::Validator& non_negative();     // a finite number >= 0
-const CLI::Validator& positive();         // a finite number > 0
-const CLI::Validator& non_empty_path();   // a path that is not "" (an empty --json was ignored)
-const CLI::Validator& non_empty_name();   // a name that is not "" (--preset "")
-const CLI::Validator& non_empty_value();  // any other value that is not "" (--cluster "")
+const CLI::Validator& non_negative();         // a finite number >= 0
+const CLI::Validator& positive();             // a finite number > 0
+const CLI::Validator& non_empty_path();       // a path that is not "" (an empty --json was ignored)
+const CLI::Validator& non_empty_directory();  // the same for a directory (--dump)
+const CLI::Validator& non_empty_name();       // a name that is not "" (--preset "")
+const CLI::Validator& non_empty_value();      // any other value that is not "" (--cluster "")
 
 inline constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 inline constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();

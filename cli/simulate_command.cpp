@@ -408,7 +408,7 @@ void register_simulate_command(CLI::App& app) {
       ->check(non_empty_path());
   cmd->add_option("--dump", args->dump_dir,
                   "write DIR/routing.safetensors and DIR/<policy>.safetensors (exec_rank, layout)")
-      ->check(non_empty_path());
+      ->check(non_empty_directory());
   cmd->callback([args] { run_simulate(*args); });
 }
 

@@ -171,6 +171,11 @@ const CLI::Validator& non_empty_path() {
   return validator;
 }
 
+const CLI::Validator& non_empty_directory() {
+  static const CLI::Validator validator = refuse_empty("empty path (give a directory)", "DIR");
+  return validator;
+}
+
 const CLI::Validator& non_empty_name() {
   static const CLI::Validator validator =
       refuse_empty("empty name (see `cobalt trace gen --list-presets`)", "NAME");
@@ -197,15 +202,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Empty when a file can be created in `dir` (a temporary file is created there and removed), else
-// the reason.
-std::string cannot_create_in(const fs::path& dir) {
+// 0 when a file can be created in `dir` (a temporary file is created there and removed), else
+// the errno that refused it.
+int cannot_create_in(const fs::path& dir) {
   std::string name = ((dir.empty() ? fs::path(".") : dir) / ".cobalt-probe-XXXXXX").string();
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) return std::strerror(errno);
+  if (fd < 0) return errno;
   ::close(fd);
   ::unlink(name.c_str());
-  return {};
+  return 0;
 }
 
 // Whether `a` and `b` name the same file: the same inode when both exist, else the same path once
@@ -268,16 +273,23 @@ void require_output_file(const std::string& path, const std::string& option,
   }
   // The file is written next to its target and renamed over it (io/atomic_file.hpp); an existing
   // writable file in a directory that cannot hold the temporary file is written in place.
-  const std::string why = cannot_create_in(target_parent);
-  if (why.empty()) return;
-  if (fs::exists(target.path, error) && ::access(target.path.c_str(), W_OK) == 0) return;
+  const int why = cannot_create_in(target_parent);
+  if (why == 0) return;
+  // The writer's own rule: only a directory whose permissions refuse new files lets an existing
+  // writable file be written in place (io/atomic_file.hpp); any other failure (/proc, no space)
+  // would fail the write, after the run.
+  const bool permission = why == EACCES || why == EPERM || why == EROFS;
+  if (permission && fs::exists(target.path, error) && ::access(target.path.c_str(), W_OK) == 0) {
+    return;
+  }
   throw UsageError(fmt::format("{} {}: cannot create files in directory {}: {}", option, path,
-                               target_parent.empty() ? "." : target_parent.string(), why));
+                               target_parent.empty() ? "." : target_parent.string(),
+                               std::strerror(why)));
 }
 
 void require_dump_directory(const std::string& dir, const std::vector<std::string>& policies,
                             const std::string& input_path) {
-  if (dir.empty()) throw UsageError("--dump: empty path");
+  if (dir.empty()) throw UsageError("--dump: empty path (give a directory)");
   fs::path target(dir);
   if (!target.has_filename()) target = target.parent_path();
   std::error_code error;
@@ -295,10 +307,10 @@ void require_dump_directory(const std::string& dir, const std::vector<std::strin
     }
     writable = parent;
   }
-  const std::string why = cannot_create_in(writable);
-  if (!why.empty()) {
+  const int why = cannot_create_in(writable);
+  if (why != 0) {
     throw UsageError(fmt::format("--dump {}: cannot create files in directory {}: {}", dir,
-                                 writable.empty() ? "." : writable.string(), why));
+                                 writable.empty() ? "." : writable.string(), std::strerror(why)));
   }
   const std::string problem = eval::dump_target_problem(dir, policies, input_path);
   if (!problem.empty()) throw UsageError(problem);

@@ -37,9 +37,10 @@ double memory_limit_from_environment() {
   if (suffix == "T" || suffix == "t") unit = kTiB;
   const bool known_suffix = suffix.empty() || unit > 1;
   COBALT_CHECK_ARG(
-      used > 0 && known_suffix && std::isfinite(value) && value > 0 && value * unit < 1e18,
-      "COBALT_MEMORY_LIMIT '{}' is not a memory size (valid: a byte count > 0, or a "
-      "number with a K, M, G or T suffix, e.g. 512M or 2.5G)",
+      used > 0 && known_suffix && std::isfinite(value) && value * unit >= kKiB &&
+          value * unit < 1e18,
+      "COBALT_MEMORY_LIMIT '{}' is not a memory size (valid: at least 1K: a byte count >= 1024, "
+      "or a number with a K, M, G or T suffix, e.g. 512M or 2.5G)",
       text.size() <= 40 ? text : text.substr(0, 40) + "...");
   return value * unit;
 }

@@ -18,7 +18,8 @@ double physical_memory_bytes();
 inline constexpr double kMemoryBudgetShare = 0.75;
 
 // The budget the checks compare against: the environment variable COBALT_MEMORY_LIMIT when set (a
-// byte count, or a number with a K, M, G or T suffix in powers of 1024, e.g. "512M", "2.5G"), else
+// byte count, or a number with a K, M, G or T suffix in powers of 1024, e.g. "512M", "2.5G"; at
+// least 1 KiB), else
 // kMemoryBudgetShare x physical_memory_bytes(); 0 when unknown (no check). Throws
 // cobalt::Error(kInvalidArgument) when COBALT_MEMORY_LIMIT is set but is not such a size.
 double memory_budget_bytes();

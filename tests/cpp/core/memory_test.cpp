@@ -87,7 +87,8 @@ TEST(Memory, LimitFromTheEnvironment) {
     const ScopedLimit limit("4096");
     EXPECT_DOUBLE_EQ(memory_budget_bytes(), 4096.0);
   }
-  for (const char* bad : {"lots", "-1G", "0", "12Q", "1e30"}) {
+  // Below 1 KiB is no budget (0.5 was reported as "a budget of 1 KiB").
+  for (const char* bad : {"lots", "-1G", "0", "12Q", "1e30", "0.5", "1000", "0.5K"}) {
     const ScopedLimit limit(bad);
     try {
       memory_budget_bytes();

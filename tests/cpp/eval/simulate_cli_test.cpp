@@ -625,6 +625,20 @@ TEST_F(SimulateCli, UnwritableOutputsAreRefusedBeforeTheRun) {
         << r.err;
     EXPECT_TRUE(r.out.empty()) << args << "\n" << r.out;
   }
+  // An existing file in such a directory: written in place only where the directory's
+  // permissions refuse new files (the writer's own rule); /proc refuses them with ENOENT, so
+  // `--out /proc/version` passed the check and failed after generating the trace.
+  if (fs::exists("/proc/version") && !can_create_in("/proc")) {
+    const auto r = run("trace gen" + preset + "--out /proc/version");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("--out /proc/version: cannot create files in directory /proc"),
+              std::string::npos)
+        << r.err;
+  }
+  const auto empty_dump = run("simulate" + preset + "--cluster 2x2 --dump ''");
+  EXPECT_EQ(empty_dump.exit_code, 2) << empty_dump.err;
+  EXPECT_NE(empty_dump.err.find("--dump: empty path (give a directory)"), std::string::npos)
+      << empty_dump.err;
 }
 
 // Headless Chromium (Debian `chromium`), skipped when absent.
