@@ -134,6 +134,12 @@ void run_plan(const PlanArgs& args) {
     report["milp"] = {{"status", milp.status},   {"objective", objective},
                       {"bound", milp.bound},     {"gap", milp.gap},
                       {"optimal", milp.optimal}, {"seconds", milp.seconds}};
+    if (!milp.error.empty()) {
+      report["milp"]["error"] = milp.error;
+      write_stderr(fmt::format("cobalt plan: CBC gave no answer ({}); {}\n", milp.error,
+                               milp.has_solution ? "keeping the warm start (the heuristic's plan)"
+                                                 : "the layout is the heuristic's plan"));
+    }
     report["heuristic"]["gap_to_milp_bound"] = plan::relative_gap(heuristic.objective, milp.bound);
     if (milp.optimal) {
       report["heuristic"]["fraction_of_optimum"] =

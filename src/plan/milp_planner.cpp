@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,6 +211,7 @@ struct ChildHeader {
   int32_t seconds_limit = 0;
   double objective_scaled = 0;  // minimisation value (negated, scaled objective)
   double bound_scaled = 0;      // best possible minimisation value
+  char error[240] = {};         // failed: the exception's message, truncated, NUL-terminated
 };
 
 bool write_all(int fd, const void* data, size_t size) {
@@ -313,8 +315,15 @@ int silent_callback(CbcModel*, int) { return 0; }
         payload[num_en + idx] = best[2 * num_en + idx];  // u (scaled)
       }
     }
+  } catch (const std::bad_alloc&) {
+    header.failed = 1;
+    std::snprintf(header.error, sizeof(header.error), "out of memory (std::bad_alloc)");
+  } catch (const std::exception& e) {
+    header.failed = 1;
+    std::snprintf(header.error, sizeof(header.error), "%s", e.what());
   } catch (...) {
     header.failed = 1;
+    std::snprintf(header.error, sizeof(header.error), "an exception of unknown type");
   }
   // Flush the log first: _exit skips stdio, and the parent may kill us once the payload is in.
   if (options.verbose) std::fflush(nullptr);
@@ -332,7 +341,32 @@ struct ChildOutcome {
   bool timed_out = false;
   ChildHeader header;
   std::vector<double> payload;
+  // How the child ended when it ended on its own (waitpid status), before any kill of ours.
+  bool exited_on_its_own = false;
+  int wait_status = 0;
 };
+
+// Why the solver process gave no answer, for MilpResult::error.
+std::string child_failure(const ChildOutcome& outcome) {
+  if (outcome.completed && outcome.header.failed) {
+    return fmt::format("the solver failed: {}", outcome.header.error);
+  }
+  if (!outcome.exited_on_its_own) return "the solver process ended without an answer";
+  const int status = outcome.wait_status;
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return fmt::format("the solver process was killed by signal {} ({}){}", sig, strsignal(sig),
+                       sig == SIGKILL ? "; out of memory? (the kernel's OOM killer sends it)" : "");
+  }
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    return fmt::format("the solver process exited with status {}{}", code,
+                       code == 3   ? " (its answer could not be written to the pipe)"
+                       : code == 4 ? " (its parent had changed)"
+                                   : "");
+  }
+  return "the solver process ended without an answer";
+}
 
 ChildOutcome run_with_watchdog(const PreparedModel& m, const MilpOptions& options,
                                Clock::time_point deadline) {
@@ -383,11 +417,23 @@ ChildOutcome run_with_watchdog(const PreparedModel& m, const MilpOptions& option
     int wstatus = 0;
     if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
       reaped = true;
+      outcome.exited_on_its_own = true;
+      outcome.wait_status = wstatus;
       drain();  // whatever the child wrote before exiting
       break;
     }
     if (!open) {
-      // EOF without a full payload: the child is exiting; reap it below.
+      // EOF without a full payload: the child is exiting. Give it a moment to end on its own, so
+      // that its status says why; then reap it below.
+      for (int attempt = 0; attempt < 100 && !reaped; ++attempt) {
+        if (::waitpid(pid, &wstatus, WNOHANG) == pid) {
+          reaped = true;
+          outcome.exited_on_its_own = true;
+          outcome.wait_status = wstatus;
+        } else {
+          ::poll(nullptr, 0, 10);
+        }
+      }
       break;
     }
     const double left_ms =
@@ -584,6 +630,7 @@ MilpResult solve_global_milp(const GlobalPlanInput& input, const MilpOptions& op
     result.status = "watchdog";
   } else if (!outcome.completed || outcome.header.failed) {
     result.status = "error";
+    result.error = child_failure(outcome);
   } else {
     const ChildHeader& h = outcome.header;
     if (h.proven_infeasible) {

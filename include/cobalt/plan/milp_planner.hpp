@@ -98,6 +98,9 @@ struct MilpResult {
   // "infeasible", "stopped" (CBC stopped for another reason), "error" (the solver process failed;
   // the warm start, if any, is returned).
   std::string status;
+  // With status "error": why, e.g. "the solver failed: out of memory (std::bad_alloc)" or "the
+  // solver process was killed by signal 9 (Killed); out of memory? ..."; empty otherwise.
+  std::string error;
 };
 
 // Solves the node-level MILP. Throws cobalt::Error (kInvalidArgument / kFailedPrecondition) when

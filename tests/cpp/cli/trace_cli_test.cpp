@@ -178,6 +178,31 @@ TEST_F(CliTest, PlanWithAModelTooLargeForTheMilp) {
   EXPECT_EQ(report["layout"]["num_experts"], 1024);
 }
 
+// CBC running out of memory in its process was reported as status "error" with no reason. The
+// JSON and stderr now say why, and the heuristic's plan is the layout. (An address-space limit
+// makes the solver's allocations fail; AddressSanitizer cannot run under one.)
+TEST_F(CliTest, AMilpThatRunsOutOfMemorySaysWhy) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#else
+  const auto r = testing::run_shell(
+      "ulimit -v 300000 && '" + std::string(COBALT_CLI_PATH) +
+          "' plan --preset skewed --experts 512 --cluster 8x8 --backend milp --time-limit 5 "
+          "--steps 3 --tokens-per-step 4096 --restarts 2 --out '" +
+          path("p.json") + "'",
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(std::ifstream(path("p.json")));
+  EXPECT_EQ(report["milp"]["status"], "error");
+  const std::string why = report["milp"].value("error", "");
+  EXPECT_NE(why.find("out of memory"), std::string::npos) << why;
+  EXPECT_NE(r.err.find("CBC gave no answer (" + why + "); the layout is the heuristic's plan"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(report["layout"]["num_experts"], 512);
+#endif
+}
+
 TEST_F(CliTest, DeclaredSizesBeyondMemoryAreRefusedUpFront) {
   if (physical_memory_bytes() >= 16.0 * 65536.0 * 65536.0) GTEST_SKIP() << "machine has >= 64 GiB";
   io::TraceData d;
