@@ -103,9 +103,16 @@ void run_bench(const BenchArgs& args) {
   eval::StepScratch scratch;
   const RoutingBatch batch = source.batch(args.step, args.layer, num_ranks, scratch);
   if (batch.num_tokens() == 0) {
+    std::vector<int> with_tokens;  // the first few steps that hold some
+    for (int s = 0; s < source.num_steps() && with_tokens.size() < 5; ++s) {
+      if (source.num_tokens(s) > 0) with_tokens.push_back(s);
+    }
     throw UsageError(fmt::format(
-        "bench: step {} of layer {} holds no tokens; choose a --step in [0, {}) that has some",
-        args.step, args.layer, source.num_steps()));
+        "bench: step {} of layer {} holds no tokens; choose a --step in [0, {}) that has some "
+        "({})",
+        args.step, args.layer, source.num_steps(),
+        with_tokens.empty() ? std::string("none has")
+                            : fmt::format("e.g. {}", fmt::join(with_tokens, ", "))));
   }
   eval::StepTimingOptions options;
   options.topology = topology;
