@@ -47,14 +47,20 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
   // Otherwise it is false (the result may be `src` itself or share its memory).
   static IntArray from(py::handle src, bool* fresh = nullptr) {
     if (fresh != nullptr) *fresh = false;
-    py::array array = py::isinstance<py::array>(src)
-                          ? py::reinterpret_borrow<py::array>(src)
-                          : py::array(py::module_::import("numpy").attr("asarray")(src));
+    const bool given_array = py::isinstance<py::array>(src);
+    py::array array = given_array ? py::reinterpret_borrow<py::array>(src)
+                                  : py::array(py::module_::import("numpy").attr("asarray")(src));
     if (array.size() > 0) {
       const char kind = array.dtype().kind();
-      COBALT_CHECK_ARG(kind == 'i' || kind == 'u',
-                       "expected an integer array, got dtype {} (values would be truncated)",
-                       std::string(py::str(array.dtype())));
+      // Something that is no array at all (a layout where ids belong) becomes an object array:
+      // name what it was.
+      COBALT_CHECK_ARG(given_array || kind != 'O',
+                       "expected an integer array (numpy array, torch CPU tensor or list), got "
+                       "{}",
+                       std::string(py::str(py::type::of(src).attr("__name__"))));
+      COBALT_CHECK_ARG(kind == 'i' || kind == 'u', "expected an integer array, got dtype {}{}",
+                       std::string(py::str(array.dtype())),
+                       kind == 'f' ? " (values would be truncated)" : "");
       // The element size through numpy's attribute, not pybind11's struct access: pybind11 before
       // 2.12 reads it at numpy 1's offset in the dtype (bench/gpu/build_python.sh may build these
       // bindings against numpy 2), and the narrowing below reads memory by it.

@@ -210,3 +210,16 @@ def test_an_array_past_the_memory_budget_is_refused_naming_it() -> None:
     with pytest.raises(cobalt.FailedPreconditionError,
                        match=r"contiguous_source_ranks: \[T\] int32 for 4611686018427387904 tokens"):
         cobalt.contiguous_source_ranks(2**62, 4)  # was "cannot create std::vector larger ..."
+
+
+def test_an_object_where_an_array_belongs_is_named() -> None:
+    topology = cobalt.Topology(2, 4)
+    layout = cobalt.ExpertLayout.static_ep(topology, 8, 2)
+    batch = cobalt.RoutingBatch(np.array([[0, 1], [2, 3]]), None, 8, 4)
+    # Arguments in the wrong order: the layout where exec_rank belongs ("got dtype object").
+    with pytest.raises(cobalt.InvalidArgumentError, match="integer array .* got ExpertLayout$"):
+        cobalt.cross_node_transfers(batch, layout, topology)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"got dtype float64 \(values would be"):
+        cobalt.imbalance(np.array([1.5, 2.0]))
+    with pytest.raises(cobalt.InvalidArgumentError, match="got dtype <U1$"):
+        cobalt.imbalance(["a"])
