@@ -56,33 +56,49 @@ void route_tokens(const RoutingBatch& batch, const ExpertLayout& layout, Replica
                    "route_tokens: exec_rank has {} entries, batch has {} tasks", exec_rank.size(),
                    batch.num_tasks());
   const int num_experts = batch.num_experts(), num_ranks = batch.num_ranks();
-  // Per (s, e), found at its first task: its candidates and the one its next task takes, which
-  // starts at s mod L and advances by one per task, wrapping: the c-th task takes (c + s) mod L
-  // without a division per task.
+  const TokenIdx num_tokens = batch.num_tokens();
+  // Tokens grouped by source rank, in token order within each (a counting sort): one source's
+  // routes then live in an [E] table, reset after it, so memory and time are O(T K + G + E)
+  // instead of a [G, E] table per call (1 GB at E = G = 8192).
+  std::vector<int64_t> source_offsets(static_cast<size_t>(num_ranks) + 1, 0);
+  for (TokenIdx t = 0; t < num_tokens; ++t) ++source_offsets[batch.source_of(t) + 1];
+  for (RankId r = 0; r < num_ranks; ++r) source_offsets[r + 1] += source_offsets[r];
+  std::vector<TokenIdx> tokens_by_source(static_cast<size_t>(num_tokens));
+  {
+    std::vector<int64_t> cursor(source_offsets.begin(), source_offsets.end() - 1);
+    for (TokenIdx t = 0; t < num_tokens; ++t) tokens_by_source[cursor[batch.source_of(t)]++] = t;
+  }
+  // Per expert of the current source, set at its first task: its candidates and the one its next
+  // task takes, which starts at s mod L and advances by one per task, wrapping: the c-th task
+  // takes (c + s) mod L without a division per task.
   struct Route {
     const RankId* candidates = nullptr;
     int32_t num_candidates = 0;
     int32_t next = 0;
   };
-  std::vector<Route> routes(static_cast<size_t>(num_ranks) * num_experts);
-  std::vector<RankId> rank_ids(num_ranks);  // s's own span under kSourceRankFirst
-  for (RankId r = 0; r < num_ranks; ++r) rank_ids[r] = r;
+  std::vector<Route> routes(num_experts);
+  std::vector<ExpertId> touched;  // experts whose route the current source set
   const int top_k = batch.top_k();
-  for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
-    const RankId src = batch.source_of(t);
-    Route* src_routes = routes.data() + static_cast<size_t>(src) * num_experts;
-    auto row = batch.experts_of(t);
-    for (int k = 0; k < top_k; ++k) {
-      Route& route = src_routes[row[k]];
-      if (route.candidates == nullptr) {
-        const auto cand = candidates(layout, scope, src, row[k], &rank_ids[src]);
-        route.candidates = cand.data();
-        route.num_candidates = static_cast<int32_t>(cand.size());
-        route.next = src % route.num_candidates;
+  for (RankId src = 0; src < num_ranks; ++src) {
+    RankId self = src;  // the candidate list of one under kSourceRankFirst
+    for (int64_t i = source_offsets[src]; i < source_offsets[src + 1]; ++i) {
+      const TokenIdx t = tokens_by_source[i];
+      auto row = batch.experts_of(t);
+      for (int k = 0; k < top_k; ++k) {
+        Route& route = routes[row[k]];
+        if (route.candidates == nullptr) {
+          const auto cand = candidates(layout, scope, src, row[k], &self);
+          route.candidates = cand.data();
+          route.num_candidates = static_cast<int32_t>(cand.size());
+          route.next = src % route.num_candidates;
+          touched.push_back(row[k]);
+        }
+        exec_rank[static_cast<size_t>(t) * top_k + k] = route.candidates[route.next];
+        if (++route.next == route.num_candidates) route.next = 0;
       }
-      exec_rank[static_cast<size_t>(t) * top_k + k] = route.candidates[route.next];
-      if (++route.next == route.num_candidates) route.next = 0;
     }
+    for (ExpertId e : touched) routes[e] = Route{};
+    touched.clear();
   }
 }
 

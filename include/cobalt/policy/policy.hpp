@@ -119,7 +119,7 @@ std::vector<std::string> policy_names();
 // checks (core/memory.hpp). Fitted to peak RSS (docs/simulator.md "Memory"): cobalt and cobalt+
 // keep ~19 E^2 bytes a layer of routing statistics (27 with async planning) plus ~10 E^2 + 3.5 E G
 // once for the planner's copies; smartmoe and laer keep windows of [G, E] demand matrices per
-// layer (16 and 24 E G bytes); the peers' per-batch routing and planning hold 17-32 E G bytes once;
+// layer (16 and 25 E G bytes); the peers' per-batch demand and planning hold 9-32 E G bytes once;
 // every policy but static keeps a layout per layer (~0.25 E G). Not included: the step's batch
 // and tasks (eval::simulation_memory_bytes adds them). Throws kInvalidArgument for an unknown name.
 struct PolicyMemory {
