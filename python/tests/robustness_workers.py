@@ -641,6 +641,28 @@ def run_one_rank_fails(ep: EPGroup) -> dict[str, Any]:
     return out
 
 
+def run_settings_disagreement(ep: EPGroup) -> dict[str, Any]:
+    """Rank 1 builds its layer with another top-k, hidden size or input dtype: every rank
+    raises a ValueError naming the setting (gloo aborted every process on the exchanges' sizes);
+    the group stays usable."""
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(layout(LAYOUT_A), seed=SEED))
+    rt.attach_optimizer(None)  # no optimizer: nothing to move with mains
+    odd = ep.rank == 1
+    out: dict[str, Any] = {}
+    top_k = 3 if odd else K
+    out["top_k"] = _error_of(lambda: ExpertParallelMoE(rt, 0, H, F, E, top_k, seed=SEED)(
+        micro_batch(ep.rank, 0)[0]))
+    hidden = H + 1 if odd else H
+    out["hidden"] = _error_of(lambda: ExpertParallelMoE(rt, 0, hidden, F, E, K, seed=SEED)(
+        torch.randn(4, hidden)))
+    dtype = torch.float64 if odd else torch.float32
+    out["dtype"] = _error_of(lambda: ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED).to(dtype)(
+        micro_batch(ep.rank, 0, dtype)[0]))
+    out["after_shape"] = tuple(ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)(
+        micro_batch(ep.rank, 0)[0]).shape)
+    return out
+
+
 SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "accumulation": run_accumulation,
     "two_forwards": run_two_forwards,
@@ -664,6 +686,7 @@ SCENARIOS: dict[str, Callable[[EPGroup], dict[str, Any]]] = {
     "optimizer_declaration": run_optimizer_declaration,
     "placement_disagreement": run_placement_disagreement,
     "one_rank_fails": run_one_rank_fails,
+    "settings_disagreement": run_settings_disagreement,
 }
 
 

@@ -208,7 +208,7 @@ def test_a_malformed_pickle_state_is_an_invalid_argument() -> None:
 
 def test_an_array_past_the_memory_budget_is_refused_naming_it() -> None:
     with pytest.raises(cobalt.FailedPreconditionError,
-                       match=r"contiguous_source_ranks: \[T\] int32 for 4611686018427387904 tokens"):
+                       match=r"contiguous_source_ranks: \[T\] int32 for 4611686018427387904 "):
         cobalt.contiguous_source_ranks(2**62, 4)  # was "cannot create std::vector larger ..."
 
 

@@ -28,23 +28,29 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
 * mains of a trainable bank do not move before the optimizer is declared
   (attach_optimizer), nor with an optimizer that does not hold the bank; ranks that loaded
   checkpoints of different versions raise on every rank; a router returning lists on one rank
-  and a layout source raising on one rank raise on every rank (no hang);
+  and a layout source raising on one rank raise on every rank (no hang); layers built with
+  another top-k, hidden size or input dtype on one rank raise on every rank (gloo aborted);
 * (one process) a checkpoint whose expert placement is refused (another world size, another
-  rank's, bank rows without a placement) changes nothing in the layer, and check_checkpoint
-  refuses it before anything is loaded.
+  rank's, bank rows without a placement, a placement without all its bank rows or with a row
+  of another shape, a malformed placement) changes nothing in the layer, and check_checkpoint
+  refuses it before anything is loaded; a plain-callable router warns that its parameters are
+  not summed.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
                           ReferenceMoE, check_checkpoint, launch)
+from cobalt.torch.experts import TopKRouter
 from cobalt.torch.routing_gather import check_input
 
 import robustness_workers as rw
@@ -268,6 +274,19 @@ def test_exec_rank_of_the_wrong_shape_or_dtype_is_refused(results: list[dict[str
             error and f"for task 0, out of range [0, {rw.WORLD})" in error, error
 
 
+def test_layers_that_differ_between_ranks_fail_on_every_rank(
+        results: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(results):
+        got = res["settings_disagreement"]
+        others = ", ".join(str(r) for r in range(rw.WORLD) if r != 1)
+        for key, words in (("top_k", f"top_k: {rw.K} on ranks {others}; 3 on rank 1"),
+                           ("hidden",
+                            f"hidden size: {rw.H} on ranks {others}; {rw.H + 1} on rank 1"),
+                           ("dtype", f"input dtype: float32 on ranks {others}; float64 on rank 1")):
+            assert got[key] is not None and words in got[key], (rank, key, got[key])
+        assert got["after_shape"][1] == rw.H
+
+
 def test_forward_under_inference_mode(results: list[dict[str, Any]]) -> None:
     for res in results:
         got = res["inference_mode"]
@@ -338,10 +357,62 @@ def test_refused_checkpoint_changes_nothing_and_check_checkpoint() -> None:
     with pytest.raises(ValueError, match=r"'moe.experts.w2' has shape \[3, 16, 7\], this store "
                                          r"\[3, 16, 8\]"):
         check_checkpoint(model, wrong)
+    # The placement without all its bank rows: torch applied it and skipped the missing rows
+    # (strict=False), so rows held other experts than the placement said; and a row of the wrong
+    # shape made load_state_dict raise after applying it. Both are refused before anything
+    # changes, and check_checkpoint refuses the first even when not strict.
+    swapped = dict(good)
+    extra = dict(good["moe.experts._extra_state"])
+    extra["main_slot"] = extra["main_slot"].clone()
+    first, second = [int(e) for e in np.flatnonzero(extra["main_rank"].numpy() == 0)[:2]]
+    extra["main_slot"][[first, second]] = extra["main_slot"][[second, first]]
+    swapped["moe.experts._extra_state"] = extra
+    without_w1 = {k: v for k, v in swapped.items() if k != "moe.experts.w1"}
+    with pytest.raises(ValueError, match=r"'moe.experts._extra_state' \(the main placement\) "
+                                         r"but no moe.experts.w1"):
+        check_checkpoint(model, without_w1, strict=False)
+    wrong_shape = dict(swapped)
+    wrong_shape["moe.experts.w2"] = good["moe.experts.w2"][:, :, :-1]
+    for partial, words in ((without_w1, r"but no moe.experts.w1: a placement loads with all"),
+                           ({k: v for k, v in swapped.items() if not k.startswith("moe.experts.w")},
+                            "but no moe.experts.w1, moe.experts.w3, moe.experts.w2"),
+                           (wrong_shape, r"'moe.experts.w2' has shape \[3, 16, 7\]")):
+        with pytest.raises(ValueError, match=words):
+            model.load_state_dict(partial, strict=False)
+        after = model.state_dict()
+        for k, v in before.items():
+            assert torch.equal(after[k], v), k
+        assert torch.equal(after["moe.experts._extra_state"]["main_slot"],
+                           good["moe.experts._extra_state"]["main_slot"])
+    # A malformed placement names what it lacks (was a bare KeyError).
+    lacking = dict(good)
+    lacking["moe.experts._extra_state"] = {k: v for k, v in extra.items() if k != "capacity"}
+    with pytest.raises(ValueError, match="the extra state lacks capacity"):
+        model.load_state_dict(lacking)
+    with pytest.raises(ValueError, match="the extra state lacks capacity"):
+        check_checkpoint(model, lacking)
     # A checkpoint that fits loads.
     other = nn.ModuleDict({"embed": nn.Linear(rw.H, rw.H), "moe": _one_process_layer()})
     other.load_state_dict(good)
     assert torch.equal(other["moe"].experts.w1, model["moe"].experts.w1)
+
+
+def test_a_plain_callable_router_warns_that_its_parameters_are_not_synced() -> None:
+    outside = nn.Linear(rw.H, rw.E)  # a module the layer does not own
+
+    def router(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights, ids = torch.topk(torch.softmax(outside(x), dim=-1), rw.K)
+        return ids, weights
+
+    ep = EPGroup.from_sizes(0, rw.WORLD, rw.RANKS_PER_NODE)
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(rw.layout(rw.LAYOUT_A), seed=rw.SEED))
+    with pytest.warns(UserWarning, match="router is a plain callable"):
+        layer = ExpertParallelMoE(rt, 0, rw.H, rw.F, rw.E, rw.K, router=router)
+    assert layer.dense_parameters() == []  # the case it warns about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ExpertParallelMoE(rt, 0, rw.H, rw.F, rw.E, rw.K, router=router, sync_dense_grads=False)
+        ExpertParallelMoE(rt, 0, rw.H, rw.F, rw.E, rw.K, router=TopKRouter(rw.H, rw.E, rw.K))
 
 
 def test_recorder_step_without_tokens(results: list[dict[str, Any]]) -> None:

@@ -33,7 +33,8 @@
   back with every expert in its row. A placement written for another number of experts, world
   size or bank capacity, or by another rank (each rank's bank holds its own experts: every rank
   saves and loads its own file), is refused (ValueError) before this store's rows are copied, and
-  so are bank rows without their placement; an
+  so are bank rows without their placement and a placement without all its bank rows (or with
+  rows of another shape), which torch would apply to rows it does not describe; an
   :class:`~cobalt.torch.ExpertParallelMoE` checks it before its router too. Modules that
   ``load_state_dict`` reaches earlier are loaded by then: :func:`check_checkpoint` checks every
   store of a model without loading anything, so a training script can refuse a checkpoint
@@ -530,6 +531,10 @@ class ExpertStore(nn.Module):
         or is malformed."""
         if not isinstance(state, dict) or state.get("format") != "cobalt.ExpertStore/1":
             raise ValueError("ExpertStore checkpoint: unknown extra-state format")
+        missing = [key for key in ("num_experts", "world_size", "capacity", "main_rank",
+                                   "main_slot", "version", "layout_slots") if key not in state]
+        if missing:
+            raise ValueError(f"ExpertStore checkpoint: the extra state lacks {', '.join(missing)}")
         for key, mine in (("num_experts", self.num_experts), ("world_size", self.ep.world_size),
                           ("capacity", self.capacity)):
             if int(state[key]) != mine:
@@ -568,10 +573,24 @@ class ExpertStore(nn.Module):
 
     def check_placement_saved(self, state_dict: dict, prefix: str) -> None:
         """Raises ValueError when `state_dict` holds this store's extra state (at `prefix`) that
-        does not fit it, or bank rows without it (rows whose experts cannot be placed)."""
+        does not fit it, bank rows without it (rows whose experts cannot be placed), or the
+        placement without all of its bank rows w1, w3, w2 of this store's shapes: torch would
+        apply the placement and skip the rows it lacks, leaving rows the placement does not
+        describe (also when load_state_dict then raises on a shape)."""
         key = prefix + "_extra_state"
         if key in state_dict:
             self._parse_extra_state(state_dict[key])
+            absent = [prefix + n for n in ("w1", "w3", "w2") if prefix + n not in state_dict]
+            if absent:
+                raise ValueError(f"ExpertStore checkpoint: has '{key}' (the main placement) but no "
+                                 f"{', '.join(absent)}: a placement loads with all its bank rows "
+                                 "(leave the placement out too to keep this store as it is)")
+            for name, param in zip(("w1", "w3", "w2"), self.bank):
+                saved = state_dict[prefix + name]
+                if not torch.is_tensor(saved) or tuple(saved.shape) != tuple(param.shape):
+                    shape = list(saved.shape) if torch.is_tensor(saved) else type(saved).__name__
+                    raise ValueError(f"ExpertStore checkpoint: '{prefix + name}' has shape "
+                                     f"{shape}, this store {list(param.shape)}")
             return
         rows = [prefix + n for n in ("w1", "w3", "w2") if prefix + n in state_dict]
         if rows:
@@ -617,6 +636,12 @@ def check_checkpoint(module: nn.Module, state_dict: dict, *, strict: bool = True
                 store._parse_extra_state(state_dict[key])
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{where}: {exc}") from exc
+            absent = [prefix + n for n in ("w1", "w3", "w2") if prefix + n not in state_dict]
+            if absent:
+                # Even without `strict`: the placement would be applied to rows it does not
+                # describe (load_state_dict refuses it).
+                raise ValueError(f"{where}: the checkpoint has '{key}' (the main placement) but no "
+                                 f"{', '.join(absent)}")
         elif strict or any(prefix + n in state_dict for n in ("w1", "w3", "w2")):
             # Bank rows without their placement cannot be placed (load_state_dict refuses them).
             raise ValueError(f"{where}: the checkpoint has no '{key}' (the main placement)")

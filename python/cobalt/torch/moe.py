@@ -61,6 +61,7 @@ from typing import Any, Callable, Optional
 
 import collections
 import hashlib
+import warnings
 
 import numpy as np
 import torch
@@ -286,7 +287,10 @@ class ExpertParallelMoE(nn.Module):
         hidden_size, ffn_size: H and F of the SwiGLU experts (w1, w3 [H, F], w2 [F, H]).
         num_experts, top_k: E and K.
         router: module/callable x [T, H] -> (topk_ids [T, K] int, weights [T, K]); default a
-            :class:`TopKRouter` initialised from (seed, layer), identical on every rank.
+            :class:`TopKRouter` initialised from (seed, layer), identical on every rank. Only an
+            ``nn.Module`` router's parameters are the layer's (summed by ``sync_dense_grads``,
+            listed by :meth:`dense_parameters`); a plain callable's are not, and building the
+            layer with one warns (sum their gradients yourself).
         seed: initial weights are ``expert_init(seed, layer, e, ...)``, the same as
             :class:`~cobalt.torch.ReferenceMoE` with that seed.
         sync_dense_grads: sum the router's gradients over the group at the end of each
@@ -320,6 +324,12 @@ class ExpertParallelMoE(nn.Module):
         self.num_experts = num_experts
         self.top_k = top_k
         self.sync_dense_grads = sync_dense_grads
+        if router is not None and not isinstance(router, nn.Module) and sync_dense_grads:
+            warnings.warn(
+                "ExpertParallelMoE: the router is a plain callable, not an nn.Module: parameters "
+                "it uses are not this layer's, so sync_dense_grads does not sum their gradients "
+                "over the ranks (pass the router as an nn.Module, or sum them yourself and pass "
+                "sync_dense_grads=False)", stacklevel=2)
         self.router: Router = router if router is not None else TopKRouter(
             hidden_size, num_experts, top_k, seed=seed, layer=layer)
         self.experts = ExpertStore(runtime.ep, num_experts, hidden_size, ffn_size,

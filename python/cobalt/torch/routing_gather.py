@@ -123,6 +123,35 @@ def _cpu_computes(dtype: torch.dtype) -> bool:
     return _CPU_DTYPE_OK[dtype]
 
 
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _dtype_code(dtype: torch.dtype) -> int:
+    return _DTYPES.index(dtype) if dtype in _DTYPES else len(_DTYPES)
+
+
+def _agree_on_settings(counts: list[torch.Tensor], context: str) -> None:
+    """Raises ValueError (on every rank: each sees the same gathered values) when the ranks'
+    layers disagree on top-k, hidden size, number of experts or input dtype."""
+    names = ("top_k", "hidden size", "number of experts", "input dtype")
+    for field, name in enumerate(names):
+        values = [int(c[3 + field].item()) for c in counts]
+        if len(set(values)) == 1:
+            continue
+        by_value: dict[int, list[int]] = {}
+        for r, v in enumerate(values):
+            by_value.setdefault(v, []).append(r)
+
+        def shown(v: int) -> str:
+            if field != 3:
+                return str(v)
+            return str(_DTYPES[v]).replace("torch.", "") if v < len(_DTYPES) else "another dtype"
+        parts = [f"{shown(v)} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                 for v, rs in by_value.items()]
+        raise ValueError(f"{context}: the ranks' layers disagree on the {name}: "
+                         f"{'; '.join(parts)} (every rank must build the same layer)")
+
+
 def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
                    gates: Optional[torch.Tensor], *, hidden: int, num_experts: int, top_k: int,
                    context: str, local_error: Optional[str] = None,
@@ -153,9 +182,14 @@ def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
     g = ep.world_size
     assert gates is not None
     wants_grad = torch.is_grad_enabled() and (x.requires_grad or gates.requires_grad)
-    count = torch.tensor([x.shape[0], int(wants_grad), placement_digest], dtype=torch.int64)
-    counts = [torch.zeros(3, dtype=torch.int64) for _ in range(g)]
+    # The layer's settings travel with the counts: ranks that disagree on them would exchange
+    # buffers of different sizes, which gloo answers by aborting every process.
+    settings = (top_k, hidden, num_experts, _dtype_code(x.dtype))
+    count = torch.tensor([x.shape[0], int(wants_grad), placement_digest, *settings],
+                         dtype=torch.int64)
+    counts = [torch.zeros(count.numel(), dtype=torch.int64) for _ in range(g)]
     dist.all_gather(counts, count, group=ep.group)
+    _agree_on_settings(counts, context)
     sizes = np.array([int(c[0].item()) for c in counts], dtype=np.int64)
     any_requires_grad = any(int(c[1].item()) for c in counts)
     # At least one (padding) row: gloo fails on empty all_gather when no rank has tokens.
