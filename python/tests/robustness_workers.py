@@ -658,6 +658,9 @@ def run_settings_disagreement(ep: EPGroup) -> dict[str, Any]:
     dtype = torch.float64 if odd else torch.float32
     out["dtype"] = _error_of(lambda: ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED).to(dtype)(
         micro_batch(ep.rank, 0, dtype)[0]))
+    # Sizes that are not the process group's (they failed at the first exchange, in gloo's words).
+    out["from_sizes"] = _error_of(lambda: EPGroup.from_sizes(ep.rank, 2 * ep.world_size,
+                                                             ep.ranks_per_node))
     out["after_shape"] = tuple(ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)(
         micro_batch(ep.rank, 0)[0]).shape)
     return out

@@ -284,6 +284,9 @@ def test_layers_that_differ_between_ranks_fail_on_every_rank(
                             f"hidden size: {rw.H} on ranks {others}; {rw.H + 1} on rank 1"),
                            ("dtype", f"input dtype: float32 on ranks {others}; float64 on rank 1")):
             assert got[key] is not None and words in got[key], (rank, key, got[key])
+        assert got["from_sizes"] is not None and (
+            f"rank {rank} of world size {2 * rw.WORLD} given, but the process group has this "
+            f"process as rank {rank} of {rw.WORLD}") in got["from_sizes"], got["from_sizes"]
         assert got["after_shape"][1] == rw.H
 
 

@@ -52,7 +52,16 @@ class EPGroup:
     def from_sizes(
         rank: int, world_size: int, ranks_per_node: int, group: Optional[dist.ProcessGroup] = None
     ) -> "EPGroup":
-        """Like :meth:`create` with explicit sizes (validated the same way)."""
+        """Like :meth:`create` with explicit sizes (validated the same way). When
+        torch.distributed is initialised, the sizes must be the group's own (`group`, or the
+        default group): other sizes would fail at the first exchange with gloo's message."""
+        if dist.is_available() and dist.is_initialized():
+            actual_world, actual_rank = dist.get_world_size(group), dist.get_rank(group)
+            if (world_size, rank) != (actual_world, actual_rank):
+                raise ValueError(
+                    f"EPGroup: rank {rank} of world size {world_size} given, but the process "
+                    f"group has this process as rank {actual_rank} of {actual_world} (use "
+                    "EPGroup.create, or the group's own sizes)")
         if ranks_per_node < 1:
             raise ValueError(f"EPGroup: ranks_per_node {ranks_per_node} must be >= 1")
         if world_size < 1 or world_size % ranks_per_node != 0:
