@@ -658,6 +658,17 @@ def run_settings_disagreement(ep: EPGroup) -> dict[str, Any]:
     dtype = torch.float64 if odd else torch.float32
     out["dtype"] = _error_of(lambda: ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED).to(dtype)(
         micro_batch(ep.rank, 0, dtype)[0]))
+    # Gradient mode and trainable experts decide which exchanges join the backward pass.
+    plain = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+
+    def forward_without_grad_on_rank_1() -> None:
+        with torch.set_grad_enabled(not odd):
+            plain(micro_batch(ep.rank, 0)[0])
+    out["no_grad"] = _error_of(forward_without_grad_on_rank_1)
+    frozen = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    for p in frozen.experts.bank:
+        p.requires_grad_(not odd)
+    out["frozen"] = _error_of(lambda: frozen(micro_batch(ep.rank, 0)[0]))
     # Sizes that are not the process group's (they failed at the first exchange, in gloo's words).
     out["from_sizes"] = _error_of(lambda: EPGroup.from_sizes(ep.rank, 2 * ep.world_size,
                                                              ep.ranks_per_node))

@@ -29,7 +29,8 @@ ranks; scenarios in robustness_workers.py), against the single-process Reference
   (attach_optimizer), nor with an optimizer that does not hold the bank; ranks that loaded
   checkpoints of different versions raise on every rank; a router returning lists on one rank
   and a layout source raising on one rank raise on every rank (no hang); layers built with
-  another top-k, hidden size or input dtype on one rank raise on every rank (gloo aborted);
+  another top-k, hidden size or input dtype on one rank, and forwards under no_grad or with the
+  bank frozen on one rank only, raise on every rank (gloo aborted);
 * (one process) a checkpoint whose expert placement is refused (another world size, another
   rank's, bank rows without a placement, a placement without all its bank rows or with a row
   of another shape, a malformed placement) changes nothing in the layer, and check_checkpoint
@@ -283,6 +284,11 @@ def test_layers_that_differ_between_ranks_fail_on_every_rank(
                            ("hidden",
                             f"hidden size: {rw.H} on ranks {others}; {rw.H + 1} on rank 1"),
                            ("dtype", f"input dtype: float32 on ranks {others}; float64 on rank 1")):
+            assert got[key] is not None and words in got[key], (rank, key, got[key])
+        for key, words in (("no_grad", "gradient mode (1: enabled; torch.no_grad() on some ranks "
+                                        f"only?): 1 on ranks {others}; 0 on rank 1"),
+                           ("frozen", f"expert bank's requires_grad (1: trainable; experts frozen "
+                                      f"on some ranks only?): 1 on ranks {others}; 0 on rank 1")):
             assert got[key] is not None and words in got[key], (rank, key, got[key])
         assert got["from_sizes"] is not None and (
             f"rank {rank} of world size {2 * rw.WORLD} given, but the process group has this "

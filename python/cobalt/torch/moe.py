@@ -544,7 +544,8 @@ class ExpertParallelMoE(nn.Module):
                                   num_experts=self.num_experts, top_k=self.top_k,
                                   context=self._context(), local_error=error,
                                   traffic=rt.traffic,
-                                  placement_digest=self.experts.placement_digest())
+                                  placement_digest=self.experts.placement_digest(),
+                                  bank_trainable=any(p.requires_grad for p in self.experts.bank))
         if np.unique(gathered.placement_digests).shape[0] != 1:
             # Every rank sees the same digests, so every rank raises here.
             raise RuntimeError(
