@@ -49,6 +49,7 @@ import pytest
 import torch
 from torch import nn
 
+import cobalt
 from cobalt.torch import (EPGroup, ExpertParallelMoE, ExpertParallelRuntime, FixedLayoutSource,
                           ReferenceMoE, check_checkpoint, launch)
 from cobalt.torch.experts import TopKRouter
@@ -481,3 +482,21 @@ def test_a_bank_dtype_without_cpu_kernels_is_refused_before_the_exchange() -> No
         assert error is not None and "torch.float16 has no CPU matmul" in error, error
     assert check_input(x.float(), rw.H, torch.float32) is None
     assert check_input(x.to(torch.bfloat16), rw.H, torch.bfloat16) is None
+
+
+def test_one_element_optimizer_state_shaped_like_its_row_moves_with_the_expert() -> None:
+    # A bank of one slot of 1 x 1 experts: Adam's moments have one element each, like its step
+    # count, and were taken for scalars (left behind by a migration).
+    ep = EPGroup.from_sizes(0, rw.WORLD, rw.RANKS_PER_NODE)
+    one_each = cobalt.ExpertLayout.from_rank_lists(cobalt.Topology(rw.NODES, rw.WORLD), rw.WORLD,
+                                                   1, [[r] for r in range(rw.WORLD)])
+    rt = ExpertParallelRuntime(ep, FixedLayoutSource(one_each, seed=rw.SEED))
+    layer = ExpertParallelMoE(rt, 0, 1, 1, rw.WORLD, 1, seed=rw.SEED)
+    optimizer = torch.optim.Adam(layer.experts.bank, lr=0.1)
+    for p in layer.experts.bank:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    names = [name for name, _ in layer.experts._moving_tensors(optimizer)]
+    for part in ("w1", "w3", "w2"):
+        assert f"{part}.exp_avg" in names and f"{part}.exp_avg_sq" in names, names
+        assert f"{part}.step" not in names, names

@@ -324,7 +324,10 @@ class ExpertStore(nn.Module):
             state = optimizer.state.get(p, {})
             for k in sorted(state):
                 v = state[k]
-                if not torch.is_tensor(v) or v.dim() == 0 or v.numel() == 1:
+                # Scalars are per bank tensor; a one-element tensor shaped like the parameter
+                # (a bank of one slot of 1 x 1 experts) is a row and moves.
+                if not torch.is_tensor(v) or v.dim() == 0 or (v.numel() == 1 and
+                                                              v.shape != p.shape):
                     continue
                 if v.shape[0] != self.capacity:
                     raise ValueError(
