@@ -57,9 +57,44 @@ void route_tokens(const RoutingBatch& batch, const ExpertLayout& layout, Replica
                    batch.num_tasks());
   const int num_experts = batch.num_experts(), num_ranks = batch.num_ranks();
   const TokenIdx num_tokens = batch.num_tokens();
-  // Tokens grouped by source rank, in token order within each (a counting sort): one source's
-  // routes then live in an [E] table, reset after it, so memory and time are O(T K + G + E)
-  // instead of a [G, E] table per call (1 GB at E = G = 8192).
+  const int top_k = batch.top_k();
+  // Per (s, e), set at its first task: its candidates and the one its next task takes, which
+  // starts at s mod L and advances by one per task, wrapping: the c-th task takes (c + s) mod L
+  // without a division per task.
+  struct Route {
+    const RankId* candidates = nullptr;
+    int32_t num_candidates = 0;
+    int32_t next = 0;
+  };
+  // Writes task (t, k)'s rank; `self` holds the candidate list of one under kSourceRankFirst.
+  auto route_task = [&](Route& route, TokenIdx t, int k, RankId src, RankId* self) {
+    const ExpertId e = batch.experts_of(t)[k];
+    if (route.candidates == nullptr) {
+      const auto cand = candidates(layout, scope, src, e, self);
+      route.candidates = cand.data();
+      route.num_candidates = static_cast<int32_t>(cand.size());
+      route.next = src % route.num_candidates;
+    }
+    exec_rank[static_cast<size_t>(t) * top_k + k] = route.candidates[route.next];
+    if (++route.next == route.num_candidates) route.next = 0;
+  };
+  const auto table_entries = static_cast<int64_t>(num_ranks) * num_experts;
+  if (table_entries <= batch.num_tasks()) {
+    // A [G, E] table costs no more than a pass over the tasks: index it by (s, e) directly.
+    std::vector<Route> routes(static_cast<size_t>(table_entries));
+    std::vector<RankId> rank_ids(num_ranks);  // s's own span under kSourceRankFirst
+    for (RankId r = 0; r < num_ranks; ++r) rank_ids[r] = r;
+    for (TokenIdx t = 0; t < num_tokens; ++t) {
+      const RankId src = batch.source_of(t);
+      Route* src_routes = routes.data() + static_cast<size_t>(src) * num_experts;
+      auto row = batch.experts_of(t);
+      for (int k = 0; k < top_k; ++k) route_task(src_routes[row[k]], t, k, src, &rank_ids[src]);
+    }
+    return;
+  }
+  // Few tasks for a [G, E] table (1 GB at E = G = 8192): tokens grouped by source rank, in token
+  // order within each (a counting sort), so one source's routes live in an [E] table reset after
+  // it: O(T K + G + E) time and memory.
   std::vector<int64_t> source_offsets(static_cast<size_t>(num_ranks) + 1, 0);
   for (TokenIdx t = 0; t < num_tokens; ++t) ++source_offsets[batch.source_of(t) + 1];
   for (RankId r = 0; r < num_ranks; ++r) source_offsets[r + 1] += source_offsets[r];
@@ -68,33 +103,17 @@ void route_tokens(const RoutingBatch& batch, const ExpertLayout& layout, Replica
     std::vector<int64_t> cursor(source_offsets.begin(), source_offsets.end() - 1);
     for (TokenIdx t = 0; t < num_tokens; ++t) tokens_by_source[cursor[batch.source_of(t)]++] = t;
   }
-  // Per expert of the current source, set at its first task: its candidates and the one its next
-  // task takes, which starts at s mod L and advances by one per task, wrapping: the c-th task
-  // takes (c + s) mod L without a division per task.
-  struct Route {
-    const RankId* candidates = nullptr;
-    int32_t num_candidates = 0;
-    int32_t next = 0;
-  };
   std::vector<Route> routes(num_experts);
   std::vector<ExpertId> touched;  // experts whose route the current source set
-  const int top_k = batch.top_k();
   for (RankId src = 0; src < num_ranks; ++src) {
-    RankId self = src;  // the candidate list of one under kSourceRankFirst
+    RankId self = src;
     for (int64_t i = source_offsets[src]; i < source_offsets[src + 1]; ++i) {
       const TokenIdx t = tokens_by_source[i];
       auto row = batch.experts_of(t);
       for (int k = 0; k < top_k; ++k) {
         Route& route = routes[row[k]];
-        if (route.candidates == nullptr) {
-          const auto cand = candidates(layout, scope, src, row[k], &self);
-          route.candidates = cand.data();
-          route.num_candidates = static_cast<int32_t>(cand.size());
-          route.next = src % route.num_candidates;
-          touched.push_back(row[k]);
-        }
-        exec_rank[static_cast<size_t>(t) * top_k + k] = route.candidates[route.next];
-        if (++route.next == route.num_candidates) route.next = 0;
+        if (route.candidates == nullptr) touched.push_back(row[k]);
+        route_task(route, t, k, src, &self);
       }
     }
     for (ExpertId e : touched) routes[e] = Route{};

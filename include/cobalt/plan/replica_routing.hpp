@@ -34,7 +34,8 @@ enum class ReplicaScope {
 // Tasks from each source rank choosing each expert: [G, E] (row = source rank).
 std::vector<int64_t> count_demand(const RoutingBatch& batch);
 
-// Writes exec_rank [T, K] by the even split above, in O(T K + G + E) time and memory. Throws
+// Writes exec_rank [T, K] by the even split above, in O(T K + min(G E, T K + G + E)) time and
+// memory (a [G, E] table only when it is no larger than the tasks). Throws
 // kInvalidArgument when sizes or the layout's E / G disagree with the batch.
 void route_tokens(const RoutingBatch& batch, const ExpertLayout& layout, ReplicaScope scope,
                   std::span<RankId> exec_rank);

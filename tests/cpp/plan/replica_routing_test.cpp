@@ -97,9 +97,12 @@ TEST(ReplicaRouting, TokensAndCountsAgreeAndRespectScopes) {
 }
 
 // route_tokens against the header's definition computed directly (the c-th task of (s, e) on
-// candidate (c + s) mod L), on random layouts and batches, every scope.
+// candidate (c + s) mod L), on random layouts and batches, every scope. Both of its paths: a
+// [G, E] table when G E <= T K, tokens grouped by source otherwise (odd seeds draw up to 8
+// tokens, even ones up to 500).
 TEST(ReplicaRouting, TokensFollowTheDefinition) {
-  for (uint64_t seed = 1; seed <= 30; ++seed) {
+  int num_grouped = 0, num_table = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
     SplitMix64 rng(seed * 17);
     const int nodes = 1 + static_cast<int>(rng.below(4)),
               per_node = 1 + static_cast<int>(rng.below(5));
@@ -108,9 +111,12 @@ TEST(ReplicaRouting, TokensFollowTheDefinition) {
     const int experts = 1 + static_cast<int>(rng.below(topo.num_ranks() * slots));
     const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
     const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 4)));
-    const auto owned = testing::random_batch(seed * 3, static_cast<int64_t>(rng.below(500)), top_k,
-                                             experts, topo.num_ranks(), 1.5);
+    const auto owned =
+        testing::random_batch(seed * 3, static_cast<int64_t>(rng.below(seed % 2 ? 9 : 500)), top_k,
+                              experts, topo.num_ranks(), 1.5);
     const auto batch = owned.view();
+    (static_cast<int64_t>(topo.num_ranks()) * experts <= batch.num_tasks() ? num_table
+                                                                           : num_grouped) += 1;
     for (auto scope : {ReplicaScope::kAllReplicas, ReplicaScope::kSameNodeFirst,
                        ReplicaScope::kSourceRankFirst}) {
       std::vector<RankId> exec(batch.num_tasks()), want(batch.num_tasks());
@@ -133,6 +139,8 @@ TEST(ReplicaRouting, TokensFollowTheDefinition) {
       EXPECT_EQ(exec, want) << "seed " << seed << " scope " << static_cast<int>(scope);
     }
   }
+  EXPECT_GE(num_table, 5);
+  EXPECT_GE(num_grouped, 5);
 }
 
 TEST(ReplicaRouting, ExpectedFlowsSplitFractionally) {
