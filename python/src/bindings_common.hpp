@@ -252,6 +252,35 @@ void bind_cost(py::module_& m);
 void bind_eval(py::module_& m);
 void bind_io(py::module_& m);
 
+// A Python integer for a C++ int field or argument (taken as int64 by the binding): a value
+// outside int32 is an InvalidArgumentError naming `name`, where an int parameter made pybind11
+// raise its multi-line TypeError listing every signature.
+inline int int_arg(int64_t value, const char* name) {
+  COBALT_CHECK_ARG(
+      value >= std::numeric_limits<int>::min() && value <= std::numeric_limits<int>::max(),
+      "{} {} out of range for a 32-bit integer [{}, {}]", name, value,
+      std::numeric_limits<int>::min(), std::numeric_limits<int>::max());
+  return static_cast<int>(value);
+}
+
+// A Python integer (int, numpy integer: anything with __index__) as uint64: a negative value or
+// one of 2^64 or more is an InvalidArgumentError naming `name`.
+inline uint64_t uint64_arg(py::handle value, const char* name) {
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) {
+    PyErr_Clear();
+    throw py::type_error(fmt::format("{} must be an integer, got {}", name,
+                                     std::string(py::str(py::type::of(value).attr("__name__")))));
+  }
+  const unsigned long long result = PyLong_AsUnsignedLongLong(index.ptr());
+  if (PyErr_Occurred() != nullptr) {
+    PyErr_Clear();
+    fail(ErrorCode::kInvalidArgument, "{} {} out of range [0, 2^64 - 1]", name,
+         std::string(py::str(index)));
+  }
+  return static_cast<uint64_t>(result);
+}
+
 }  // namespace cobalt::py_bindings
 
 namespace pybind11::detail {

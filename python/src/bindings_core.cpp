@@ -75,8 +75,11 @@ void bind_topology(py::module_& m) {
 
   py::class_<Topology>(m, "Topology",
                        "N nodes of M ranks each (G = N*M); rank r lives on node r // M.")
-      .def(py::init<int, int, LinkParams>(), py::arg("num_nodes"), py::arg("num_ranks"),
-           py::arg("links") = LinkParams{})
+      .def(py::init([](int64_t num_nodes, int64_t num_ranks, LinkParams links) {
+             return Topology(int_arg(num_nodes, "number of nodes"),
+                             int_arg(num_ranks, "number of ranks"), links);
+           }),
+           py::arg("num_nodes"), py::arg("num_ranks"), py::arg("links") = LinkParams{})
       .def_static("parse", &Topology::parse, py::arg("spec"), py::arg("links") = LinkParams{},
                   "Parses 'NxM' (N nodes, M ranks per node).")
       .def_property_readonly("num_nodes", &Topology::num_nodes)

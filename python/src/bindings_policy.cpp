@@ -44,24 +44,25 @@ struct PyPolicy {
 void bind_policy(py::module_& m) {
   using policy::PolicyConfig;
   py::class_<PolicyConfig>(m, "PolicyConfig", "Everything a policy needs to know (policy.hpp).")
-      .def(py::init([](const Topology& topology, int num_experts, int top_k, int num_layers,
-                       int slots_per_rank, double eps, int steps_per_global_plan, double ema_decay,
-                       uint64_t seed, int num_threads, bool async_planning, int planner_restarts,
+      .def(py::init([](const Topology& topology, int64_t num_experts, int64_t top_k,
+                       int64_t num_layers, int64_t slots_per_rank, double eps,
+                       int64_t steps_per_global_plan, double ema_decay, py::object seed,
+                       int64_t num_threads, bool async_planning, int64_t planner_restarts,
                        double token_bytes, double expert_param_bytes,
                        std::optional<eval::CostParams> cost_model) {
              PolicyConfig c;
              c.topology = topology;
-             c.num_experts = num_experts;
-             c.top_k = top_k;
-             c.num_layers = num_layers;
-             c.slots_per_rank = slots_per_rank;
+             c.num_experts = int_arg(num_experts, "num_experts");
+             c.top_k = int_arg(top_k, "top_k");
+             c.num_layers = int_arg(num_layers, "num_layers");
+             c.slots_per_rank = int_arg(slots_per_rank, "slots_per_rank");
              c.eps = eps;
-             c.steps_per_global_plan = steps_per_global_plan;
+             c.steps_per_global_plan = int_arg(steps_per_global_plan, "steps_per_global_plan");
              c.ema_decay = ema_decay;
-             c.seed = seed;
-             c.num_threads = num_threads;
+             c.seed = uint64_arg(seed, "seed");
+             c.num_threads = int_arg(num_threads, "num_threads");
              c.async_planning = async_planning;
-             c.planner_restarts = planner_restarts;
+             c.planner_restarts = int_arg(planner_restarts, "planner_restarts");
              c.token_bytes = token_bytes;
              c.expert_param_bytes = expert_param_bytes;
              c.cost_model = cost_model;
@@ -74,17 +75,35 @@ void bind_policy(py::module_& m) {
            py::arg("planner_restarts") = 8, py::arg("token_bytes") = 14336.0,
            py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none())
       .def_readwrite("topology", &PolicyConfig::topology)
-      .def_readwrite("num_experts", &PolicyConfig::num_experts)
-      .def_readwrite("top_k", &PolicyConfig::top_k)
-      .def_readwrite("num_layers", &PolicyConfig::num_layers)
-      .def_readwrite("slots_per_rank", &PolicyConfig::slots_per_rank)
+      .def_property(
+          "num_experts", [](const PolicyConfig& c) { return c.num_experts; },
+          [](PolicyConfig& c, int64_t v) { c.num_experts = int_arg(v, "num_experts"); })
+      .def_property(
+          "top_k", [](const PolicyConfig& c) { return c.top_k; },
+          [](PolicyConfig& c, int64_t v) { c.top_k = int_arg(v, "top_k"); })
+      .def_property(
+          "num_layers", [](const PolicyConfig& c) { return c.num_layers; },
+          [](PolicyConfig& c, int64_t v) { c.num_layers = int_arg(v, "num_layers"); })
+      .def_property(
+          "slots_per_rank", [](const PolicyConfig& c) { return c.slots_per_rank; },
+          [](PolicyConfig& c, int64_t v) { c.slots_per_rank = int_arg(v, "slots_per_rank"); })
       .def_readwrite("eps", &PolicyConfig::eps)
-      .def_readwrite("steps_per_global_plan", &PolicyConfig::steps_per_global_plan)
+      .def_property(
+          "steps_per_global_plan", [](const PolicyConfig& c) { return c.steps_per_global_plan; },
+          [](PolicyConfig& c, int64_t v) {
+            c.steps_per_global_plan = int_arg(v, "steps_per_global_plan");
+          })
       .def_readwrite("ema_decay", &PolicyConfig::ema_decay)
-      .def_readwrite("seed", &PolicyConfig::seed)
-      .def_readwrite("num_threads", &PolicyConfig::num_threads)
+      .def_property(
+          "seed", [](const PolicyConfig& c) { return c.seed; },
+          [](PolicyConfig& c, py::object v) { c.seed = uint64_arg(v, "seed"); })
+      .def_property(
+          "num_threads", [](const PolicyConfig& c) { return c.num_threads; },
+          [](PolicyConfig& c, int64_t v) { c.num_threads = int_arg(v, "num_threads"); })
       .def_readwrite("async_planning", &PolicyConfig::async_planning)
-      .def_readwrite("planner_restarts", &PolicyConfig::planner_restarts)
+      .def_property(
+          "planner_restarts", [](const PolicyConfig& c) { return c.planner_restarts; },
+          [](PolicyConfig& c, int64_t v) { c.planner_restarts = int_arg(v, "planner_restarts"); })
       .def_readwrite("token_bytes", &PolicyConfig::token_bytes)
       .def_readwrite("expert_param_bytes", &PolicyConfig::expert_param_bytes)
       .def_property(

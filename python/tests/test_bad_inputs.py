@@ -223,3 +223,25 @@ def test_an_object_where_an_array_belongs_is_named() -> None:
         cobalt.imbalance(np.array([1.5, 2.0]))
     with pytest.raises(cobalt.InvalidArgumentError, match="got dtype <U1$"):
         cobalt.imbalance(["a"])
+
+
+def test_integers_beyond_the_fields_range_are_named() -> None:
+    # pybind11 answered these with a multi-line TypeError listing every signature.
+    topology = cobalt.Topology(2, 4)
+    with pytest.raises(cobalt.InvalidArgumentError,
+                       match=r"^seed -1 out of range \[0, 2\^64 - 1\]$"):
+        cobalt.PolicyConfig(topology, 8, 2, seed=-1)
+    with pytest.raises(cobalt.InvalidArgumentError, match="num_experts 1099511627776 out of range"):
+        cobalt.PolicyConfig(topology, 2**40, 2)
+    config = cobalt.PolicyConfig(topology, 8, 2, seed=np.uint64(2**63))  # numpy integers work
+    assert config.seed == 2**63
+    with pytest.raises(cobalt.InvalidArgumentError, match="planner_restarts 4294967296 out of"):
+        config.planner_restarts = 2**32
+    with pytest.raises(cobalt.InvalidArgumentError, match="seed 18446744073709551616 out of"):
+        config.seed = 2**64
+    with pytest.raises(TypeError, match="seed must be an integer, got float"):
+        config.seed = 1.5
+    config.num_experts = np.int64(16)
+    assert config.num_experts == 16
+    with pytest.raises(cobalt.InvalidArgumentError, match="number of nodes 1099511627776 out of"):
+        cobalt.Topology(2**40, 4)
