@@ -178,7 +178,8 @@ void water_fill(CoverClassScratch& s, int32_t k) {
             : level + (remaining + level_count - 1) / static_cast<int64_t>(level_count);
     const int64_t room = (next_level - level) * static_cast<int64_t>(level_count);
     if (room >= remaining || level_count == num_ranks) {
-      // Spread what is left evenly over the current group; the remainder goes to the first ones.
+      // Spread what is left evenly over the current group; the remainder goes to the first ones
+      // in (load before this class, rank) order (the header's tie rule).
       const int64_t each = remaining / static_cast<int64_t>(level_count);
       int64_t extra = remaining % static_cast<int64_t>(level_count);
       for (size_t i = 0; i < level_count; ++i) s.give[i] += each + (extra-- > 0 ? 1 : 0);

@@ -9,7 +9,9 @@
 //      (e, A) with their counts.
 //   3. quotas: classes in order of flexibility (fewest allowed ranks first, then larger count, then
 //      key) are water-filled onto their allowed ranks: integer quotas that raise the least loaded
-//      ranks first (ties: lowest rank id).
+//      ranks first; when the last level splits unevenly, its extra tasks go to the ranks that
+//      were least loaded before the class was placed (ties: lowest rank id), not to the lowest
+//      rank ids among the ranks tied at the end.
 //   4. mapping: tasks take their class's quotas in token order (ranks ascending).
 //
 // Deterministic and independent of the thread count (options.num_threads): steps 1, 2 and 4 run

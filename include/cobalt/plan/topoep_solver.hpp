@@ -28,8 +28,9 @@
 //       r_t. The best one moves delta tasks of e from r_b to r_t (creating the replica when
 //       needed). Which source's tasks move: those from r_t itself first (they become
 //       rank-local), then the other sources in the order their quotas on r_b were created
-//       (routed quotas by ascending source, then those added by earlier moves of e), tasks
-//       from r_b itself last. The
+//       (routed quotas by ascending source, then those added by earlier moves of e; a quota
+//       emptied by a move and refilled by a later one keeps its first position), tasks from
+//       r_b itself last. The
 //       node stops when its busiest rank has no candidate (the sum of squared loads strictly
 //       decreases with every move, so this terminates).
 //   Finally, a temporary replica left with no tasks is not materialised (it would cost a

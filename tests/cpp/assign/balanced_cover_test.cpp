@@ -160,6 +160,21 @@ TEST(BalancedCover, WaterFillsReplicasOfOneExpert) {
   EXPECT_EQ(exec, (std::vector<RankId>{0, 0, 0, 1, 1, 1, 2, 2, 3, 3}));
 }
 
+// The header's tie rule, hand-checked: experts 0 and 1 on both ranks of one node, tokens
+// [0], [0], [0], [1], [1]. Class 0 (3 tasks) gives loads [2, 1]. Class 1 (2 tasks) raises rank 1
+// to 2, and the last task goes to rank 1, least loaded before the class (loads [2, 3]), not to
+// rank 0, the lowest id of the ranks tied at 2.
+TEST(BalancedCover, AnUnevenLastLevelFavoursTheRanksLeastLoadedBeforeTheClass) {
+  Topology topo(1, 2);
+  ExpertLayout layout(topo, 2, 2, {0, 1, 0, 1});
+  std::vector<ExpertId> ids{0, 0, 0, 1, 1};
+  std::vector<RankId> src(5, 0);
+  RoutingBatch batch(ids, src, 1, 2, 2);
+  std::vector<RankId> exec(5);
+  assign_balanced_cover(batch, layout, {}, exec);
+  EXPECT_EQ(exec, (std::vector<RankId>{0, 0, 1, 1, 1}));
+}
+
 }  // namespace
 }  // namespace cobalt::assign
 
