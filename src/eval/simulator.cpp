@@ -328,18 +328,18 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
                      "workload has top-k {}",
                      fmt::join(over, ", "), assign::kMaxNodeCoverTopK, config.top_k);
   }
-  // Fail early on unknown names and bad configurations before doing any work. Building a policy
-  // allocates little (its per-layer state grows as it replays); each is freed after its replay,
-  // so the policies' state does not add up.
-  std::vector<std::unique_ptr<policy::Policy>> policies;
-  for (const auto& name : options.policies) policies.push_back(policy::make_policy(name, config));
+  // Fail early on unknown names and bad configurations before doing any work: each policy is
+  // built once and freed. Then each is built again right before its replay and freed after it,
+  // so the policies' state does not add up (cobalt's statistics are allocated when it is built).
+  for (const auto& name : options.policies) policy::make_policy(name, config);
 
-  const int64_t total_work = static_cast<int64_t>(policies.size()) * num_steps;
+  const int64_t total_work = static_cast<int64_t>(options.policies.size()) * num_steps;
   int64_t done = 0;
   auto tick = [&] {
     if (options.progress) options.progress(++done, total_work);
   };
-  for (auto& pol : policies) {
+  for (const auto& name : options.policies) {
+    std::unique_ptr<policy::Policy> pol = policy::make_policy(name, config);
     try {
       result.policies.push_back(replay_policy(*pol, source, options, tick));
     } catch (const Error& e) {
@@ -352,7 +352,6 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
       skipped.skipped = e.what();
       result.policies.push_back(std::move(skipped));
     }
-    pol.reset();
   }
 
   const auto it = std::find_if(result.policies.begin(), result.policies.end(),
