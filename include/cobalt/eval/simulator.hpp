@@ -111,12 +111,12 @@ int policy_max_top_k(const std::string& policy);
 std::vector<std::string> policies_over_top_k(const std::vector<std::string>& policies, int top_k);
 
 // An estimate of the memory simulate(source, options) holds at its peak, in bytes, for an up-front
-// check (core/memory.hpp): the policies replay one after another and each is freed after its
-// replay, so the largest policy's policy::policy_memory counts (per-layer statistics of cobalt and
-// cobalt+, the peers' [G, E] demand windows and tables, per-layer layouts), plus the per-step work
-// of the largest step (its batch, exec ranks and the assignment's scratch, shared by the
-// policies): ~10 bytes a task, ~16 with cobalt+ (its balanced assignment's workspace; measured at
-// 2^18 and 2^21 tokens a step). Left out: the workload itself and a --dump
+// check (core/memory.hpp): the policies replay one after another, each built right before its
+// replay and freed after it, so the largest policy's policy::policy_memory counts (per-layer
+// statistics of cobalt and cobalt+, the peers' [G, E] demand windows and tables, per-layer
+// layouts), plus the per-step work of the largest step (its batch, exec ranks and the assignment's
+// scratch, shared by the policies): ~10 bytes a task, ~16 with cobalt+ (its balanced assignment's
+// workspace; measured at 2^18 and 2^21 tokens a step). Left out: the workload itself and a --dump
 // (DumpWriter::memory_bytes). Throws kInvalidArgument for an unknown policy name. `breakdown`, when
 // given, receives a one-line account ("the largest policy, cobalt, 3.1 GiB: 16 MiB a layer x 200
 // layers + ...; the largest step's work ...").
