@@ -53,11 +53,19 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
     if (array.size() > 0) {
       const char kind = array.dtype().kind();
       // Something that is no array at all (a layout where ids belong) becomes an object array:
-      // name what it was.
-      COBALT_CHECK_ARG(given_array || kind != 'O',
-                       "expected an integer array (numpy array, torch CPU tensor or list), got "
-                       "{}",
-                       std::string(py::str(py::type::of(src).attr("__name__"))));
+      // name what it was; a list or tuple did so because of its elements.
+      if (!given_array && kind == 'O') {
+        const std::string type = py::str(py::type::of(src).attr("__name__"));
+        const bool sequence = py::isinstance<py::list>(src) || py::isinstance<py::tuple>(src);
+        if (sequence) {
+          fail(ErrorCode::kInvalidArgument,
+               "expected integers, got a {} with elements that are not all integers in the "
+               "int64 range (None, objects, values past 2^63)",
+               type);
+        }
+        fail(ErrorCode::kInvalidArgument,
+             "expected an integer array (numpy array, torch CPU tensor or list), got {}", type);
+      }
       COBALT_CHECK_ARG(kind == 'i' || kind == 'u', "expected an integer array, got dtype {}{}",
                        std::string(py::str(array.dtype())),
                        kind == 'f' ? " (values would be truncated)" : "");

@@ -109,9 +109,8 @@ void bind_topology(py::module_& m) {
       .def("__eq__", &Topology::operator==, py::is_operator())
       .def("__hash__",
            [](const Topology& t) {
-             return py::hash(py::make_tuple(t.num_nodes(), t.num_ranks(),
-                                            t.links().nvlink_bytes_per_s,
-                                            t.links().ib_bytes_per_s_per_node));
+             // What __eq__ compares (the shape; link speeds are not part of equality).
+             return py::hash(py::make_tuple(t.num_nodes(), t.num_ranks()));
            })
       .def("__str__", &Topology::to_string)
       .def("__repr__", [](const Topology& t) { return "Topology('" + t.to_string() + "')"; })
@@ -125,8 +124,14 @@ void bind_topology(py::module_& m) {
                              "Topology state: expected (num_nodes, num_ranks, nvlink_bytes_per_s, "
                              "ib_bytes_per_s_per_node), got {} items",
                              s.size());
-            return Topology(s[0].cast<int>(), s[1].cast<int>(),
-                            LinkParams{s[2].cast<double>(), s[3].cast<double>()});
+            try {
+              return Topology(s[0].cast<int>(), s[1].cast<int>(),
+                              LinkParams{s[2].cast<double>(), s[3].cast<double>()});
+            } catch (const py::cast_error&) {
+              fail(ErrorCode::kInvalidArgument,
+                   "Topology state: expected (int, int, float, float), got {}",
+                   std::string(py::repr(s)));
+            }
           }));
 
   m.def("slots_for_rho", &slots_for_rho, py::arg("num_experts"), py::arg("num_ranks"),
@@ -280,9 +285,19 @@ void bind_layout(py::module_& m) {
             COBALT_CHECK_ARG(slots.ndim() == 2,
                              "ExpertLayout state: slots must be [G, S], got {} dimension(s)",
                              slots.ndim());
-            return std::make_shared<ExpertLayout>(
-                Topology(s[0].cast<int>(), s[1].cast<int>()), s[2].cast<int>(),
-                static_cast<int>(slots.shape(1)), vector_of(slots));
+            int sizes[3] = {};
+            try {
+              for (int i = 0; i < 3; ++i) sizes[i] = s[i].cast<int>();
+            } catch (const py::cast_error&) {
+              fail(ErrorCode::kInvalidArgument,
+                   "ExpertLayout state: num_nodes, num_ranks and num_experts must be integers, "
+                   "got {}, {}, {}",
+                   std::string(py::repr(s[0])), std::string(py::repr(s[1])),
+                   std::string(py::repr(s[2])));
+            }
+            return std::make_shared<ExpertLayout>(Topology(sizes[0], sizes[1]), sizes[2],
+                                                  static_cast<int>(slots.shape(1)),
+                                                  vector_of(slots));
           }));
 
   m.def("diff", &diff, py::arg("from_layout"), py::arg("to_layout"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 
 import numpy as np
 import pytest
@@ -190,6 +191,11 @@ def test_value_types_compare_and_hash_like_python_values() -> None:
     topology = cobalt.Topology(2, 4)
     assert {topology: "a"}[cobalt.Topology(2, 4)] == "a"  # was unhashable
     assert hash(topology) != hash(cobalt.Topology(4, 8))
+    faster = cobalt.LinkParams()
+    faster.nvlink_bytes_per_s *= 2
+    same_shape = cobalt.Topology(2, 4, faster)  # equal (the shape), so the same hash
+    assert same_shape == topology and hash(same_shape) == hash(topology)
+    assert len({topology, same_shape}) == 1
     assert (topology == 5) is False and (topology != "2x4") is True  # was a TypeError dump
     layout = cobalt.ExpertLayout.static_ep(topology, 8, 2)
     assert (layout == 5) is False and (layout != None) is True  # noqa: E711
@@ -204,6 +210,11 @@ def test_a_malformed_pickle_state_is_an_invalid_argument() -> None:
         blank.__setstate__((1, 2, 2, np.array([0, 1], dtype=np.int32)))
     with pytest.raises(cobalt.InvalidArgumentError, match="got 2 items"):
         cobalt.Topology.__new__(cobalt.Topology).__setstate__((1, 2))
+    # The right length with the wrong types (was pybind11's "Unable to cast" RuntimeError).
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"expected \(int, int, float, float\)"):
+        cobalt.Topology.__new__(cobalt.Topology).__setstate__(("a", "b", 1.0, 2.0))
+    with pytest.raises(cobalt.InvalidArgumentError, match="must be integers, got 'a', 2, 2"):
+        blank.__setstate__(("a", 2, 2, np.zeros((2, 1), dtype=np.int32)))
 
 
 def test_an_array_past_the_memory_budget_is_refused_naming_it() -> None:
@@ -223,6 +234,11 @@ def test_an_object_where_an_array_belongs_is_named() -> None:
         cobalt.imbalance(np.array([1.5, 2.0]))
     with pytest.raises(cobalt.InvalidArgumentError, match="got dtype <U1$"):
         cobalt.imbalance(["a"])
+    # A list numpy turns into an object array because of an element: the elements are blamed.
+    for bad in ([1, None], [1, 2**70]):
+        with pytest.raises(cobalt.InvalidArgumentError,
+                           match="got a list with elements that are not all integers"):
+            cobalt.imbalance(bad)
 
 
 def test_integers_beyond_the_fields_range_are_named() -> None:
@@ -245,3 +261,32 @@ def test_integers_beyond_the_fields_range_are_named() -> None:
     assert config.num_experts == 16
     with pytest.raises(cobalt.InvalidArgumentError, match="number of nodes 1099511627776 out of"):
         cobalt.Topology(2**40, 4)
+
+
+def test_a_read_only_file_system_is_not_a_permission_error(tmp_path) -> None:
+    # access(W_OK) says EROFS there; it was reported as EACCES (a PermissionError, "change its
+    # permissions"). Needs a private read-only bind mount: root and unshare, else skipped.
+    import shutil
+    import subprocess
+    import sys
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a read-only bind mount")
+    target = tmp_path / "ro"
+    target.mkdir()
+    (target / "t.safetensors").write_bytes(b"old")
+    script = (
+        "import sys, numpy as np; sys.path.insert(0, sys.argv[1]); import cobalt\n"
+        "d = cobalt.TraceData(8, np.array([[[0, 1]]], dtype=np.int32))\n"
+        "try:\n    cobalt.write_trace(sys.argv[2], d)\n"
+        "except OSError as e:\n    print(type(e).__name__, e.errno, isinstance(e, PermissionError),"
+        " e)\n")
+    python_dir = os.path.dirname(os.path.dirname(cobalt.__file__))
+    command = (f"mount --bind -o ro {target} {target} 2>/dev/null || "
+               f"{{ mount --bind {target} {target} && mount -o remount,bind,ro {target}; }} && "
+               f"{sys.executable} -c '{script}' {python_dir} {target / 't.safetensors'}")
+    run = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True)
+    if run.returncode != 0 or not run.stdout:
+        pytest.skip(f"no read-only bind mount here: {run.stderr.strip()[:200]}")
+    assert run.stdout.startswith(f"IoError {errno.EROFS} False "), run.stdout
+    assert "is on a read-only file system" in run.stdout, run.stdout
+    assert (target / "t.safetensors").read_bytes() == b"old"

@@ -91,7 +91,12 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path, std::string_view con
     // Renaming over a file needs only the directory's permission: a file whose own permissions
     // refuse writing is refused here, as a shell redirection would refuse it.
     if (exists && ::access(target_.path.c_str(), W_OK) != 0) {
-      fail_io_errno(EACCES,
+      const int access_errno = errno;  // EACCES, or EROFS on a read-only mount
+      if (access_errno == EROFS) {
+        fail_io_errno(access_errno, "{}: {} is on a read-only file system (give another file)",
+                      context_, path);
+      }
+      fail_io_errno(access_errno,
                     "{}: {} is not writable (its permissions protect it; change them or give "
                     "another file)",
                     context_, path);
