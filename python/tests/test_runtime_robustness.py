@@ -1,5 +1,6 @@
 """The expert-parallel runtime beyond one forward and one backward per step (gloo, 2 nodes x 2
-ranks; scenarios in robustness_workers.py), against the single-process ReferenceMoE:
+ranks; scenarios in robustness_workers.py and disagreement_workers.py), against the
+single-process ReferenceMoE:
 
 * gradient accumulation over two backward passes with every main instance moving in between:
   expert and router gradients equal the reference, vacated bank slots keep no gradient;
