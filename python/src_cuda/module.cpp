@@ -34,14 +34,16 @@ T* as(Ptr p) {
 Stream as_stream(Ptr p) { return reinterpret_cast<Stream>(p); }
 
 // cobalt::Error -> the exception classes of cobalt._core, so `except cobalt.InvalidArgumentError`
-// works for both modules.
+// works for both modules. Module-local: a global translator registered after _core's would be
+// tried first for _core's exceptions too, and turn its IoError (an OSError) into a plain
+// InvalidArgumentError once this module is imported.
 void register_errors() {
   py::module_ core = py::module_::import("cobalt._core");
   static PyObject* invalid_argument = py::object(core.attr("InvalidArgumentError")).release().ptr();
   static PyObject* failed_precondition =
       py::object(core.attr("FailedPreconditionError")).release().ptr();
   static PyObject* internal = py::object(core.attr("InternalError")).release().ptr();
-  py::register_exception_translator([](std::exception_ptr p) {
+  py::register_local_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {

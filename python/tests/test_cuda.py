@@ -59,6 +59,16 @@ def test_device_layout_without_a_device_says_why() -> None:
 
 
 @needs_module
+def test_importing_the_module_keeps_the_core_error_mapping(tmp_path) -> None:
+    # _cuda's exception translator was global: registered after _core's, it turned _core's
+    # file errors (IoError, an OSError) into plain InvalidArgumentErrors once _cuda was imported.
+    from cobalt import _cuda  # noqa: F401
+
+    with pytest.raises(FileNotFoundError):
+        cobalt.TraceReader(str(tmp_path / "missing.safetensors"))
+
+
+@needs_module
 def test_pointer_module_errors() -> None:
     from cobalt import _cuda
 
