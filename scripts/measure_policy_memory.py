@@ -13,6 +13,7 @@ by least squares over five shapes: (E, G, L) = (4096, 2048, 1), (4096, 2048, 4),
 relative error. Takes ~3.5 minutes and ~2 GB of memory on the project's 2-core VM.
 
 Usage: scripts/measure_policy_memory.py [--cli build/release/bin/cobalt] [--dir /tmp/x]
+       scripts/measure_policy_memory.py --write-trace E L OUT   (one such trace, nothing run)
 Needs the Python module (make build-python) to write the traces.
 """
 import argparse
@@ -58,7 +59,12 @@ def main() -> int:
     root = Path(__file__).resolve().parents[1]
     parser.add_argument("--cli", default=str(root / "build/release/bin/cobalt"))
     parser.add_argument("--dir", default=None, help="where the traces go (default: a temp dir)")
+    parser.add_argument("--write-trace", nargs=3, metavar=("E", "L", "OUT"),
+                        help="only write one trace of E experts and L layers to OUT")
     args = parser.parse_args()
+    if args.write_trace:
+        write_trace(Path(args.write_trace[2]), int(args.write_trace[0]), int(args.write_trace[1]))
+        return 0
     policies = [p for p in cobalt.policy_names() if p != "static"]
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.dir or tmp)

@@ -43,7 +43,9 @@ struct PyPolicy {
 
 void bind_policy(py::module_& m) {
   using policy::PolicyConfig;
-  py::class_<PolicyConfig>(m, "PolicyConfig", "Everything a policy needs to know (policy.hpp).")
+  py::class_<PolicyConfig> config_class(m, "PolicyConfig",
+                                        "Everything a policy needs to know (policy.hpp).");
+  config_class
       .def(py::init([](const Topology& topology, int64_t num_experts, int64_t top_k,
                        int64_t num_layers, int64_t slots_per_rank, double eps,
                        int64_t steps_per_global_plan, double ema_decay, py::object seed,
@@ -75,35 +77,12 @@ void bind_policy(py::module_& m) {
            py::arg("planner_restarts") = 8, py::arg("token_bytes") = 14336.0,
            py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none())
       .def_readwrite("topology", &PolicyConfig::topology)
-      .def_property(
-          "num_experts", [](const PolicyConfig& c) { return c.num_experts; },
-          [](PolicyConfig& c, int64_t v) { c.num_experts = int_arg(v, "num_experts"); })
-      .def_property(
-          "top_k", [](const PolicyConfig& c) { return c.top_k; },
-          [](PolicyConfig& c, int64_t v) { c.top_k = int_arg(v, "top_k"); })
-      .def_property(
-          "num_layers", [](const PolicyConfig& c) { return c.num_layers; },
-          [](PolicyConfig& c, int64_t v) { c.num_layers = int_arg(v, "num_layers"); })
-      .def_property(
-          "slots_per_rank", [](const PolicyConfig& c) { return c.slots_per_rank; },
-          [](PolicyConfig& c, int64_t v) { c.slots_per_rank = int_arg(v, "slots_per_rank"); })
       .def_readwrite("eps", &PolicyConfig::eps)
-      .def_property(
-          "steps_per_global_plan", [](const PolicyConfig& c) { return c.steps_per_global_plan; },
-          [](PolicyConfig& c, int64_t v) {
-            c.steps_per_global_plan = int_arg(v, "steps_per_global_plan");
-          })
       .def_readwrite("ema_decay", &PolicyConfig::ema_decay)
       .def_property(
           "seed", [](const PolicyConfig& c) { return c.seed; },
           [](PolicyConfig& c, py::object v) { c.seed = uint64_arg(v, "seed"); })
-      .def_property(
-          "num_threads", [](const PolicyConfig& c) { return c.num_threads; },
-          [](PolicyConfig& c, int64_t v) { c.num_threads = int_arg(v, "num_threads"); })
       .def_readwrite("async_planning", &PolicyConfig::async_planning)
-      .def_property(
-          "planner_restarts", [](const PolicyConfig& c) { return c.planner_restarts; },
-          [](PolicyConfig& c, int64_t v) { c.planner_restarts = int_arg(v, "planner_restarts"); })
       .def_readwrite("token_bytes", &PolicyConfig::token_bytes)
       .def_readwrite("expert_param_bytes", &PolicyConfig::expert_param_bytes)
       .def_property(
@@ -112,6 +91,20 @@ void bind_policy(py::module_& m) {
           "CostParams or None: with one, cobalt+ prices its layouts in modelled step time "
           "(cobalt/policy/layout_pricing.hpp). Reading returns a copy.")
       .def("validate", &PolicyConfig::validate);
+  // The int fields: a value outside int32 is an InvalidArgumentError naming the field (int_arg).
+  const std::pair<const char*, int PolicyConfig::*> int_fields[] = {
+      {"num_experts", &PolicyConfig::num_experts},
+      {"top_k", &PolicyConfig::top_k},
+      {"num_layers", &PolicyConfig::num_layers},
+      {"slots_per_rank", &PolicyConfig::slots_per_rank},
+      {"steps_per_global_plan", &PolicyConfig::steps_per_global_plan},
+      {"num_threads", &PolicyConfig::num_threads},
+      {"planner_restarts", &PolicyConfig::planner_restarts}};
+  for (const auto& [name, field] : int_fields) {
+    config_class.def_property(
+        name, [field = field](const PolicyConfig& c) { return c.*field; },
+        [name = name, field = field](PolicyConfig& c, int64_t v) { c.*field = int_arg(v, name); });
+  }
 
   py::class_<policy::PolicyCounters>(m, "PolicyCounters")
       .def_readonly("planner_wall_ms", &policy::PolicyCounters::planner_wall_ms)
