@@ -5,6 +5,7 @@
 // cobalt+ and topoep policies (eval/step_timing.hpp). Prints a table; --json writes it.
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -74,20 +75,21 @@ void run_bench(const BenchArgs& args) {
   const auto [model, model_reason] = choose_model(args.model, input);
   const eval::CostParams cost =
       eval::make_cost_params(eval::cluster_preset("4x8-b200"), model);  // sizes only
-  // The cobalt / cobalt+ rows build policies for layers 0..--layer, each holding routing
-  // statistics (16 E^2 bytes a layer), and a fresh one is built before the previous one is freed
-  // (8 E^2 more a layer): refused up front when that exceeds the memory budget.
-  require_memory(24.0 * num_experts * num_experts * (args.layer + 1.0),
+  // The cobalt / cobalt+ rows build one policy at a time for layers 0..--layer
+  // (policy::policy_memory: routing statistics, ~19 E^2 bytes a layer): refused up front when the
+  // larger of the two exceeds the memory budget.
+  policy::PolicyConfig policy_config;
+  policy_config.topology = topology;
+  policy_config.num_experts = num_experts;
+  policy_config.num_layers = args.layer + 1;
+  require_memory(std::max(policy::policy_memory("cobalt", policy_config).total_bytes(),
+                          policy::policy_memory("cobalt+", policy_config).total_bytes()),
                  fmt::format("bench: the policy steps' statistics for {} layers x {} x {} experts",
                              args.layer + 1, num_experts, num_experts),
                  "choose a lower --layer");
   // The topoep rows (its solver alone and its policy step) route through [G, E] tables (~17 E G
   // bytes, policy::policy_memory), after the cobalt rows have freed theirs.
-  policy::PolicyConfig topoep_config;
-  topoep_config.topology = topology;
-  topoep_config.num_experts = num_experts;
-  topoep_config.num_layers = args.layer + 1;
-  require_memory(policy::policy_memory("topoep", topoep_config).total_bytes(),
+  require_memory(policy::policy_memory("topoep", policy_config).total_bytes(),
                  fmt::format("bench: topoep's [G, E] tables for {} experts on {} ranks",
                              num_experts, num_ranks),
                  "use fewer ranks (--cluster)");

@@ -297,6 +297,7 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
                     name),
         num_tokens, "tokens",
         [&] {
+          fresh.reset();  // one policy alive at a time (cli/bench_command.cpp sizes for one)
           fresh = policy::make_policy(name, config);
           fresh->run(first_step, options.layer, batch, policy_exec);
         },
@@ -308,6 +309,7 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
     ops.back().policy_step = true;
     ops.back().note = fmt::format("{}; planning (both stages) {:.3f} ms",
                                   transfers_note(batch, policy_exec, *policy_layout), planner_ms);
+    fresh.reset();
 
     // An ordinary step, once the plan is in force (planning made never due again).
     policy::PolicyConfig steady_config = config;
