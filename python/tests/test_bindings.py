@@ -485,21 +485,31 @@ def test_cobalt_plus_prices_layouts_with_a_cost_model() -> None:
 
 def test_one_policy_driven_from_two_threads() -> None:
     """Policy.run releases the GIL; calls from several threads are serialised on the policy
-    (its state is not thread-safe), so two layers driven from two threads stay valid."""
+    (its state is not thread-safe: cobalt+'s layers share one assignment workspace), so two
+    layers driven from two threads get the ranks of a serial run. Without the lock this run
+    crashed or corrupted ranks (checked by removing it: 8192-token batches make calls overlap)."""
     import threading
 
     cfg = cobalt.PolicyConfig(cobalt.Topology(2, 16), 64, 4, num_layers=2, slots_per_rank=6)
+    num_steps = 12
+    batches = {}
+    for layer in (0, 1):
+        rng = np.random.default_rng(layer)
+        for step in range(num_steps):
+            ids = np.argsort(rng.random((8192, 64)), axis=1)[:, :4].astype(np.int32)
+            batches[layer, step] = cobalt.RoutingBatch(ids, None, 64, 16)
+    serial = cobalt.make_policy("cobalt+", cfg)  # layers are independent: any order will do
+    expected = {key: serial.run(key[1], key[0], batches[key])[1] for key in sorted(batches)}
     policy = cobalt.make_policy("cobalt+", cfg)
+    got: dict[tuple[int, int], np.ndarray] = {}
     errors: list[BaseException] = []
 
     def drive(layer: int) -> None:
-        rng = np.random.default_rng(layer)
         try:
-            for step in range(12):
-                ids = np.argsort(rng.random((1024, 64)), axis=1)[:, :4].astype(np.int32)
-                batch = cobalt.RoutingBatch(ids, None, 64, 16)
-                layout, exec_rank = policy.run(step, layer, batch)
-                cobalt.validate_assignment(batch, layout, exec_rank)
+            for step in range(num_steps):
+                layout, exec_rank = policy.run(step, layer, batches[layer, step])
+                cobalt.validate_assignment(batches[layer, step], layout, exec_rank)
+                got[layer, step] = exec_rank
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -509,4 +519,6 @@ def test_one_policy_driven_from_two_threads() -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+    for key, ranks in expected.items():
+        np.testing.assert_array_equal(got[key], ranks, err_msg=f"layer, step {key}")
     assert policy.counters.num_global_plans >= 2
