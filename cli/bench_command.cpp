@@ -42,7 +42,7 @@ std::string rate(const eval::TimedOperation& op) {
 }
 
 void run_bench(const BenchArgs& args) {
-  const Topology topology = as_usage_error([&] { return Topology::parse(args.cluster); });
+  const Topology topology = parse_cluster(args.cluster);
   workload::PresetOverrides overrides;
   eval::ChunkOptions chunks;
   if (args.trace_path.empty()) {
@@ -217,7 +217,8 @@ void register_bench_command(CLI::App& app) {
       "bench",
       "Time the per-step work (library calls and whole policy steps) on one batch of a trace");
   add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
-  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
+  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks, or a cluster preset's name")
+      ->capture_default_str();
   cmd->add_option("--step", args->step, "step whose batch is timed")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxInt));

@@ -102,6 +102,11 @@ void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_
 // error. (slots_for_rho / slots_for_extra: cobalt/core/expert_layout.hpp.)
 int slots_per_rank(int num_experts, int num_ranks, double rho,
                    const std::optional<int>& replica_slots);
+// --cluster's value: NxM, or the name of a cluster preset (DESIGN.md §5 names them so), which
+// stands for its shape. A malformed value is a usage error naming both forms.
+Topology parse_cluster(const std::string& cluster);
+// The cluster preset `cluster` names, or none when it is NxM.
+std::optional<std::string> cluster_preset_named(const std::string& cluster);
 
 void register_trace_commands(CLI::App& app);
 void register_simulate_command(CLI::App& app);

@@ -1,5 +1,12 @@
 // Option groups shared by the commands that replay a workload (simulate, bench): one definition of
 // each flag, its help text and its checks.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string_view>
+
+#include "cobalt/eval/cost_model.hpp"
 #include "commands.hpp"
 
 namespace cobalt::cli {
@@ -37,6 +44,34 @@ int slots_per_rank(int num_experts, int num_ranks, double rho,
     return replica_slots ? slots_for_extra(num_experts, num_ranks, *replica_slots)
                          : slots_for_rho(num_experts, num_ranks, rho);
   });
+}
+
+std::optional<std::string> cluster_preset_named(const std::string& cluster) {
+  for (const eval::ClusterPreset& preset : eval::cluster_presets()) {
+    if (preset.name == cluster) return preset.name;
+  }
+  return std::nullopt;
+}
+
+Topology parse_cluster(const std::string& cluster) {
+  if (const auto preset = cluster_preset_named(cluster)) {
+    return eval::cluster_preset(*preset).topology();
+  }
+  const auto x = cluster.find('x');
+  auto digits = [](std::string_view text) {
+    return !text.empty() &&
+           std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (x == std::string::npos || !digits(std::string_view(cluster).substr(0, x)) ||
+      !digits(std::string_view(cluster).substr(x + 1))) {
+    std::vector<std::string> names;
+    for (const eval::ClusterPreset& preset : eval::cluster_presets()) names.push_back(preset.name);
+    throw UsageError(fmt::format(
+        "cluster '{}' is neither NxM (N nodes, M ranks per node, e.g. 4x8) nor a cluster preset "
+        "({})",
+        cluster, fmt::join(names, ", ")));
+  }
+  return as_usage_error([&] { return Topology::parse(cluster); });  // the range checks
 }
 
 }  // namespace cobalt::cli

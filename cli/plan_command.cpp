@@ -42,7 +42,7 @@ void run_plan(const PlanArgs& args) {
     throw UsageError(
         fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
   }
-  const Topology topology = as_usage_error([&] { return Topology::parse(args.cluster); });
+  const Topology topology = parse_cluster(args.cluster);
   if (!args.trace_path.empty() && (args.steps || args.tokens_per_step || args.experts)) {
     throw UsageError(
         "plan: --steps, --tokens-per-step and --experts apply to --preset only (a trace has its "
@@ -165,7 +165,8 @@ void register_plan_command(CLI::App& app) {
       app.add_subcommand("plan", "One stage-1 global planning call; prints the layout as JSON");
   cmd->add_option("--trace", args->trace_path, "cobalt-trace v1 file")->check(non_empty_path());
   cmd->add_option("--preset", args->preset, "synthetic workload preset")->check(non_empty_name());
-  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks")->capture_default_str();
+  cmd->add_option("--cluster", args->cluster, "NxM: N nodes of M ranks, or a cluster preset's name")
+      ->capture_default_str();
   cmd->add_option("--layer", args->layer, "MoE layer whose statistics to plan for")
       ->capture_default_str()
       ->transform(integer_in(0, kMaxInt));

@@ -224,15 +224,27 @@ void run_simulate(const SimulateArgs& args) {
   WorkloadInput input = load_input(args, scenario.notes);
   const auto& source = *input.source;
 
+  // --cluster 4x8-h800 (a preset's name, as DESIGN.md §5 names clusters) is --cluster-preset.
+  std::string shape = args.cluster, preset_name = args.cluster_preset;
+  if (const auto named = cluster_preset_named(args.cluster)) {
+    if (!preset_name.empty() && preset_name != *named) {
+      throw UsageError(
+          fmt::format("--cluster {} is a cluster preset, and --cluster-preset {} another: give one",
+                      *named, preset_name));
+    }
+    preset_name = *named;
+    shape.clear();
+  }
   const eval::ClusterPreset cluster = as_usage_error([&] {
-    return eval::cluster_preset(args.cluster_preset.empty() ? kDefaultClusterPreset
-                                                            : args.cluster_preset);
+    return eval::cluster_preset(preset_name.empty() ? kDefaultClusterPreset : preset_name);
   });
   const LinkParams links{cluster.nvlink_bytes_per_s, cluster.ib_bytes_per_s_per_node};
-  const Topology topology =
-      args.cluster.empty() ? cluster.topology()
-                           : as_usage_error([&] { return Topology::parse(args.cluster, links); });
-  if (!args.cluster.empty() && topology.to_string() != cluster.topology().to_string()) {
+  Topology topology = cluster.topology();
+  if (!shape.empty()) {
+    const Topology parsed = parse_cluster(shape);
+    topology = Topology(parsed.num_nodes(), parsed.num_ranks(), links);
+  }
+  if (!shape.empty() && topology.to_string() != cluster.topology().to_string()) {
     scenario.notes.push_back(
         fmt::format("cluster {} uses the per-GPU and per-node hardware numbers "
                     "of {}",
@@ -348,7 +360,8 @@ void register_simulate_command(CLI::App& app) {
   add_workload_options(cmd, args->trace_path, args->preset, args->steps, args->tokens_per_step);
   cmd->add_option("--cluster", args->cluster,
                   "NxM: N nodes of M ranks (hardware numbers from --cluster-preset; default: "
-                  "the --cluster-preset's own shape)")
+                  "the --cluster-preset's own shape), or a cluster preset's name (= "
+                  "--cluster-preset NAME)")
       ->check(non_empty_value());
   cmd->add_option("--cluster-preset", args->cluster_preset,
                   "modelled hardware: 4x8-b200 (default) or 4x8-h800")

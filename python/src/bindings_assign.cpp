@@ -77,9 +77,12 @@ void bind_assign(py::module_& m) {
 
   m.def(
       "assign_node_cover",
-      [](const PyRoutingBatch& b, const ExpertLayout& layout, uint64_t seed, int64_t step,
-         int layer, int64_t token_offset, assign::CoverSearch search, int num_threads,
+      [](const PyRoutingBatch& b, const ExpertLayout& layout, PyInt seed_in, int64_t step,
+         PyInt layer_in, int64_t token_offset, assign::CoverSearch search, PyInt num_threads_in,
          std::optional<py::object> out, assign::CpuKernel kernel) {
+        const uint64_t seed = uint64_arg(seed_in, "seed");
+        const int layer = int_arg(layer_in, "layer");
+        const int num_threads = int_arg(num_threads_in, "num_threads");
         py::array_t<int32_t, py::array::c_style> exec = exec_output(b, out, "assign_node_cover");
         std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));
         {
@@ -114,8 +117,9 @@ void bind_assign(py::module_& m) {
   m.def(
       "assign_balanced_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, double spill_tolerance,
-         assign::CoverSearch search, int num_threads, std::optional<py::object> out,
+         assign::CoverSearch search, PyInt num_threads_in, std::optional<py::object> out,
          PyBalancedCoverWorkspace* kept) {
+        const int num_threads = int_arg(num_threads_in, "num_threads");
         COBALT_CHECK_ARG(std::isfinite(spill_tolerance),
                          "assign_balanced_cover: spill_tolerance {} must be finite (< 0: no spill)",
                          spill_tolerance);

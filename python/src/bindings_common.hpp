@@ -271,8 +271,17 @@ inline int int_arg(int64_t value, const char* name) {
   return static_cast<int>(value);
 }
 
-// A Python integer (int, numpy integer: anything with __index__) as uint64: a negative value or
-// one of 2^64 or more is an InvalidArgumentError naming `name`.
+// An integer argument of a binding, as Python passed it (int, numpy integer: anything with
+// __index__; a float or str is declined, so pybind11 reports the call's signatures as for any
+// wrong type). Read it with int_arg / uint64_arg, which name the argument when the value does not
+// fit: a C++ int parameter made pybind11 raise its multi-line TypeError listing every signature
+// for 2**40. Signatures show it as `int`.
+struct PyInt {
+  py::object value;
+};
+
+// A Python integer as uint64: a negative value or one of 2^64 or more is an InvalidArgumentError
+// naming `name`.
 inline uint64_t uint64_arg(py::handle value, const char* name) {
   const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
   if (!index) {
@@ -289,9 +298,43 @@ inline uint64_t uint64_arg(py::handle value, const char* name) {
   return static_cast<uint64_t>(result);
 }
 
+inline uint64_t uint64_arg(const PyInt& value, const char* name) {
+  return uint64_arg(value.value, name);
+}
+
+// A PyInt as int: a value outside int32 is an InvalidArgumentError naming `name`.
+inline int int_arg(const PyInt& value, const char* name) {
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (result == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  if (overflow != 0 || result < std::numeric_limits<int>::min() ||
+      result > std::numeric_limits<int>::max()) {
+    fail(ErrorCode::kInvalidArgument, "{} {} out of range for a 32-bit integer [{}, {}]", name,
+         std::string(py::str(index)), std::numeric_limits<int>::min(),
+         std::numeric_limits<int>::max());
+  }
+  return static_cast<int>(result);
+}
+
 }  // namespace cobalt::py_bindings
 
 namespace pybind11::detail {
+
+template <>
+struct type_caster<cobalt::py_bindings::PyInt> {
+  PYBIND11_TYPE_CASTER(cobalt::py_bindings::PyInt, const_name("int"));
+
+  bool load(handle src, bool /*convert*/) {
+    if (!src || PyFloat_Check(src.ptr()) || PyIndex_Check(src.ptr()) == 0) return false;
+    value.value = reinterpret_borrow<object>(src);
+    return true;
+  }
+  static handle cast(const cobalt::py_bindings::PyInt& src, return_value_policy, handle) {
+    return src.value.inc_ref();
+  }
+};
 
 // Loads IntArray<T> arguments through IntArray<T>::from (errors are ValueErrors, not "incompatible
 // function arguments"). pybind11 casts every py::object subclass through pyobject_caster.

@@ -25,8 +25,10 @@ IntArray<int32_t> private_copy(const IntArray<int32_t>& array) {
 }  // namespace
 
 PyRoutingBatch PyRoutingBatch::make(py::object topk_ids_in,
-                                    std::optional<py::object> source_rank_in, int num_experts,
-                                    int num_ranks) {
+                                    std::optional<py::object> source_rank_in, PyInt num_experts_in,
+                                    PyInt num_ranks_in) {
+  const int num_experts = int_arg(num_experts_in, "num_experts");
+  const int num_ranks = int_arg(num_ranks_in, "num_ranks");
   // Own copies, read-only: the batch is validated once and read later (also with the GIL
   // released), so the caller must not be able to change the ids under it. An int64 source is
   // narrowed into a new array, which is that copy.
@@ -160,7 +162,8 @@ void bind_layout(py::module_& m) {
       m, "ExpertLayout",
       "Replica placement: the expert id in each slot of each rank ([G, S], -1 = empty). Immutable "
       "and validated (every expert has a replica, no rank holds an expert twice).")
-      .def(py::init([](const Topology& topology, int num_experts, InArray<int32_t> slots) {
+      .def(py::init([](const Topology& topology, PyInt num_experts_in, InArray<int32_t> slots) {
+             const int num_experts = int_arg(num_experts_in, "num_experts");
              require_ndim(slots, 2, "ExpertLayout slots [G, S]");
              COBALT_CHECK_ARG(slots.shape(0) == topology.num_ranks(),
                               "ExpertLayout: slots has {} rows for {} ranks", slots.shape(0),
@@ -171,8 +174,10 @@ void bind_layout(py::module_& m) {
            py::arg("topology"), py::arg("num_experts"), py::arg("slots"))
       .def_static(
           "from_rank_lists",
-          [](const Topology& topology, int num_experts, int slots_per_rank,
+          [](const Topology& topology, PyInt num_experts_in, PyInt slots_per_rank_in,
              const std::vector<std::vector<ExpertId>>& lists) {
+            const int num_experts = int_arg(num_experts_in, "num_experts");
+            const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
             return std::make_shared<ExpertLayout>(
                 ExpertLayout::from_rank_lists(topology, num_experts, slots_per_rank, lists));
           },
@@ -180,7 +185,9 @@ void bind_layout(py::module_& m) {
           py::arg("experts_of_rank"))
       .def_static(
           "static_ep",
-          [](const Topology& topology, int num_experts, int slots_per_rank) {
+          [](const Topology& topology, PyInt num_experts_in, PyInt slots_per_rank_in) {
+            const int num_experts = int_arg(num_experts_in, "num_experts");
+            const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
             return std::make_shared<ExpertLayout>(
                 ExpertLayout::static_ep(topology, num_experts, slots_per_rank));
           },
@@ -346,7 +353,8 @@ void bind_routing_batch(py::module_& m) {
       "its expert, or when the sizes disagree.");
   m.def(
       "contiguous_source_ranks",
-      [](int64_t num_tokens, int num_ranks) {
+      [](int64_t num_tokens, PyInt num_ranks_in) {
+        const int num_ranks = int_arg(num_ranks_in, "num_ranks");
         COBALT_CHECK_ARG(num_tokens >= 0, "number of tokens {} must be >= 0", num_tokens);
         COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);
         require_memory(4.0 * static_cast<double>(num_tokens),

@@ -53,8 +53,11 @@ py::dict layout_dict(const assign::DispatchLayout& d, py::ssize_t t, py::ssize_t
 
 void bind_dispatch(py::module_& m) {
   py::class_<DispatchWorkspace>(m, "DispatchLayoutWorkspace")
-      .def(py::init<const Topology&, int64_t, int>(), py::arg("topology"), py::arg("max_tokens"),
-           py::arg("max_top_k"),
+      .def(py::init([](const Topology& topology, int64_t max_tokens, PyInt max_top_k) {
+             return std::make_unique<DispatchWorkspace>(topology, max_tokens,
+                                                        int_arg(max_top_k, "max_top_k"));
+           }),
+           py::arg("topology"), py::arg("max_tokens"), py::arg("max_top_k"),
            "Buffers for dispatch_layout(..., workspace=) on `topology`, sized once for batches "
            "of up to max_tokens tokens of up to max_top_k tasks.")
       .def_readonly("topology", &DispatchWorkspace::topology)
@@ -130,7 +133,8 @@ void bind_dispatch(py::module_& m) {
   m.def(
       "exchange_plan",
       [](InArray<int32_t> topk_ids, InArray<int32_t> exec_rank, InArray<int32_t> source_rank,
-         const Topology& topology, InArray<int32_t> rank_slots, int rank) {
+         const Topology& topology, InArray<int32_t> rank_slots, PyInt rank_in) {
+        const int rank = int_arg(rank_in, "rank");
         require_ndim(topk_ids, 2, "exchange_plan topk_ids [T, K]");
         require_ndim(exec_rank, 2, "exchange_plan exec_rank [T, K]");
         require_ndim(source_rank, 1, "exchange_plan source_rank [T]");

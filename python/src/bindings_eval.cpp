@@ -48,7 +48,8 @@ void bind_eval(py::module_& m) {
       py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));
   m.def(
       "rank_loads",
-      [](InArray<int32_t> exec_rank, int num_ranks) {
+      [](InArray<int32_t> exec_rank, PyInt num_ranks_in) {
+        const int num_ranks = int_arg(num_ranks_in, "num_ranks");
         COBALT_CHECK_ARG(num_ranks >= 1, "rank_loads: number of ranks {} must be >= 1", num_ranks);
         auto exec = checked_exec(exec_rank, exec_rank.size(), num_ranks, "rank_loads");
         auto loads = eval::rank_loads(exec, num_ranks);
@@ -112,7 +113,10 @@ void bind_eval(py::module_& m) {
       py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));
 
   py::class_<eval::TraceStatsOptions>(m, "TraceStatsOptions")
-      .def(py::init([](int hot_count, int num_ranks, int num_threads) {
+      .def(py::init([](PyInt hot_count_in, PyInt num_ranks_in, PyInt num_threads_in) {
+             const int hot_count = int_arg(hot_count_in, "hot_count");
+             const int num_ranks = int_arg(num_ranks_in, "num_ranks");
+             const int num_threads = int_arg(num_threads_in, "num_threads");
              return eval::TraceStatsOptions{hot_count, num_ranks, num_threads};
            }),
            py::arg("hot_count") = 8, py::arg("num_ranks") = 0, py::arg("num_threads") = 1)
@@ -146,9 +150,14 @@ void bind_eval(py::module_& m) {
 
   m.def(
       "time_step_operations",
-      [](const PyRoutingBatch& b, const Topology& topology, int slots_per_rank, double eps,
-         uint64_t seed, int64_t step, int layer, int num_threads, int reps, double max_seconds,
-         double token_bytes, double expert_param_bytes) {
+      [](const PyRoutingBatch& b, const Topology& topology, PyInt slots_per_rank_in, double eps,
+         PyInt seed_in, int64_t step, PyInt layer_in, PyInt num_threads_in, PyInt reps_in,
+         double max_seconds, double token_bytes, double expert_param_bytes) {
+        const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
+        const uint64_t seed = uint64_arg(seed_in, "seed");
+        const int layer = int_arg(layer_in, "layer");
+        const int num_threads = int_arg(num_threads_in, "num_threads");
+        const int reps = int_arg(reps_in, "reps");
         eval::StepTimingOptions options;
         options.topology = topology;
         options.slots_per_rank = slots_per_rank;

@@ -76,10 +76,12 @@ void bind_io(py::module_& m) {
       "An in-memory cobalt-trace v1: topk_ids [L, T, K], step_offsets [S + 1], source_rank [T] "
       "(optional), or counts [S, L, R, E] for a load-only trace; metadata is a str -> str map.")
       // A token trace (the load-only form below takes top_k, which this one reads from the ids).
-      .def(py::init([](int num_experts, InArray<int32_t> topk_ids,
+      .def(py::init([](PyInt num_experts_in, InArray<int32_t> topk_ids,
                        std::optional<InArray<int64_t>> step_offsets,
-                       std::optional<InArray<int32_t>> source_rank, int num_sources,
+                       std::optional<InArray<int32_t>> source_rank, PyInt num_sources_in,
                        std::map<std::string, std::string> metadata) {
+             const int num_experts = int_arg(num_experts_in, "num_experts");
+             const int num_sources = int_arg(num_sources_in, "num_sources");
              return make_trace_data(num_experts, std::move(topk_ids), std::move(step_offsets),
                                     std::move(source_rank), num_sources, std::nullopt,
                                     std::move(metadata));
@@ -88,8 +90,11 @@ void bind_io(py::module_& m) {
            py::arg("source_rank") = py::none(), py::arg("num_sources") = 0,
            py::arg("metadata") = std::map<std::string, std::string>{},
            "Token trace from topk_ids [L, T, K].")
-      .def(py::init([](int num_experts, int top_k, InArray<int32_t> counts, int num_sources,
-                       std::map<std::string, std::string> metadata) {
+      .def(py::init([](PyInt num_experts_in, PyInt top_k_in, InArray<int32_t> counts,
+                       PyInt num_sources_in, std::map<std::string, std::string> metadata) {
+             const int num_experts = int_arg(num_experts_in, "num_experts");
+             const int top_k = int_arg(top_k_in, "top_k");
+             const int num_sources = int_arg(num_sources_in, "num_sources");
              TraceData d = make_trace_data(num_experts, std::nullopt, std::nullopt, std::nullopt,
                                            num_sources, std::move(counts), std::move(metadata));
              d.top_k = top_k;
@@ -173,7 +178,8 @@ void bind_io(py::module_& m) {
                              })
       .def(
           "topk_ids",
-          [](py::object self, int layer, int64_t begin, std::optional<int64_t> end) {
+          [](py::object self, PyInt layer_in, int64_t begin, std::optional<int64_t> end) {
+            const int layer = int_arg(layer_in, "layer");
             const auto& r = self.cast<const TraceReader&>();
             const int64_t stop = end.value_or(r.num_tokens());
             std::vector<ExpertId> scratch;
@@ -194,7 +200,9 @@ void bind_io(py::module_& m) {
           py::arg("begin") = 0, py::arg("end") = py::none())
       .def(
           "counts",
-          [](py::object self, int step, int layer) {
+          [](py::object self, PyInt step_in, PyInt layer_in) {
+            const int step = int_arg(step_in, "step");
+            const int layer = int_arg(layer_in, "layer");
             const auto& r = self.cast<const TraceReader&>();
             std::vector<int32_t> scratch;
             auto span = r.counts(step, layer, scratch);

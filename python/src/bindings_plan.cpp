@@ -46,9 +46,11 @@ void bind_plan(py::module_& m) {
       m, "GlobalPlanInput",
       "Inputs of a stage-1 plan: loads w_e [E], co-activation c_ij [E, E], optional source "
       "demand d_ne [N, E] (cobalt+ anchoring).")
-      .def(py::init([](const Topology& topology, int num_experts, int slots_per_rank,
+      .def(py::init([](const Topology& topology, PyInt num_experts_in, PyInt slots_per_rank_in,
                        InArray<double> load, InArray<double> coact, double eps,
                        std::optional<InArray<double>> demand, double source_weight) {
+             const int num_experts = int_arg(num_experts_in, "num_experts");
+             const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
              // Own read-only copies: validated here, read by every later call (with the GIL
              // released), so the caller's arrays must not be the ones read.
              if (demand.has_value()) demand = private_readonly_copy(*demand);
@@ -105,8 +107,12 @@ void bind_plan(py::module_& m) {
 
   m.def(
       "plan_global_heuristic",
-      [](const PyPlanInput& in, int num_restarts, uint64_t seed, bool use_metis,
-         int max_local_search_passes) {
+      [](const PyPlanInput& in, PyInt num_restarts_in, PyInt seed_in, bool use_metis,
+         PyInt max_local_search_passes_in) {
+        const int num_restarts = int_arg(num_restarts_in, "num_restarts");
+        const uint64_t seed = uint64_arg(seed_in, "seed");
+        const int max_local_search_passes =
+            int_arg(max_local_search_passes_in, "max_local_search_passes");
         plan::HeuristicOptions options{num_restarts, seed, use_metis, max_local_search_passes};
         const auto input = in.view();
         py::gil_scoped_release release;
@@ -197,8 +203,12 @@ void bind_plan(py::module_& m) {
   m.def(
       "swap_toward_floor",
       [](const ExpertLayout& layout, InArray<int64_t> expert_counts, InArray<double> removal_cost,
-         double tolerance, int max_swaps, int max_checks, int max_exchange_checks,
-         int max_group_swaps) {
+         double tolerance, PyInt max_swaps_in, PyInt max_checks_in, PyInt max_exchange_checks_in,
+         PyInt max_group_swaps_in) {
+        const int max_swaps = int_arg(max_swaps_in, "max_swaps");
+        const int max_checks = int_arg(max_checks_in, "max_checks");
+        const int max_exchange_checks = int_arg(max_exchange_checks_in, "max_exchange_checks");
+        const int max_group_swaps = int_arg(max_group_swaps_in, "max_group_swaps");
         py::gil_scoped_release release;
         return plan::swap_toward_floor(
             layout, span_of(expert_counts), span_of(removal_cost),

@@ -125,7 +125,8 @@ void bind_policy(py::module_& m) {
       .def_property_readonly("config", [](const PyPolicy& p) { return PolicyConfig(p.config); })
       .def(
           "run",
-          [](PyPolicy& p, int64_t step, int layer, const PyRoutingBatch& b) {
+          [](PyPolicy& p, int64_t step, PyInt layer_in, const PyRoutingBatch& b) {
+            const int layer = int_arg(layer_in, "layer");
             p.check_batch(b.batch, layer);
             py::array_t<int32_t> exec({static_cast<py::ssize_t>(b.batch.num_tokens()),
                                        static_cast<py::ssize_t>(b.batch.top_k())});
@@ -142,7 +143,8 @@ void bind_policy(py::module_& m) {
           "Returns (layout in force, exec_rank [T, K] int32).")
       .def(
           "run_loads",
-          [](PyPolicy& p, int64_t step, int layer, InArray<int64_t> counts) {
+          [](PyPolicy& p, int64_t step, PyInt layer_in, InArray<int64_t> counts) {
+            const int layer = int_arg(layer_in, "layer");
             require_ndim(counts, 2, "Policy.run_loads counts [G, E]");
             const auto g = static_cast<py::ssize_t>(counts.shape(0));
             COBALT_CHECK_ARG(

@@ -11,7 +11,8 @@ namespace cobalt::py_bindings {
 void bind_stats(py::module_& m) {
   m.def(
       "count_routing",
-      [](const PyRoutingBatch& b, int num_threads) {
+      [](const PyRoutingBatch& b, PyInt num_threads_in) {
+        const int num_threads = int_arg(num_threads_in, "num_threads");
         const auto e = static_cast<size_t>(b.batch.num_experts());
         std::vector<int64_t> loads(e), coact(e * e);
         {
@@ -30,12 +31,20 @@ void bind_stats(py::module_& m) {
       "Running expert loads w_e [E] and co-activation c_ij [E, E]: EMA over updates "
       "(first update initialises; a batch without tasks is no update) or exact sums "
       "(exact=True). Not for concurrent updates from several threads.")
-      .def(py::init<int, double, bool>(), py::arg("num_experts"), py::arg("decay"),
-           py::arg("exact") = false)
-      .def_static("exact_counts", &RoutingStats::exact_counts, py::arg("num_experts"))
+      .def(py::init([](PyInt num_experts, double decay, bool exact) {
+             return RoutingStats(int_arg(num_experts, "num_experts"), decay, exact);
+           }),
+           py::arg("num_experts"), py::arg("decay"), py::arg("exact") = false)
+      .def_static(
+          "exact_counts",
+          [](PyInt num_experts) {
+            return RoutingStats::exact_counts(int_arg(num_experts, "num_experts"));
+          },
+          py::arg("num_experts"))
       .def(
           "update",
-          [](RoutingStats& s, const PyRoutingBatch& b, int num_threads) {
+          [](RoutingStats& s, const PyRoutingBatch& b, PyInt num_threads_in) {
+            const int num_threads = int_arg(num_threads_in, "num_threads");
             py::gil_scoped_release release;
             s.update(b.batch, num_threads);
           },
@@ -108,7 +117,8 @@ void bind_stats(py::module_& m) {
       "E].");
   m.def(
       "hot_set_churn",
-      [](InArray<double> prev, InArray<double> next, int hot_count) {
+      [](InArray<double> prev, InArray<double> next, PyInt hot_count_in) {
+        const int hot_count = int_arg(hot_count_in, "hot_count");
         COBALT_CHECK_ARG(prev.size() == next.size(), "hot_set_churn: {} vs {} experts", prev.size(),
                          next.size());
         return hot_set_churn(span_of(prev), span_of(next), hot_count);
@@ -116,8 +126,11 @@ void bind_stats(py::module_& m) {
       py::arg("prev_load"), py::arg("next_load"), py::arg("hot_count"));
 
   py::class_<ReplicaLoads>(m, "ReplicaLoads", "EMA loads of replicas keyed by (rank, slot) [G, S].")
-      .def(py::init<int, int, double>(), py::arg("num_ranks"), py::arg("slots_per_rank"),
-           py::arg("decay"))
+      .def(py::init([](PyInt num_ranks, PyInt slots_per_rank, double decay) {
+             return ReplicaLoads(int_arg(num_ranks, "num_ranks"),
+                                 int_arg(slots_per_rank, "slots_per_rank"), decay);
+           }),
+           py::arg("num_ranks"), py::arg("slots_per_rank"), py::arg("decay"))
       .def(
           "reset",
           [](ReplicaLoads& r, InArray<double> expected) {

@@ -9,8 +9,9 @@ namespace cobalt::py_bindings {
 void bind_topoep(py::module_& m) {
   m.def(
       "solve_topoep",
-      [](InArray<int64_t> demand, const Topology& topology, int slots_per_rank, double token_bytes,
-         double expert_param_bytes) {
+      [](InArray<int64_t> demand, const Topology& topology, PyInt slots_per_rank_in,
+         double token_bytes, double expert_param_bytes) {
+        const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
         require_ndim(demand, 2, "solve_topoep demand [G, E]");
         COBALT_CHECK_ARG(demand.shape(0) == topology.num_ranks(),
                          "solve_topoep: demand has {} rows for {} ranks", demand.shape(0),

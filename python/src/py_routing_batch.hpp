@@ -19,7 +19,7 @@ struct PyRoutingBatch {
   // validated as RoutingBatch's constructor validates (there is no unchecked form in Python: the
   // kernels index by these ids).
   static PyRoutingBatch make(py::object topk_ids, std::optional<py::object> source_rank,
-                             int num_experts, int num_ranks);
+                             PyInt num_experts, PyInt num_ranks);
 };
 
 }  // namespace cobalt::py_bindings

@@ -306,6 +306,45 @@ TEST_F(SimulateCli, UsageErrors) {
   }
 }
 
+// DESIGN.md §5 names clusters "4x8-h800": --cluster takes such a name as --cluster-preset (it
+// was "not of the form NxM"), in plan and bench as the preset's shape.
+TEST_F(SimulateCli, ClusterTakesAPresetName) {
+  const std::string base =
+      "simulate --preset uniform --steps 3 --tokens-per-step 256 --planner-time-scale 0 ";
+  ASSERT_EQ(run(base + "--cluster 4x8-h800 --json " + path("named.json")).exit_code, 0);
+  ASSERT_EQ(run(base + "--cluster-preset 4x8-h800 --json " + path("preset.json")).exit_code, 0);
+  const auto named = json("named.json"), preset = json("preset.json");
+  EXPECT_EQ(named["scenario"]["cluster_preset"], "4x8-h800");
+  EXPECT_EQ(named["scenario"]["cluster"], "4x8");
+  for (size_t i = 0; i < preset["policies"].size(); ++i) {
+    EXPECT_EQ(named["policies"][i]["sim_step_time_s"], preset["policies"][i]["sim_step_time_s"]);
+  }
+  auto r = run(base + "--cluster 4x8-h800 --cluster-preset 4x8-b200");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--cluster 4x8-h800 is a cluster preset, and --cluster-preset 4x8-b200 "
+                       "another: give one"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(run(base + "--cluster 4x8-h800 --cluster-preset 4x8-h800").exit_code, 0);
+  for (const std::string command :
+       {base, std::string("plan --preset uniform --steps 2 --tokens-per-step 256 "),
+        std::string("bench --preset uniform --steps 2 --tokens-per-step 256 --reps 1 ")}) {
+    r = run(command + "--cluster 4x8-b2000");
+    EXPECT_EQ(r.exit_code, 2) << command << r.err;
+    EXPECT_NE(r.err.find("cluster '4x8-b2000' is neither NxM (N nodes, M ranks per node, e.g. "
+                         "4x8) nor a cluster preset (4x8-b200, 4x8-h800)"),
+              std::string::npos)
+        << command << r.err;
+  }
+  r = run("plan --preset uniform --steps 2 --tokens-per-step 256 --cluster 4x8-b200 --out " +
+          path("plan.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json("plan.json")["cluster"], "4x8");
+  r = run("bench --preset uniform --steps 2 --tokens-per-step 256 --reps 1 --cluster 4x8-b200");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cluster 4x8,"), std::string::npos) << r.out;
+}
+
 TEST_F(SimulateCli, LoadOnlyTraceSkipsTokenLevelPolicies) {
   io::write_trace(path("counts.safetensors"), testing::load_only_trace(3, 8, 16, 2));
   const auto r = run("simulate --trace " + path("counts.safetensors") +
