@@ -263,6 +263,37 @@ def test_integers_beyond_the_fields_range_are_named() -> None:
         cobalt.Topology(2**40, 4)
 
 
+def test_every_int_argument_beyond_int32_is_named() -> None:
+    # Every int argument of _core goes through PyInt + int_arg: these raised pybind11's TypeError
+    # listing every signature. Floats are still TypeErrors; numpy integers and bools are ints.
+    topology = cobalt.Topology(2, 8)
+    layout = cobalt.ExpertLayout.static_ep(topology, 16, 2)
+    batch = cobalt.RoutingBatch(np.array([[0, 1]], dtype=np.int32), None, 16, 8)
+    calls = {
+        "num_experts 1099511627776": lambda: cobalt.ExpertLayout.static_ep(topology, 2**40, 2),
+        "num_experts 1180591620717411303424": lambda: cobalt.ExpertLayout.static_ep(topology,
+                                                                                     2**70, 2),
+        "slots_per_rank -4294967296": lambda: cobalt.ExpertLayout.static_ep(topology, 16, -2**32),
+        "num_ranks 8589934592": lambda: cobalt.RoutingBatch(np.array([[0, 1]]), None, 16, 2**33),
+        "num_experts 2147483648": lambda: cobalt.RoutingStats(np.int64(2**31), 0.5),
+        "max_top_k 4294967296": lambda: cobalt.DispatchLayoutWorkspace(topology, 10, 2**32),
+        "num_threads 4294967296": lambda: cobalt.assign_node_cover(batch, layout,
+                                                                   num_threads=2**32),
+        "layer 4294967296": lambda: cobalt.assign_node_cover(batch, layout, layer=2**32),
+    }
+    for message, call in calls.items():
+        with pytest.raises(cobalt.InvalidArgumentError,
+                           match=rf"^{message} out of range for a 32-bit integer "
+                                 r"\[-2147483648, 2147483647\]$"):
+            call()
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"^seed -1 out of range \[0, 2\^64"):
+        cobalt.assign_node_cover(batch, layout, seed=-1)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        cobalt.ExpertLayout.static_ep(topology, 16.0, 2)
+    assert cobalt.ExpertLayout.static_ep(topology, np.int32(16), np.uint8(2)).num_experts == 16
+    assert "num_experts: int" in cobalt.ExpertLayout.static_ep.__doc__
+
+
 def test_a_read_only_file_system_is_not_a_permission_error(tmp_path) -> None:
     # access(W_OK) says EROFS there; it was reported as EACCES (a PermissionError, "change its
     # permissions"). Needs a private read-only bind mount: root and unshare, else skipped.
