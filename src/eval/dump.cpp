@@ -54,7 +54,10 @@ bool is_dump_file(const std::string& path) {
     const io::MappedFile file(path, "dump");
     const auto header = io::parse_safetensors_header(file.bytes(), "dump");
     const auto format = header.metadata.find("format");
-    return format != header.metadata.end() && format->second == "cobalt-dump";
+    if (format == header.metadata.end()) return false;
+    // routing.safetensors is a cobalt-trace marked as a dump's; the policy files are cobalt-dump.
+    return format->second == "cobalt-dump" ||
+           (format->second == "cobalt-trace" && header.metadata.count("cobalt_dump") == 1);
   } catch (const Error&) {
     return false;  // not a safetensors file this tool wrote
   }
@@ -157,11 +160,15 @@ DumpWriter::DumpWriter(std::string dir, const StepSource& source, const Topology
       }
     }
   }
+  // A cobalt-trace (DESIGN.md §3.1) whose sources are the G ranks, so that `trace info` and
+  // `simulate --trace` read it; `cobalt_dump` marks it as a dump's file.
   std::map<std::string, std::string> meta = {
-      {"format", "cobalt-dump"},
+      {"format", "cobalt-trace"},
       {"version", "1"},
+      {"cobalt_dump", "routing"},
       {"num_experts", std::to_string(num_experts_)},
       {"top_k", std::to_string(top_k_)},
+      {"num_sources", std::to_string(topology_.num_ranks())},
       {"num_nodes", std::to_string(topology_.num_nodes())},
       {"num_ranks", std::to_string(topology_.num_ranks())},
       {"slots_per_rank", std::to_string(slots_per_rank_)},

@@ -1,7 +1,9 @@
 // `simulate --dump DIR` (DESIGN.md §3.2): everything needed to recompute every reported metric
 // independently, as safetensors files.
 //
-//   DIR/routing.safetensors    the replayed routing, shared by all policies
+//   DIR/routing.safetensors    the replayed routing, shared by all policies: a cobalt-trace v1
+//                              (num_sources = G; metadata cobalt_dump = "routing" marks it as a
+//                              dump's), so `cobalt trace info` and `simulate --trace` read it
 //     topk_ids      I32 [L, T, K]   expert ids of every replayed token (T = sum of step sizes, in
 //                                   replay order, so cycled traces repeat tokens)
 //     source_rank   I32 [T]         source rank of every token, already mapped onto the G ranks
@@ -11,15 +13,16 @@
 //     layout        I32 [S, L, G, slots]  expert id per rank slot of the layout in force at
 //                                   (step, layer), -1 for an empty slot
 //     step_offsets  I64 [S + 1]
-// Metadata (strings) of both: format = "cobalt-dump", version = "1", num_experts, top_k,
-// num_nodes, num_ranks, slots_per_rank, first_measured_step; policy files add policy.
+// Metadata (strings) of both: version = "1", num_experts, top_k, num_nodes, num_ranks,
+// slots_per_rank, first_measured_step; format = "cobalt-trace" (with num_sources and cobalt_dump)
+// for the routing file, "cobalt-dump" (with policy) for the policy files.
 // Node of rank r = r / (num_ranks / num_nodes).
 //
 // All or nothing: the files are written into a temporary directory (a hidden sibling of DIR, or a
 // hidden directory inside DIR when DIR exists), and commit() moves them into place only once every
 // file is complete: a new DIR is renamed into place whole; in an existing DIR each file replaces
 // its old version by a rename, then the files of an earlier dump that this run did not write are
-// removed (safetensors with format "cobalt-dump"), so DIR never mixes two runs; other files stay.
+// removed (is_dump_file), so DIR never mixes two runs; other files stay.
 // Until commit() DIR is untouched, and a writer destroyed without commit() (an error, an
 // exception) removes its temporary directory.
 #pragma once
@@ -41,7 +44,8 @@ namespace cobalt::eval {
 std::string dump_file_name(const std::string& policy);
 // Every file name a dump of `policies` writes into DIR: routing.safetensors, then one per policy.
 std::vector<std::string> dump_file_names(const std::vector<std::string>& policies);
-// True when `path` is a safetensors file with metadata format "cobalt-dump" (an earlier dump's).
+// True when `path` is an earlier dump's file: a safetensors file with metadata format
+// "cobalt-dump", or "cobalt-trace" with a cobalt_dump key (routing.safetensors).
 bool is_dump_file(const std::string& path);
 // Empty when a dump of `policies` may go to `dir`, else why not (one line): `dir` exists and is not
 // a directory, or a file the dump writes there exists and is the file at `input_path` (the trace

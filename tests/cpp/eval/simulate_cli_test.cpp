@@ -196,6 +196,41 @@ TEST_F(SimulateCli, DumpFilesHaveTheContractShapes) {
   }
 }
 
+// routing.safetensors is a cobalt-trace: trace info reads it, and replaying it on the same
+// cluster gives the run's metrics again (its sources are the G ranks, its steps the run's).
+TEST_F(SimulateCli, DumpedRoutingIsATraceThatReplaysTheRun) {
+  const std::string policies =
+      " --cluster 2x4 --policies static,cobalt,cobalt+ "
+      "--planner-time-scale 0 --warmup-steps 1 --json ";
+  auto r = run("simulate --preset skewed --steps 4 --tokens-per-step 700 --layers 2" + policies +
+               path("first.json") + " --dump " + path("d"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string routing = path("d") + "/routing.safetensors";
+  r = run("trace info --json '" + routing + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info["num_steps"], 4);
+  EXPECT_EQ(info["num_tokens"], 2800);
+  EXPECT_EQ(info["num_layers"], 2);
+  EXPECT_EQ(info["num_sources"], 8);
+  r = run("simulate --trace '" + routing + "'" + policies + path("again.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto first = json("first.json"), again = json("again.json");
+  ASSERT_EQ(first["policies"].size(), again["policies"].size());
+  for (size_t i = 0; i < first["policies"].size(); ++i) {
+    for (const char* field : {"cross_node_tokens", "imbalance_mean", "migration_bytes"}) {
+      EXPECT_EQ(first["policies"][i][field], again["policies"][i][field])
+          << first["policies"][i]["name"] << " " << field;
+    }
+  }
+  // A second dump into the same directory still recognises it as a dump's file.
+  EXPECT_EQ(run("simulate --preset skewed --steps 2 --tokens-per-step 100 --cluster 2x4 "
+                "--policies static --dump " +
+                path("d"))
+                .exit_code,
+            0);
+}
+
 // A second dump into the same directory replaces the first one's files, including those of
 // policies the second run does not have; other files stay.
 TEST_F(SimulateCli, DumpDirectoryHoldsOnlyTheLatestRun) {
