@@ -271,9 +271,9 @@ inline int int_arg(int64_t value, const char* name) {
   return static_cast<int>(value);
 }
 
-// An integer argument of a binding, as Python passed it (int, numpy integer: anything with
-// __index__; a float or str is declined, so pybind11 reports the call's signatures as for any
-// wrong type). Read it with int_arg / uint64_arg, which name the argument when the value does not
+// An integer argument of a binding, as a Python int (from int, numpy integer: anything with
+// __index__; a float, str or array is declined, so pybind11 reports the call's signatures as for
+// any wrong type). Read it with int_arg / uint64_arg, which name the argument when the value does not
 // fit: a C++ int parameter made pybind11 raise its multi-line TypeError listing every signature
 // for 2**40. Signatures show it as `int`.
 struct PyInt {
@@ -326,9 +326,16 @@ template <>
 struct type_caster<cobalt::py_bindings::PyInt> {
   PYBIND11_TYPE_CASTER(cobalt::py_bindings::PyInt, const_name("int"));
 
+  // Holds operator.index(src), a Python int. Declines what has no integer value (a float, a
+  // str, an array of more than one element), so that pybind11 tries the next overload.
   bool load(handle src, bool /*convert*/) {
     if (!src || PyFloat_Check(src.ptr()) || PyIndex_Check(src.ptr()) == 0) return false;
-    value.value = reinterpret_borrow<object>(src);
+    object index = reinterpret_steal<object>(PyNumber_Index(src.ptr()));
+    if (!index) {
+      PyErr_Clear();
+      return false;
+    }
+    value.value = std::move(index);
     return true;
   }
   static handle cast(const cobalt::py_bindings::PyInt& src, return_value_policy, handle) {

@@ -288,8 +288,9 @@ def test_every_int_argument_beyond_int32_is_named() -> None:
             call()
     with pytest.raises(cobalt.InvalidArgumentError, match=r"^seed -1 out of range \[0, 2\^64"):
         cobalt.assign_node_cover(batch, layout, seed=-1)
-    with pytest.raises(TypeError, match="incompatible function arguments"):
-        cobalt.ExpertLayout.static_ep(topology, 16.0, 2)
+    for not_an_int in (16.0, "16", np.array([16, 17])):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            cobalt.ExpertLayout.static_ep(topology, not_an_int, 2)
     assert cobalt.ExpertLayout.static_ep(topology, np.int32(16), np.uint8(2)).num_experts == 16
     assert "num_experts: int" in cobalt.ExpertLayout.static_ep.__doc__
 
