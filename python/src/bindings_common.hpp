@@ -273,8 +273,8 @@ inline int int_arg(int64_t value, const char* name) {
 
 // An integer argument of a binding, as a Python int (from int, numpy integer: anything with
 // __index__; a float, str or array is declined, so pybind11 reports the call's signatures as for
-// any wrong type). Read it with int_arg / uint64_arg, which name the argument when the value does not
-// fit: a C++ int parameter made pybind11 raise its multi-line TypeError listing every signature
+// any wrong type). Read it with int_arg / uint64_arg, which name the argument when the value does
+// not fit: a C++ int parameter made pybind11 raise its multi-line TypeError listing every signature
 // for 2**40. Signatures show it as `int`.
 struct PyInt {
   py::object value;
