@@ -15,6 +15,7 @@
 """
 
 from cobalt.torch import ops
+from cobalt.torch.ddp import ddp_ignored_parameter_names, wrap_ddp
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, MigrationCounters, check_checkpoint
@@ -53,10 +54,12 @@ __all__ = [
     "allreduce_gradients",
     "build_exchange_plan",
     "check_checkpoint",
+    "ddp_ignored_parameter_names",
     "expert_init",
     "free_port",
     "init_gloo",
     "launch",
     "router_init",
     "swiglu",
+    "wrap_ddp",
 ]

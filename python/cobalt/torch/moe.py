@@ -72,6 +72,7 @@ from torch.autograd import Variable
 import cobalt
 from cobalt.torch._autograd import in_backward_pass
 from cobalt.torch.all_to_all import all_to_all_rows
+from cobalt.torch.ddp import check_ddp
 from cobalt.torch.reduce import all_reduce_sum_
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
@@ -515,6 +516,7 @@ class ExpertParallelMoE(nn.Module):
             count, nbytes = count_and_bytes()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_ddp(self)  # plain DistributedDataParallel(model) corrupts the experts: refused
         if torch.is_inference_mode_enabled():
             # gloo writes collective results outside inference mode, which inference tensors
             # refuse: run as under no_grad (the output is then a normal tensor).
