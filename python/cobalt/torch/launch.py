@@ -4,10 +4,13 @@ group timeout so a collective that would hang raises instead, and a join deadlin
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import socket
+import tempfile
 import time
-from typing import Any, Callable
+import traceback
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -32,35 +35,85 @@ def init_gloo(rank: int, world_size: int, port: int, timeout_s: float = 60.0) ->
         timeout=datetime.timedelta(seconds=timeout_s))
 
 
+def _record_failure(error_dir: str, rank: int, exc: BaseException) -> None:
+    """When and what failed, for launch() to report the rank that failed first: the others then
+    fail in their next collective ("Connection closed by peer"), and torch reports whichever
+    failure it notices first."""
+    record = {"time": time.time(), "summary": f"{type(exc).__name__}: {exc}",
+              "traceback": traceback.format_exc()}
+    try:
+        with open(os.path.join(error_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(record, f)
+    except OSError:
+        pass
+
+
 def _entry(rank: int, fn: Callable[..., Any], world_size: int, port: int, timeout_s: float,
-           args: tuple[Any, ...]) -> None:
+           args: tuple[Any, ...], error_dir: str) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are local: use loopback
-    init_gloo(rank, world_size, port, timeout_s)
+    try:
+        init_gloo(rank, world_size, port, timeout_s)
+    except BaseException as exc:
+        _record_failure(error_dir, rank, exc)
+        raise
     try:
         fn(rank, world_size, *args)
+    except BaseException as exc:
+        _record_failure(error_dir, rank, exc)  # before the group's connections close
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _failures(error_dir: str, world_size: int) -> list[tuple[int, dict[str, Any]]]:
+    """(rank, record) of every failure _entry recorded, earliest first."""
+    records = []
+    for rank in range(world_size):
+        try:
+            with open(os.path.join(error_dir, f"rank{rank}.json")) as f:
+                records.append((rank, json.load(f)))
+        except (OSError, ValueError):
+            continue  # no failure recorded (or a process killed while writing it)
+    return sorted(records, key=lambda r: r[1]["time"])
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *,
            timeout_s: float = 120.0, collective_timeout_s: float = 60.0) -> None:
     """Runs fn(rank, world_size, *args) in `world_size` spawned processes joined in one gloo
-    group. `fn` must be importable (module level). Raises the first worker failure
-    (torch.multiprocessing.ProcessRaisedException), or TimeoutError after `timeout_s` (the
-    workers are terminated)."""
+    group. `fn` must be importable (module level). When workers fail, raises
+    torch.multiprocessing.ProcessRaisedException with the traceback of the rank that failed
+    first (the others' failures, usually a closed connection to it, are listed after it);
+    TimeoutError after `timeout_s` (the workers are terminated)."""
     port = free_port()
-    ctx = mp.start_processes(_entry, args=(fn, world_size, port, collective_timeout_s, args),
-                             nprocs=world_size, join=False, start_method="spawn")
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"launch: {world_size} workers still running after "
-                                   f"{timeout_s:.0f} s")
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(timeout=5)
+    with tempfile.TemporaryDirectory(prefix="cobalt-launch-") as error_dir:
+        ctx = mp.start_processes(
+            _entry, args=(fn, world_size, port, collective_timeout_s, args, error_dir),
+            nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ctx.join(timeout=max(0.1, min(1.0, deadline - time.monotonic()))):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"launch: {world_size} workers still running after "
+                                       f"{timeout_s:.0f} s")
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            # Give the other ranks a moment to fail in turn, then report the first failure.
+            settle = time.monotonic() + min(10.0, max(0.0, deadline - time.monotonic()))
+            while any(p.is_alive() for p in ctx.processes) and time.monotonic() < settle:
+                time.sleep(0.05)
+            failures = _failures(error_dir, world_size)
+            if not failures:
+                raise
+            rank, record = failures[0]
+            message = f"rank {rank} failed first:\n\n{record['traceback']}"
+            if len(failures) > 1:
+                message += "\nthen " + "; ".join(
+                    f"rank {r}: {rec['summary'].splitlines()[0]}" for r, rec in failures[1:])
+            raise mp.ProcessRaisedException(message, rank, ctx.processes[rank].pid) from exc
+        finally:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.terminate()
+            for p in ctx.processes:
+                p.join(timeout=5)
+
