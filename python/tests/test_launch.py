@@ -8,13 +8,13 @@ import torch.multiprocessing as mp
 
 from cobalt.torch import launch
 
-import launch_workers
+import small_workers
 
 
 @pytest.mark.parametrize("failing_rank", [1, 3])
 def test_the_first_failure_is_reported(failing_rank: int) -> None:
     with pytest.raises(mp.ProcessRaisedException) as info:
-        launch(launch_workers.one_rank_fails, 4, (failing_rank,), timeout_s=60,
+        launch(small_workers.one_rank_fails, 4, (failing_rank,), timeout_s=60,
                collective_timeout_s=20)
     message = str(info.value)
     assert message.startswith(f"rank {failing_rank} failed first:"), message

@@ -429,6 +429,8 @@ class ExpertParallelMoE(nn.Module):
         does not fit this layer."""
         ep = self.runtime.ep
         name = self.runtime.source.name
+        if self.runtime.layouts_frozen and self.last_layout is not None:
+            return self.last_layout, cobalt.assign_balanced_cover(batch, self.last_layout)
         layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
         if not isinstance(layout, cobalt.ExpertLayout):
             raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "

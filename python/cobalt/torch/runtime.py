@@ -4,9 +4,11 @@ main instances, byte counters and per-(step, layer) records."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 import torch
@@ -57,17 +59,34 @@ class ExpertParallelRuntime:
     then lands at a later forward. A step's backward passes must end before :meth:`end_step`.
     """
 
+    #: Records kept by default (``keep_records=True``): the most recent ones, so that a long run
+    #: does not grow without bound (about 1 KB each at 64 ranks).
+    DEFAULT_RECORDS = 4096
+
     def __init__(self, ep: EPGroup, source: LayoutSource, *, verify_decisions: bool = True,
-                 keep_records: bool = True) -> None:
+                 keep_records: Union[bool, int, None] = True) -> None:
+        """keep_records: the :class:`StepRecord` of every (forward, layer) goes to
+        :attr:`records`, which keeps the most recent ``DEFAULT_RECORDS`` (True), the most recent
+        N (an int N >= 0; 0 or False: none, and no step metrics are computed) or all (None)."""
         self.ep = ep
         self.source = source
         self.step = 0
         self.verify_decisions = verify_decisions
-        self.keep_records = keep_records
+        if keep_records is True:
+            max_records: Optional[int] = self.DEFAULT_RECORDS
+        elif keep_records is None:
+            max_records = None
+        elif isinstance(keep_records, int) and keep_records >= 0:  # False is 0
+            max_records = int(keep_records)
+        else:
+            raise ValueError(f"ExpertParallelRuntime: keep_records {keep_records!r} must be True, "
+                             "False, None or an int >= 0")
+        self.keep_records = max_records != 0
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.optimizer_attached = False
         self.traffic = TrafficStats(ep.rank, ep.ranks_per_node)
-        self.records: list[StepRecord] = []
+        self.records: collections.deque[StepRecord] = collections.deque(maxlen=max_records)
+        self.layouts_frozen = False  # frozen_layouts()
         self._end_step_hooks: list[weakref.WeakMethod] = []
 
     @property
@@ -86,6 +105,21 @@ class ExpertParallelRuntime:
                              f"{type(optimizer).__name__}")
         self.optimizer = optimizer
         self.optimizer_attached = True
+
+    @contextlib.contextmanager
+    def frozen_layouts(self) -> Iterator[None]:
+        """Within: every layer keeps the layout of its last forward and assigns tasks on it with
+        cobalt+'s balanced cover (``cobalt.assign_balanced_cover``); the layout source is not
+        asked, so its statistics and plans do not see these forwards, and no expert moves. For
+        evaluation between training steps (outputs are exact under any layout). A layer that has
+        not run a forward yet asks the layout source. Every rank must enter it alike (ranks that
+        do not decide alike raise RuntimeError on every rank)."""
+        before = self.layouts_frozen
+        self.layouts_frozen = True
+        try:
+            yield
+        finally:
+            self.layouts_frozen = before
 
     def on_end_step(self, method: Callable[[], None]) -> None:
         """Calls the bound `method` at every :meth:`end_step` while its object lives."""

@@ -1,0 +1,72 @@
+"""Worker code of the small multi-process tests (test_launch.py, test_runtime_records.py): runs
+inside spawned gloo processes."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+import cobalt
+from cobalt.torch import EPGroup, ExpertParallelMoE, ExpertParallelRuntime, PolicyLayoutSource
+
+
+def one_rank_fails(rank: int, world: int, failing_rank: int) -> None:
+    """`failing_rank` raises; the others wait in a collective and fail once it is gone."""
+    dist.barrier()
+    if rank == failing_rank:
+        raise ValueError(f"the root cause, on rank {rank}")
+    dist.all_reduce(torch.ones(1))
+
+
+def records_kept(rank: int, world: int, out_dir: str) -> None:
+    """len(runtime.records) after 5 forwards of one layer, for several keep_records values."""
+    ep = EPGroup.create(ranks_per_node=1)
+    kept = {}
+    for keep in (True, 3, 0, False, None):
+        source = PolicyLayoutSource("static", ep.topology, 4, 2, num_layers=1,
+                                    slots_per_rank=cobalt.slots_for_rho(4, world, 0.5))
+        rt = ExpertParallelRuntime(ep, source, keep_records=keep)
+        moe = ExpertParallelMoE(rt, 0, 4, 6, 4, 2)
+        for step in range(5):
+            with torch.no_grad():
+                moe(torch.randn(3, 4))
+            rt.end_step()
+        kept[repr(keep)] = [r.step for r in rt.records]
+    torch.save(kept, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
+    """Training steps under cobalt+ (a global plan every step), then evaluation forwards under
+    runtime.frozen_layouts(): what the layout source and the expert bank saw."""
+    ep = EPGroup.create(ranks_per_node=2)
+    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
+                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
+                                steps_per_global_plan=1)
+    calls = []
+    decide = source.decide
+    source.decide = lambda step, layer, batch: (calls.append(step), decide(step, layer, batch))[1]
+    rt = ExpertParallelRuntime(ep, source)
+    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    opt = torch.optim.SGD(moe.parameters(), lr=0.1)
+    rt.attach_optimizer(None)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        moe(torch.randn(16, 4, generator=g)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        rt.end_step()
+    trained = {"calls": len(calls), "version": moe.experts.version,
+               "slots": moe.last_layout.slots.copy()}
+    moe.eval()
+    inputs = [torch.randn(16, 4, generator=g) for _ in range(4)]
+    with rt.frozen_layouts(), torch.no_grad():
+        outputs = [moe(x) for x in inputs]
+    frozen = {"calls": len(calls), "version": moe.experts.version,
+              "slots": moe.last_layout.slots.copy()}
+    with torch.no_grad():  # the same inputs as ordinary steps: the same outputs
+        after = {"max_diff": max((moe(x) - y).abs().max().item() for x, y in zip(inputs, outputs)),
+                 "calls": len(calls)}
+    torch.save({"trained": trained, "frozen": frozen, "after": after},
+               os.path.join(out_dir, f"rank{rank}.pt"))
