@@ -151,8 +151,10 @@ def _agree_on_settings(counts: list[torch.Tensor], context: str) -> None:
             return str(_DTYPES[v]).replace("torch.", "") if v < len(_DTYPES) else "another dtype"
         parts = [f"{shown(v)} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
                  for v, rs in by_value.items()]
+        rule = ("every rank must build the same layer" if field < 4 else
+                "every rank must run the layer alike")
         raise ValueError(f"{context}: the ranks' layers disagree on the {name}: "
-                         f"{'; '.join(parts)} (every rank must build the same layer)")
+                         f"{'; '.join(parts)} ({rule})")
 
 
 def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
