@@ -1,4 +1,4 @@
-"""Worker code of the small multi-process tests (test_launch.py, test_runtime_records.py): runs
+"""Worker code of the small multi-process tests (test_launch.py, test_runtime_tools.py): runs
 inside spawned gloo processes."""
 
 from __future__ import annotations
@@ -70,3 +70,51 @@ def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
                  "calls": len(calls)}
     torch.save({"trained": trained, "frozen": frozen, "after": after},
                os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def reshard(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
+    """Trains 3 steps under cobalt+ and saves every expert's weights (rank 0), or, when the
+    file exists, loads them into a fresh layer on this world size: what the layer then holds
+    and computes."""
+    path = os.path.join(out_dir, "experts.pt")
+    ep = EPGroup.create(ranks_per_node=ranks_per_node)
+    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
+                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
+                                steps_per_global_plan=1)
+    rt = ExpertParallelRuntime(ep, source)
+    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    if not os.path.exists(path):
+        opt = torch.optim.Adam(moe.parameters(), lr=0.05)
+        rt.attach_optimizer(opt)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(3):
+            moe(torch.randn(16, 4, generator=g)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+            rt.end_step()
+        weights = moe.gather_expert_weights()
+        if rank == 0:
+            torch.save({"weights": weights, "router": moe.router.state_dict(),
+                        "version": moe.experts.version}, path)
+        return
+    saved = torch.load(path)
+    rt.attach_optimizer(None)
+    moe.router.load_state_dict(saved["router"])
+    moe.load_expert_weights(*saved["weights"])
+    x = torch.randn(5 + rank, 4, generator=torch.Generator().manual_seed(10 + rank))
+    with torch.no_grad():
+        y = moe(x)
+    y.requires_grad_(False)
+    out = moe(x)
+    errors = []
+    try:
+        moe.load_expert_weights(*saved["weights"])  # its backward is still to run
+    except ValueError as exc:
+        errors.append(str(exc))
+    out.sum().backward()
+    try:
+        moe.load_expert_weights(saved["weights"][0], saved["weights"][1], saved["weights"][0])
+    except ValueError as exc:
+        errors.append(str(exc))
+    torch.save({"gathered": moe.gather_expert_weights(), "x": x, "y": y, "errors": errors},
+               os.path.join(out_dir, f"loaded{rank}.pt"))

@@ -600,6 +600,27 @@ class ExpertStore(nn.Module):
             raise ValueError(f"ExpertStore checkpoint: has {', '.join(rows)} but no '{key}' (the "
                              "main placement saying which expert each bank row holds)")
 
+    def load_main_weights(self, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> None:
+        """The inverse of :meth:`gather_main_weights`: every expert's weights, w1, w3 [E, H, F]
+        and w2 [E, F, H] (the same on every rank), into the bank rows of this rank's main
+        instances (no collective; replicas copy the mains at their next forward). Optimizer state
+        is left as it is. Not while a forward waits for its backward pass (the caller checks)."""
+        for name, given, param in zip(("w1", "w3", "w2"), (w1, w3, w2), self.bank):
+            want = [self.num_experts] + list(param.shape[1:])
+            if not isinstance(given, torch.Tensor) or list(given.shape) != want:
+                shape = list(given.shape) if isinstance(given, torch.Tensor) else \
+                    type(given).__name__
+                raise ValueError(f"ExpertStore.load_main_weights: {name} has shape {shape}, "
+                                 f"expected {want} ([E, H, F] for w1 and w3, [E, F, H] for w2)")
+            if not given.dtype.is_floating_point:
+                raise ValueError(f"ExpertStore.load_main_weights: {name} has dtype "
+                                 f"{given.dtype}, expected a floating dtype")
+        experts = torch.as_tensor(self.local_experts(), dtype=torch.long)
+        slots = torch.as_tensor(self.main_slot[self.local_experts()], dtype=torch.long)
+        with torch.no_grad():
+            for given, param in zip((w1, w3, w2), self.bank):
+                param[slots] = given.detach().to(device=param.device, dtype=param.dtype)[experts]
+
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]
         (a collective; exact: each value is summed with zeros only)."""

@@ -369,6 +369,17 @@ class ExpertParallelMoE(nn.Module):
         """w1, w3 [E, H, F], w2 [E, F, H] of every expert's main instance (a collective)."""
         return self.experts.gather_main_weights()
 
+    def load_expert_weights(self, w1: torch.Tensor, w3: torch.Tensor, w2: torch.Tensor) -> None:
+        """Loads every expert's weights, w1, w3 [E, H, F], w2 [E, F, H] (the same tensors on
+        every rank; e.g. a pretrained MoE's, or :meth:`gather_expert_weights` saved by a run of
+        another world size or bank capacity): each rank keeps its main instances' rows. The
+        optimizer's state is left as it is (build or reset it after loading). Refused while a
+        forward of this rank waits for its backward pass (load between steps)."""
+        if self.experts.backward_pending(self.runtime.step):
+            raise ValueError(f"{self._context()}: load_expert_weights while a forward waits for "
+                             "its backward pass (load between steps)")
+        self.experts.load_main_weights(w1, w3, w2)
+
     # ------------------------------------------------------------------ checkpoints
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object) -> None:
         # torch loads a module before its children: the experts' placement is checked here,

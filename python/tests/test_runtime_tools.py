@@ -1,0 +1,65 @@
+"""The runtime's tools around training (multi-process, gloo): bounded records
+(ExpertParallelRuntime(keep_records=...): they grew by one per forward and layer for the whole
+run), frozen layouts for evaluation (runtime.frozen_layouts()), and expert weights gathered on
+one world size and loaded on another (load_expert_weights)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cobalt.torch import ExpertParallelRuntime, ReferenceMoE, launch
+
+import small_workers
+
+
+def test_records_keep_the_most_recent(tmp_path) -> None:
+    launch(small_workers.records_kept, 2, (str(tmp_path),), timeout_s=120)
+    kept = torch.load(os.path.join(tmp_path, "rank1.pt"))
+    assert ExpertParallelRuntime.DEFAULT_RECORDS >= 1000
+    assert kept["True"] == [0, 1, 2, 3, 4]
+    assert kept["3"] == [2, 3, 4]
+    assert kept["0"] == [] and kept["False"] == []
+    assert kept["None"] == [0, 1, 2, 3, 4]
+
+
+def test_a_bad_keep_records_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"keep_records -1 must be True, False, None or an int"):
+        ExpertParallelRuntime(None, None, keep_records=-1)  # type: ignore[arg-type]
+
+
+def test_frozen_layouts_keep_the_trained_layout(tmp_path) -> None:
+    launch(small_workers.frozen_layouts, 4, (str(tmp_path),), timeout_s=120)
+    for rank in range(4):
+        got = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"))
+        trained, frozen = got["trained"], got["frozen"]
+        assert trained["calls"] == 3 and trained["version"] >= 1
+        assert frozen["calls"] == trained["calls"]  # the layout source saw no eval forward
+        assert frozen["version"] == trained["version"]  # nothing moved
+        assert (frozen["slots"] == trained["slots"]).all()
+        assert got["after"]["calls"] == trained["calls"] + 4  # asked again once thawed
+        assert got["after"]["max_diff"] < 1e-5  # outputs are exact under either layout
+
+
+def test_expert_weights_move_to_another_world_size(tmp_path) -> None:
+    """gather_expert_weights on 2x2 ranks after layout changes, load_expert_weights on 2x1:
+    the same experts, and the layer computes what ReferenceMoE computes with them."""
+    launch(small_workers.reshard, 4, (2, str(tmp_path)), timeout_s=120)
+    saved = torch.load(os.path.join(tmp_path, "experts.pt"))
+    assert saved["version"] >= 1  # experts moved before they were saved
+    launch(small_workers.reshard, 2, (1, str(tmp_path)), timeout_s=120)
+    reference = ReferenceMoE(4, 6, 8, 2)
+    reference.router.load_state_dict(saved["router"])
+    with torch.no_grad():
+        for param, weights in zip((reference.w1, reference.w3, reference.w2), saved["weights"]):
+            param.copy_(weights)
+    for rank in range(2):
+        got = torch.load(os.path.join(tmp_path, f"loaded{rank}.pt"))
+        for loaded, weights in zip(got["gathered"], saved["weights"]):
+            assert torch.equal(loaded, weights)
+        with torch.no_grad():
+            torch.testing.assert_close(got["y"], reference(got["x"]), rtol=1e-5, atol=1e-5)
+        assert "load_expert_weights while a forward waits for its backward pass" in got["errors"][0]
+        assert "w2 has shape [8, 4, 6], expected [8, 6, 4]" in got["errors"][1]
