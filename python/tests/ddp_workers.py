@@ -35,23 +35,26 @@ def head() -> nn.Linear:
 
 
 class Net(nn.Module):
-    def __init__(self, moe: nn.Module) -> None:
+    """head(x + moe0(x) + moe1(x)): two MoE layers beside each other and a replicated Linear."""
+
+    def __init__(self, moes: list[nn.Module]) -> None:
         super().__init__()
-        self.moe = moe
+        self.moes = nn.ModuleList(moes)
         self.head = head()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(x + self.moe(x))
+        return self.head(x + self.moes[0](x) + self.moes[1](x))
 
 
 def worker(rank: int, world: int, ranks_per_node: int, out_dir: str, mode: str) -> None:
     ep = EPGroup.create(ranks_per_node=ranks_per_node)
     slots = cobalt.slots_for_rho(EXPERTS, world, 0.5)
-    source = PolicyLayoutSource("cobalt+", ep.topology, EXPERTS, TOP_K, num_layers=1,
+    source = PolicyLayoutSource("cobalt+", ep.topology, EXPERTS, TOP_K, num_layers=2,
                                 slots_per_rank=slots, hidden=HIDDEN, ffn=FFN, seed=SEED,
                                 steps_per_global_plan=2)
     rt = ExpertParallelRuntime(ep, source)
-    net = Net(ExpertParallelMoE(rt, 0, HIDDEN, FFN, EXPERTS, TOP_K, seed=SEED))
+    net = Net([ExpertParallelMoE(rt, layer, HIDDEN, FFN, EXPERTS, TOP_K, seed=SEED)
+               for layer in range(2)])
     result: dict[str, Any] = {}
     if mode == "plain":
         model = DistributedDataParallel(net, process_group=ep.group)
@@ -71,8 +74,15 @@ def worker(rank: int, world: int, ranks_per_node: int, out_dir: str, mode: str) 
             opt.step()
             opt.zero_grad(set_to_none=True)
             rt.end_step()
-        result["experts"] = list(net.moe.gather_expert_weights())
-        result["router"] = [p.detach().clone() for p in net.moe.dense_parameters()]
+        # The layers' own modules and parameters are still theirs after DDP's forwards (a DDP
+        # module registered under a layer made model.eval() and state_dict() recurse forever,
+        # and the layer's dense parameters the whole model's).
+        model.eval()
+        result["state_keys"] = len(model.state_dict())
+        result["children"] = [[name for name, _ in moe.named_children()] for moe in net.moes]
+        result["experts"] = [list(moe.gather_expert_weights()) for moe in net.moes]
+        result["router"] = [[p.detach().clone() for p in moe.dense_parameters()]
+                            for moe in net.moes]
         result["head"] = [p.detach().clone() for p in net.head.parameters()]
-        result["versions"] = net.moe.experts.version
+        result["versions"] = [moe.experts.version for moe in net.moes]
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -23,32 +23,41 @@ def run(tmp_path, mode: str) -> list[dict]:
     return [torch.load(os.path.join(tmp_path, f"rank{r}.pt")) for r in range(WORLD)]
 
 
-def reference() -> tuple[ReferenceMoE, torch.nn.Linear]:
-    moe = ReferenceMoE(dw.HIDDEN, dw.FFN, dw.EXPERTS, dw.TOP_K, seed=dw.SEED)
+def reference() -> tuple[list[ReferenceMoE], torch.nn.Linear]:
+    moes = [ReferenceMoE(dw.HIDDEN, dw.FFN, dw.EXPERTS, dw.TOP_K, seed=dw.SEED, layer=layer)
+            for layer in range(2)]
     head = dw.head()
-    opt = torch.optim.SGD(list(moe.parameters()) + list(head.parameters()), lr=dw.LR)
+    params = [p for moe in moes for p in moe.parameters()] + list(head.parameters())
+    opt = torch.optim.SGD(params, lr=dw.LR)
     for step in range(dw.STEPS):
         batches = [dw.batch_of(r, step) for r in range(WORLD)]
         x = torch.cat([b[0] for b in batches])
         target = torch.cat([b[1] for b in batches])
-        y = head(x + moe(x, router_chunks=[b[0].shape[0] for b in batches]))
+        chunks = [b[0].shape[0] for b in batches]
+        y = head(x + moes[0](x, router_chunks=chunks) + moes[1](x, router_chunks=chunks))
         (((y - target) ** 2).sum() / WORLD).backward()  # the mean of the ranks' losses
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return moe, head
+    return moes, head
+
+
+def assert_all_close(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w.detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_wrap_ddp_trains_like_the_reference(tmp_path) -> None:
     ranks = run(tmp_path, "wrapped")
-    moe, head = reference()
-    assert ranks[0]["versions"] > 1  # the layout changed while training
+    moes, head = reference()
+    assert min(ranks[0]["versions"]) > 1  # the layouts changed while training
     for r in range(WORLD):
-        for got, want in zip(ranks[r]["experts"], (moe.w1, moe.w3, moe.w2)):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-5)
-        for got, want in zip(ranks[r]["router"], moe.router.parameters()):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-5)
-        for got, want in zip(ranks[r]["head"], head.parameters()):
-            torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-5)
+        assert ranks[r]["children"] == [["router", "experts"]] * 2
+        assert ranks[r]["state_keys"] == len(dw.Net([moes[0], moes[1]]).state_dict()) + 2
+        for layer, moe in enumerate(moes):
+            assert_all_close(ranks[r]["experts"][layer], [moe.w1, moe.w3, moe.w2])
+            assert_all_close(ranks[r]["router"][layer], list(moe.router.parameters()))
+        assert_all_close(ranks[r]["head"], list(head.parameters()))
 
 
 def test_plain_ddp_is_refused_on_every_rank(tmp_path) -> None:
@@ -56,5 +65,5 @@ def test_plain_ddp_is_refused_on_every_rank(tmp_path) -> None:
     for r in range(WORLD):
         assert "runs inside DistributedDataParallel" in ranks[r].get("error", ""), ranks[r]
         assert "cobalt.torch.wrap_ddp(model, group)" in ranks[r]["error"]
-        assert "its parameters (moe.experts.w1, moe.experts.w3, moe.experts.w2, ... (4 in all))" \
-            in ranks[r]["error"]
+        shown = "moes.0.experts.w1, moes.0.experts.w3, moes.0.experts.w2, ... (4 in all)"
+        assert f"its parameters ({shown})" in ranks[r]["error"]

@@ -19,6 +19,7 @@ that covers its parameters raises ValueError on every rank (:func:`check_ddp`).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -68,7 +69,8 @@ def wrap_ddp(model: nn.Module, group: Optional[dist.ProcessGroup] = None,
     fail in DDP's own reduction; reduce such parameters with :func:`allreduce_gradients`."""
     if "process_group" in ddp_kwargs:
         raise ValueError("wrap_ddp: pass the process group as `group`, not process_group=")
-    names = ddp_ignored_parameter_names(model)
+    already = list(getattr(model, "_ddp_params_and_buffers_to_ignore", []))  # the caller's
+    names = already + [n for n in ddp_ignored_parameter_names(model) if n not in already]
     DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
     ddp = DistributedDataParallel(model, process_group=group, **ddp_kwargs)
     ddp.register_comm_hook(group, _sum_hook)
@@ -82,7 +84,8 @@ def check_ddp(moe: nn.Module) -> None:
     rank wraps its model alike), so no rank is left waiting in a collective."""
     active = getattr(DistributedDataParallel, "_get_active_ddp_module", None)
     ddp = active() if active is not None else None
-    if ddp is None or getattr(moe, "_ddp_checked", None) is ddp:
+    checked = moe.__dict__.get("_ddp_checked")
+    if ddp is None or (checked is not None and checked() is ddp):
         return
     ignored = set(getattr(ddp, "parameters_to_ignore", ()))
     names = {id(p): name for name, p in ddp.module.named_parameters()}
@@ -96,4 +99,6 @@ def check_ddp(moe: nn.Module) -> None:
             f"reduces its parameters ({shown}): DDP broadcast rank 0's parameters over every "
             "rank's own experts when it was built, and averages gradients the layer sums itself. "
             "Build the model again and wrap it with cobalt.torch.wrap_ddp(model, group)")
-    moe._ddp_checked = ddp  # checked once per DDP module
+    # Checked once per DDP module. Kept out of nn.Module.__setattr__, which would register the
+    # DDP module as a child of the layer (a cycle: ddp -> model -> layer -> ddp).
+    moe.__dict__["_ddp_checked"] = weakref.ref(ddp)
