@@ -49,19 +49,29 @@ std::vector<std::string> dump_file_names(const std::vector<std::string>& policie
   return names;
 }
 
-bool is_dump_file(const std::string& path) {
+namespace {
+
+// "routing" for a dump's routing.safetensors (a cobalt-trace with a cobalt_dump key), "policy"
+// for a policy file (format cobalt-dump), "" for anything else.
+std::string dump_file_kind(const std::string& path) {
   try {
     const io::MappedFile file(path, "dump");
     const auto header = io::parse_safetensors_header(file.bytes(), "dump");
     const auto format = header.metadata.find("format");
-    if (format == header.metadata.end()) return false;
-    // routing.safetensors is a cobalt-trace marked as a dump's; the policy files are cobalt-dump.
-    return format->second == "cobalt-dump" ||
-           (format->second == "cobalt-trace" && header.metadata.count("cobalt_dump") == 1);
+    if (format == header.metadata.end()) return "";
+    if (format->second == "cobalt-dump") return "policy";
+    if (format->second == "cobalt-trace" && header.metadata.count("cobalt_dump") == 1) {
+      return "routing";
+    }
+    return "";
   } catch (const Error&) {
-    return false;  // not a safetensors file this tool wrote
+    return "";  // not a safetensors file this tool wrote
   }
 }
+
+}  // namespace
+
+bool is_dump_file(const std::string& path) { return !dump_file_kind(path).empty(); }
 
 std::string dump_target_problem(const std::string& dir, const std::vector<std::string>& policies,
                                 const std::string& input_path) {
@@ -230,12 +240,14 @@ void DumpWriter::commit() {
                        "--dump {}: cannot move {} to {}: {}", dir_, from, to, std::strerror(errno));
   }
   committed_ = true;  // the new dump is in place; what follows only tidies up
-  // Files of an earlier dump that this run did not write (e.g. a policy not run this time).
+  // Policy files of an earlier dump that this run did not write (a policy not run this time).
+  // Only policy files: every dump writes routing.safetensors, so a routing file under another
+  // name is a copy someone made, a trace like any other (perhaps the one being replayed).
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     if (!entry.is_regular_file(ec) || entry.path().extension() != ".safetensors") continue;
     if (std::find(written_.begin(), written_.end(), name) != written_.end()) continue;
-    if (is_dump_file(entry.path().string())) fs::remove(entry.path(), ec);
+    if (dump_file_kind(entry.path().string()) == "policy") fs::remove(entry.path(), ec);
   }
   fs::remove_all(tmp_.path, ec);
   tmp_.path.clear();

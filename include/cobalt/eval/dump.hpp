@@ -22,7 +22,8 @@
 // hidden directory inside DIR when DIR exists), and commit() moves them into place only once every
 // file is complete: a new DIR is renamed into place whole; in an existing DIR each file replaces
 // its old version by a rename, then the files of an earlier dump that this run did not write are
-// removed (is_dump_file), so DIR never mixes two runs; other files stay.
+// removed (policy files of an earlier dump: format cobalt-dump), so DIR never mixes two runs;
+// other files stay (also copies of a routing file, which is a trace anyone may replay).
 // Until commit() DIR is untouched, and a writer destroyed without commit() (an error, an
 // exception) removes its temporary directory.
 #pragma once

@@ -153,6 +153,15 @@ TEST_F(SimulateCli, DumpNeverReplacesTheInputTraceOrAnotherFile) {
   expect_refused("--trace " + path("d/routing.safetensors") + " --dump " + path("s"),
                  "is the input trace");
   EXPECT_EQ(read_file(dir_ / "d" / "routing.safetensors"), trace_bytes);
+  // A copy of a dump's routing file (a trace) under another name in the dump directory, replayed
+  // into it: the dump's tidying up removed it as a stale dump file.
+  ASSERT_EQ(
+      run(sim + "--preset uniform --steps 2 --tokens-per-step 64 --dump " + path("r")).exit_code,
+      0);
+  fs::copy_file(dir_ / "r" / "routing.safetensors", dir_ / "r" / "run1.safetensors");
+  const auto replay = run(sim + "--trace " + path("r/run1.safetensors") + " --dump " + path("r"));
+  EXPECT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_TRUE(fs::exists(dir_ / "r" / "run1.safetensors"));
   // A user's file named like a policy's dump file.
   fs::create_directories(dir_ / "u");
   std::ofstream(dir_ / "u" / "static.safetensors") << "mine";
