@@ -118,3 +118,39 @@ def reshard(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
         errors.append(str(exc))
     torch.save({"gathered": moe.gather_expert_weights(), "x": x, "y": y, "errors": errors},
                os.path.join(out_dir, f"loaded{rank}.pt"))
+
+
+class _Alternating:
+    """A layout source that alternates between two layouts, one per call."""
+
+    name = "alternating"
+
+    def __init__(self, layouts: list[cobalt.ExpertLayout]) -> None:
+        self.layouts, self.calls = layouts, 0
+        self.slots_per_rank = layouts[0].slots_per_rank
+
+    def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch):  # noqa: ANN201
+        layout = self.layouts[self.calls % 2]
+        self.calls += 1
+        return layout, cobalt.assign_node_cover(batch, layout, step=step, layer=layer)
+
+
+def frozen_after_a_deferred_change(rank: int, world: int, out_dir: str) -> None:
+    """Two forwards into one backward with a layout change between them (deferred), then a frozen
+    forward: the version in force before and after it."""
+    ep = EPGroup.create(ranks_per_node=2)
+    topo = ep.topology
+    moved = [[(2 * r + 2) % 8, (2 * r + 3) % 8] for r in range(world)]
+    source = _Alternating([cobalt.ExpertLayout.static_ep(topo, 8, 3),
+                           cobalt.ExpertLayout.from_rank_lists(topo, 8, 3, moved)])
+    rt = ExpertParallelRuntime(ep, source)
+    rt.attach_optimizer(None)
+    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    g = torch.Generator().manual_seed(rank)
+    (moe(torch.randn(6, 4, generator=g)).sum() + moe(torch.randn(6, 4, generator=g)).sum()
+     ).backward()
+    before = {"version": moe.experts.version, "deferred": moe.experts.counters.deferred}
+    with rt.frozen_layouts(), torch.no_grad():
+        moe(torch.randn(6, 4, generator=g))
+    torch.save({"before": before, "after": moe.experts.version, "calls": source.calls},
+               os.path.join(out_dir, f"rank{rank}.pt"))

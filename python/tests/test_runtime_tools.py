@@ -63,3 +63,14 @@ def test_expert_weights_move_to_another_world_size(tmp_path) -> None:
             torch.testing.assert_close(got["y"], reference(got["x"]), rtol=1e-5, atol=1e-5)
         assert "load_expert_weights while a forward waits for its backward pass" in got["errors"][0]
         assert "w2 has shape [8, 4, 6], expected [8, 6, 4]" in got["errors"][1]
+
+
+def test_frozen_layouts_use_the_layout_in_force(tmp_path) -> None:
+    """A change deferred while a backward was pending leaves the last decided layout different
+    from the one in force: a frozen forward runs the one in force and moves nothing."""
+    launch(small_workers.frozen_after_a_deferred_change, 4, (str(tmp_path),), timeout_s=120)
+    for rank in range(4):
+        got = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"))
+        assert got["before"]["deferred"] == 1
+        assert got["after"] == got["before"]["version"]
+        assert got["calls"] == 2

@@ -440,8 +440,14 @@ class ExpertParallelMoE(nn.Module):
         does not fit this layer."""
         ep = self.runtime.ep
         name = self.runtime.source.name
-        if self.runtime.layouts_frozen and self.last_layout is not None:
-            return self.last_layout, cobalt.assign_balanced_cover(batch, self.last_layout)
+        in_force = self.experts.layout_slots
+        if self.runtime.layouts_frozen and in_force is not None:
+            # The layout in force (a change deferred or rolled back leaves the last decided
+            # one different): nothing moves.
+            layout = self.last_layout
+            if layout is None or not np.array_equal(np.asarray(layout.slots), in_force):
+                layout = cobalt.ExpertLayout(ep.topology, self.num_experts, in_force)
+            return layout, cobalt.assign_balanced_cover(batch, layout)
         layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
         if not isinstance(layout, cobalt.ExpertLayout):
             raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "

@@ -108,12 +108,13 @@ class ExpertParallelRuntime:
 
     @contextlib.contextmanager
     def frozen_layouts(self) -> Iterator[None]:
-        """Within: every layer keeps the layout of its last forward and assigns tasks on it with
-        cobalt+'s balanced cover (``cobalt.assign_balanced_cover``); the layout source is not
-        asked, so its statistics and plans do not see these forwards, and no expert moves. For
-        evaluation between training steps (outputs are exact under any layout). A layer that has
-        not run a forward yet asks the layout source. Every rank must enter it alike (ranks that
-        do not decide alike raise RuntimeError on every rank)."""
+        """Within: every layer keeps the layout in force and assigns tasks on it with cobalt+'s
+        balanced cover (``cobalt.assign_balanced_cover``); the layout source is not asked, so its
+        statistics and plans do not see these forwards, and no expert moves. For evaluation
+        between training steps (outputs are exact under any layout). A layer that has not run a
+        forward yet asks the layout source. Every rank must enter it alike: with
+        ``verify_decisions`` ranks that do not raise RuntimeError on every rank; without it they
+        exchange under different plans (a gloo error or a hang)."""
         before = self.layouts_frozen
         self.layouts_frozen = True
         try:
