@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,6 +29,24 @@ def test_records_keep_the_most_recent(tmp_path) -> None:
 def test_a_bad_keep_records_is_refused() -> None:
     with pytest.raises(ValueError, match=r"keep_records -1 must be True, False, None or an int"):
         ExpertParallelRuntime(None, None, keep_records=-1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"keep_records 2.5 must be True, False, None or an int"):
+        ExpertParallelRuntime(None, None, keep_records=2.5)  # type: ignore[arg-type]
+
+
+def test_records_stay_a_list_under_a_bound_set_later() -> None:
+    rt = ExpertParallelRuntime.__new__(ExpertParallelRuntime)  # no process group needed
+    rt.records = []
+    rt.keep_records = np.int64(2)  # numpy integers are ints
+    assert rt.keep_records
+    for i in range(5):
+        rt.add_record(i)  # type: ignore[arg-type]
+    assert rt.records == [3, 4] and rt.records[-2:] == [3, 4]  # a list: slices work
+    rt.keep_records = False
+    assert not rt.keep_records
+    rt.keep_records = None
+    for i in range(5, 10):
+        rt.add_record(i)  # type: ignore[arg-type]
+    assert rt.records == [3, 4, 5, 6, 7, 8, 9]
 
 
 def test_frozen_layouts_keep_the_trained_layout(tmp_path) -> None:

@@ -620,7 +620,7 @@ class ExpertParallelMoE(nn.Module):
         self.last_topk_ids, self.last_layout = gathered.topk_ids, layout
         if rt.keep_records:
             m = cobalt.step_metrics(batch, exec_rank, ep.topology)
-            rt.records.append(StepRecord(
+            rt.add_record(StepRecord(
                 step=rt.step, layer=self.layer, version=self.experts.version,
                 layout_changed=applied, migration_ok=migration_ok,
                 num_tokens=int(batch.num_tokens), num_tasks=int(batch.num_tasks),

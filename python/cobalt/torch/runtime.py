@@ -4,8 +4,8 @@ main instances, byte counters and per-(step, layer) records."""
 
 from __future__ import annotations
 
-import collections
 import contextlib
+import operator
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Union
@@ -72,22 +72,41 @@ class ExpertParallelRuntime:
         self.source = source
         self.step = 0
         self.verify_decisions = verify_decisions
-        if keep_records is True:
-            max_records: Optional[int] = self.DEFAULT_RECORDS
-        elif keep_records is None:
-            max_records = None
-        elif isinstance(keep_records, int) and keep_records >= 0:  # False is 0
-            max_records = int(keep_records)
-        else:
-            raise ValueError(f"ExpertParallelRuntime: keep_records {keep_records!r} must be True, "
-                             "False, None or an int >= 0")
-        self.keep_records = max_records != 0
+        self.keep_records = keep_records  # validated by the property
         self.optimizer: Optional[torch.optim.Optimizer] = None
         self.optimizer_attached = False
         self.traffic = TrafficStats(ep.rank, ep.ranks_per_node)
-        self.records: collections.deque[StepRecord] = collections.deque(maxlen=max_records)
+        self.records: list[StepRecord] = []  # the most recent max_records (add_record)
         self.layouts_frozen = False  # frozen_layouts()
         self._end_step_hooks: list[weakref.WeakMethod] = []
+
+    @property
+    def keep_records(self) -> bool:
+        """Whether forwards add records. Set it to True, False, None or an int N >= 0, as the
+        constructor's argument (the bound applies from the next record on)."""
+        return self.max_records != 0
+
+    @keep_records.setter
+    def keep_records(self, keep: Union[bool, int, None]) -> None:
+        if keep is True:
+            self.max_records: Optional[int] = self.DEFAULT_RECORDS
+        elif keep is None:
+            self.max_records = None
+        else:
+            try:
+                bound = operator.index(keep)  # False is 0; numpy integers are ints
+            except TypeError:
+                bound = -1
+            if bound < 0:
+                raise ValueError(f"ExpertParallelRuntime: keep_records {keep!r} must be True, "
+                                 "False, None or an int >= 0")
+            self.max_records = bound
+
+    def add_record(self, record: StepRecord) -> None:
+        """Appends to :attr:`records`, dropping the oldest beyond :attr:`max_records`."""
+        self.records.append(record)
+        if self.max_records is not None and len(self.records) > self.max_records:
+            del self.records[:len(self.records) - self.max_records]
 
     @property
     def slots_per_rank(self) -> int:
