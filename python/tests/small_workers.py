@@ -154,3 +154,14 @@ def frozen_after_a_deferred_change(rank: int, world: int, out_dir: str) -> None:
         moe(torch.randn(6, 4, generator=g))
     torch.save({"before": before, "after": moe.experts.version, "calls": source.calls},
                os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def one_rank_is_killed(rank: int, world: int, killed_rank: int) -> None:
+    """`killed_rank` dies by SIGKILL (no Python exception); the others then fail in a
+    collective."""
+    import signal
+
+    dist.barrier()
+    if rank == killed_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(torch.ones(1))

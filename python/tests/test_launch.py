@@ -1,5 +1,6 @@
 """cobalt.torch.launch reports the rank that failed first, not the follow-on failure of another
-rank that lost its connection to it (which torch's join reported about half the time)."""
+rank that lost its connection to it (which torch's join reported about half the time), also when
+that rank died by a signal without a Python exception."""
 
 from __future__ import annotations
 
@@ -20,3 +21,13 @@ def test_the_first_failure_is_reported(failing_rank: int) -> None:
     assert message.startswith(f"rank {failing_rank} failed first:"), message
     assert f"ValueError: the root cause, on rank {failing_rank}" in message
     assert info.value.error_index == failing_rank
+
+
+def test_a_rank_killed_by_a_signal_is_reported_first() -> None:
+    # It leaves no Python exception; the others' "Connection closed by peer" came first.
+    with pytest.raises(mp.ProcessRaisedException) as info:
+        launch(small_workers.one_rank_is_killed, 3, (1,), timeout_s=60, collective_timeout_s=20)
+    message = str(info.value)
+    assert message.startswith("rank 1 died with signal SIGKILL, without a Python exception"), \
+        message
+    assert info.value.error_index == 1

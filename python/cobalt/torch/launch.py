@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import signal
 import socket
 import tempfile
 import time
@@ -78,13 +79,42 @@ def _failures(error_dir: str, world_size: int) -> list[tuple[int, dict[str, Any]
     return sorted(records, key=lambda r: r[1]["time"])
 
 
+def _first_failure(processes: list[Any], failures: list[tuple[int, dict[str, Any]]]
+                   ) -> Optional[mp.ProcessRaisedException]:
+    """The exception launch() raises: a worker that died without a Python exception (a signal
+    other than the SIGTERM torch ends the others with, or a non-zero exit code), else the
+    earliest recorded failure, with the later ones listed after it."""
+    recorded = {rank for rank, _ in failures}
+    for rank, process in enumerate(processes):
+        code = process.exitcode
+        if rank in recorded or code in (0, None, -signal.SIGTERM):
+            continue
+        how = (f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}")
+        message = (f"rank {rank} died with {how}, without a Python exception (a crash in native "
+                   "code, the kernel's OOM killer, os._exit)")
+        if failures:
+            message += "; then " + "; ".join(
+                f"rank {r}: {rec['summary'].splitlines()[0]}" for r, rec in failures)
+        return mp.ProcessRaisedException(message, rank, process.pid)
+    if not failures:
+        return None  # nothing to add to torch's own report
+    rank, record = failures[0]
+    message = f"rank {rank} failed first:\n\n{record['traceback']}"
+    if len(failures) > 1:
+        message += "\nthen " + "; ".join(
+            f"rank {r}: {rec['summary'].splitlines()[0]}" for r, rec in failures[1:])
+    return mp.ProcessRaisedException(message, rank, processes[rank].pid)
+
+
 def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), *,
            timeout_s: float = 120.0, collective_timeout_s: float = 60.0) -> None:
     """Runs fn(rank, world_size, *args) in `world_size` spawned processes joined in one gloo
     group. `fn` must be importable (module level). When workers fail, raises
-    torch.multiprocessing.ProcessRaisedException with the traceback of the rank that failed
-    first (the others' failures, usually a closed connection to it, are listed after it);
-    TimeoutError after `timeout_s` (the workers are terminated)."""
+    torch.multiprocessing.ProcessRaisedException naming the rank that failed first: one that
+    died without a Python exception (a signal, a non-zero exit code), else the one whose
+    exception came first, with its traceback (the others' failures, usually a closed
+    connection to it, are listed after it); TimeoutError after `timeout_s` (the workers are
+    terminated)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="cobalt-launch-") as error_dir:
         ctx = mp.start_processes(
@@ -97,19 +127,11 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), 
                     raise TimeoutError(f"launch: {world_size} workers still running after "
                                        f"{timeout_s:.0f} s")
         except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            # Give the other ranks a moment to fail in turn, then report the first failure.
-            settle = time.monotonic() + min(10.0, max(0.0, deadline - time.monotonic()))
-            while any(p.is_alive() for p in ctx.processes) and time.monotonic() < settle:
-                time.sleep(0.05)
-            failures = _failures(error_dir, world_size)
-            if not failures:
+            # torch's join has terminated (SIGTERM) and joined the workers still alive.
+            failure = _first_failure(ctx.processes, _failures(error_dir, world_size))
+            if failure is None:
                 raise
-            rank, record = failures[0]
-            message = f"rank {rank} failed first:\n\n{record['traceback']}"
-            if len(failures) > 1:
-                message += "\nthen " + "; ".join(
-                    f"rank {r}: {rec['summary'].splitlines()[0]}" for r, rec in failures[1:])
-            raise mp.ProcessRaisedException(message, rank, ctx.processes[rank].pid) from exc
+            raise failure from exc
         finally:
             for p in ctx.processes:
                 if p.is_alive():
