@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -318,6 +319,19 @@ inline int int_arg(const PyInt& value, const char* name) {
   return static_cast<int>(result);
 }
 
+// Read-write int fields of a bound struct (the fields' names and pointers to members): a value
+// set outside int32 is an InvalidArgumentError naming the field (def_readwrite raised pybind11's
+// TypeError).
+template <typename Class, typename... Options>
+void def_int_fields(py::class_<Class, Options...>& cls,
+                    std::initializer_list<std::pair<const char*, int Class::*>> fields) {
+  for (const auto& [name, field] : fields) {
+    cls.def_property(
+        name, [field = field](const Class& c) { return c.*field; },
+        [name = name, field = field](Class& c, PyInt v) { c.*field = int_arg(v, name); });
+  }
+}
+
 }  // namespace cobalt::py_bindings
 
 namespace pybind11::detail {
@@ -353,7 +367,14 @@ struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
     // None and plain Python numbers are not arrays: declined, so that pybind11 tries the next
     // overload (TraceData(E, top_k, counts) after TraceData(E, topk_ids, ...)) or reports the
     // call's signatures.
-    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr())) return false;
+    // A numpy scalar (np.int64(2)) is a number too: TraceData(8, np.int64(2), counts) took the
+    // token-trace overload with it as a 0-d array of ids.
+    static const handle numpy_scalar =
+        object(module_::import("numpy").attr("generic")).release();  // kept for the process
+    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr()) ||
+        isinstance(src, numpy_scalar)) {
+      return false;
+    }
     value = cobalt::py_bindings::IntArray<T>::from(src);
     return true;
   }

@@ -9,10 +9,16 @@ namespace cobalt::py_bindings {
 
 void bind_cost(py::module_& m) {
   using eval::CostParams;
-  py::class_<CostParams>(m, "CostParams",
-                         "Cost model of the simulator (cobalt/eval/cost_model.hpp): link "
-                         "bandwidths, GPU throughput, model sizes, step structure.")
-      .def(py::init<>())
+  py::class_<CostParams> cost_params(m, "CostParams",
+                                     "Cost model of the simulator (cobalt/eval/cost_model.hpp): "
+                                     "link bandwidths, GPU throughput, model sizes, step "
+                                     "structure.");
+  def_int_fields(cost_params, {{"hidden_size", &CostParams::hidden_size},
+                               {"expert_ffn_size", &CostParams::expert_ffn_size},
+                               {"bytes_per_element", &CostParams::bytes_per_element},
+                               {"matmuls_per_expert", &CostParams::matmuls_per_expert},
+                               {"exchanges_per_layer", &CostParams::exchanges_per_layer}});
+  cost_params.def(py::init<>())
       .def_static(
           "from_presets",
           [](const std::string& cluster, const std::string& model) {
@@ -23,12 +29,7 @@ void bind_cost(py::module_& m) {
       .def_readwrite("nvlink_bytes_per_s", &CostParams::nvlink_bytes_per_s)
       .def_readwrite("ib_bytes_per_s_per_node", &CostParams::ib_bytes_per_s_per_node)
       .def_readwrite("achievable_flops", &CostParams::achievable_flops)
-      .def_readwrite("hidden_size", &CostParams::hidden_size)
-      .def_readwrite("expert_ffn_size", &CostParams::expert_ffn_size)
-      .def_readwrite("bytes_per_element", &CostParams::bytes_per_element)
-      .def_readwrite("matmuls_per_expert", &CostParams::matmuls_per_expert)
       .def_readwrite("fwd_bwd_flops_factor", &CostParams::fwd_bwd_flops_factor)
-      .def_readwrite("exchanges_per_layer", &CostParams::exchanges_per_layer)
       .def_readwrite("overlap_fraction", &CostParams::overlap_fraction)
       .def_readwrite("grad_bytes_per_element", &CostParams::grad_bytes_per_element)
       .def_readwrite("param_refresh", &CostParams::param_refresh)

@@ -112,17 +112,18 @@ void bind_eval(py::module_& m) {
       },
       py::arg("batch"), py::arg("exec_rank"), py::arg("topology"));
 
-  py::class_<eval::TraceStatsOptions>(m, "TraceStatsOptions")
-      .def(py::init([](PyInt hot_count_in, PyInt num_ranks_in, PyInt num_threads_in) {
-             const int hot_count = int_arg(hot_count_in, "hot_count");
-             const int num_ranks = int_arg(num_ranks_in, "num_ranks");
-             const int num_threads = int_arg(num_threads_in, "num_threads");
-             return eval::TraceStatsOptions{hot_count, num_ranks, num_threads};
-           }),
-           py::arg("hot_count") = 8, py::arg("num_ranks") = 0, py::arg("num_threads") = 1)
-      .def_readwrite("hot_count", &eval::TraceStatsOptions::hot_count)
-      .def_readwrite("num_ranks", &eval::TraceStatsOptions::num_ranks)
-      .def_readwrite("num_threads", &eval::TraceStatsOptions::num_threads);
+  py::class_<eval::TraceStatsOptions> trace_stats_options(m, "TraceStatsOptions");
+  trace_stats_options.def(
+      py::init([](PyInt hot_count_in, PyInt num_ranks_in, PyInt num_threads_in) {
+        const int hot_count = int_arg(hot_count_in, "hot_count");
+        const int num_ranks = int_arg(num_ranks_in, "num_ranks");
+        const int num_threads = int_arg(num_threads_in, "num_threads");
+        return eval::TraceStatsOptions{hot_count, num_ranks, num_threads};
+      }),
+      py::arg("hot_count") = 8, py::arg("num_ranks") = 0, py::arg("num_threads") = 1);
+  def_int_fields(trace_stats_options, {{"hot_count", &eval::TraceStatsOptions::hot_count},
+                                       {"num_ranks", &eval::TraceStatsOptions::num_ranks},
+                                       {"num_threads", &eval::TraceStatsOptions::num_threads}});
   py::class_<eval::LayerTraceStats>(m, "LayerTraceStats")
       .def_readonly("load_max_mean", &eval::LayerTraceStats::load_max_mean)
       .def_readonly("load_max_mean_step", &eval::LayerTraceStats::load_max_mean_step)

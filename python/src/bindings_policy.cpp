@@ -91,20 +91,13 @@ void bind_policy(py::module_& m) {
           "CostParams or None: with one, cobalt+ prices its layouts in modelled step time "
           "(cobalt/policy/layout_pricing.hpp). Reading returns a copy.")
       .def("validate", &PolicyConfig::validate);
-  // The int fields: a value outside int32 is an InvalidArgumentError naming the field (int_arg).
-  const std::pair<const char*, int PolicyConfig::*> int_fields[] = {
-      {"num_experts", &PolicyConfig::num_experts},
-      {"top_k", &PolicyConfig::top_k},
-      {"num_layers", &PolicyConfig::num_layers},
-      {"slots_per_rank", &PolicyConfig::slots_per_rank},
-      {"steps_per_global_plan", &PolicyConfig::steps_per_global_plan},
-      {"num_threads", &PolicyConfig::num_threads},
-      {"planner_restarts", &PolicyConfig::planner_restarts}};
-  for (const auto& [name, field] : int_fields) {
-    config_class.def_property(
-        name, [field = field](const PolicyConfig& c) { return c.*field; },
-        [name = name, field = field](PolicyConfig& c, int64_t v) { c.*field = int_arg(v, name); });
-  }
+  def_int_fields(config_class, {{"num_experts", &PolicyConfig::num_experts},
+                                {"top_k", &PolicyConfig::top_k},
+                                {"num_layers", &PolicyConfig::num_layers},
+                                {"slots_per_rank", &PolicyConfig::slots_per_rank},
+                                {"steps_per_global_plan", &PolicyConfig::steps_per_global_plan},
+                                {"num_threads", &PolicyConfig::num_threads},
+                                {"planner_restarts", &PolicyConfig::planner_restarts}});
 
   py::class_<policy::PolicyCounters>(m, "PolicyCounters")
       .def_readonly("planner_wall_ms", &policy::PolicyCounters::planner_wall_ms)

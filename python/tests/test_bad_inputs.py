@@ -292,6 +292,19 @@ def test_every_int_argument_beyond_int32_is_named() -> None:
         with pytest.raises(TypeError, match="incompatible function arguments"):
             cobalt.ExpertLayout.static_ep(topology, not_an_int, 2)
     assert cobalt.ExpertLayout.static_ep(topology, np.int32(16), np.uint8(2)).num_experts == 16
+    # Int fields of the value types too, and a numpy integer is a number, not a 0-d array of
+    # ids (TraceData(E, top_k, counts) took the token-trace overload with np.int64(2)).
+    for value_type, field in ((cobalt.TraceStatsOptions(), "hot_count"),
+                              (cobalt.CostParams(), "hidden_size"),
+                              (cobalt.PolicyConfig(topology, 16, 2), "num_threads")):
+        with pytest.raises(cobalt.InvalidArgumentError,
+                           match=rf"^{field} 1099511627776 out of range for a 32-bit integer"):
+            setattr(value_type, field, 2**40)
+        setattr(value_type, field, np.int64(3))
+        assert getattr(value_type, field) == 3
+    counts = np.zeros((1, 1, 2, 8), dtype=np.int32)
+    counts[0, 0, 0, :2] = 1
+    assert cobalt.TraceData(8, np.int64(2), counts).top_k == 2
     assert "num_experts: int" in cobalt.ExpertLayout.static_ep.__doc__
 
 
