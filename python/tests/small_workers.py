@@ -37,6 +37,19 @@ def records_kept(rank: int, world: int, out_dir: str) -> None:
     torch.save(kept, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def train_steps(moe: ExpertParallelMoE, opt: torch.optim.Optimizer, steps: int, seed: int
+                ) -> torch.Generator:
+    """`steps` training steps of `moe` alone on random 16-token batches; returns the generator
+    (to draw more inputs from)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        moe(torch.randn(16, moe.hidden_size, generator=g)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+        moe.runtime.end_step()
+    return g
+
+
 def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
     """Training steps under cobalt+ (a global plan every step), then evaluation forwards under
     runtime.frozen_layouts(): what the layout source and the expert bank saw."""
@@ -51,12 +64,7 @@ def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
     moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
     opt = torch.optim.SGD(moe.parameters(), lr=0.1)
     rt.attach_optimizer(None)
-    g = torch.Generator().manual_seed(rank)
-    for _ in range(3):
-        moe(torch.randn(16, 4, generator=g)).pow(2).mean().backward()
-        opt.step()
-        opt.zero_grad()
-        rt.end_step()
+    g = train_steps(moe, opt, 3, seed=rank)
     trained = {"calls": len(calls), "version": moe.experts.version,
                "slots": moe.last_layout.slots.copy()}
     moe.eval()
@@ -86,12 +94,7 @@ def reshard(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
     if not os.path.exists(path):
         opt = torch.optim.Adam(moe.parameters(), lr=0.05)
         rt.attach_optimizer(opt)
-        g = torch.Generator().manual_seed(rank)
-        for _ in range(3):
-            moe(torch.randn(16, 4, generator=g)).pow(2).mean().backward()
-            opt.step()
-            opt.zero_grad()
-            rt.end_step()
+        train_steps(moe, opt, 3, seed=rank)
         weights = moe.gather_expert_weights()
         if rank == 0:
             torch.save({"weights": weights, "router": moe.router.state_dict(),
