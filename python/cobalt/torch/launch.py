@@ -138,4 +138,3 @@ def launch(fn: Callable[..., Any], world_size: int, args: tuple[Any, ...] = (), 
                     p.terminate()
             for p in ctx.processes:
                 p.join(timeout=5)
-
