@@ -168,3 +168,43 @@ def one_rank_is_killed(rank: int, world: int, killed_rank: int) -> None:
     if rank == killed_rank:
         os.kill(os.getpid(), signal.SIGKILL)
     dist.all_reduce(torch.ones(1))
+
+
+RESHARD_STEPS = (3, 2)  # Adam steps before and after the move
+
+
+def reshard_batch(rank: int, step: int) -> torch.Tensor:
+    return torch.randn(4 + rank, 4, generator=torch.Generator().manual_seed(1000 * step + rank))
+
+
+def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
+    """Adam on one layer: RESHARD_STEPS[0] steps on this world size and gather_training_state
+    (saved by rank 0), or, when the file exists, load_training_state and RESHARD_STEPS[1] more
+    steps; then every expert's weights and the router's."""
+    from cobalt.torch import gather_training_state, load_training_state
+
+    path = os.path.join(out_dir, "state.pt")
+    ep = EPGroup.create(ranks_per_node=ranks_per_node)
+    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
+                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
+                                steps_per_global_plan=1)
+    rt = ExpertParallelRuntime(ep, source)
+    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    opt = torch.optim.Adam(moe.parameters(), lr=0.05)
+    rt.attach_optimizer(opt)
+    first = not os.path.exists(path)
+    if not first:
+        load_training_state(moe, torch.load(path), opt)
+    steps = range(RESHARD_STEPS[0]) if first else range(RESHARD_STEPS[0], sum(RESHARD_STEPS))
+    for step in steps:
+        moe(reshard_batch(rank, step)).pow(2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        rt.end_step()
+    if first:
+        state = gather_training_state(moe, opt)
+        if rank == 0:
+            torch.save({**state, "version": moe.experts.version}, path)
+        return
+    torch.save({"weights": moe.gather_expert_weights(), "router": moe.router.weight.detach()},
+               os.path.join(out_dir, f"final{rank}.pt"))

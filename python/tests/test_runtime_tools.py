@@ -93,3 +93,47 @@ def test_frozen_layouts_use_the_layout_in_force(tmp_path) -> None:
         assert got["before"]["deferred"] == 1
         assert got["after"] == got["before"]["version"]
         assert got["calls"] == 2
+
+
+def test_training_state_moves_to_another_world_size(tmp_path) -> None:
+    """Adam on 2x2 ranks while cobalt+ moves experts, gather_training_state, then
+    load_training_state on 2x1 and more steps: the weights of one uninterrupted run of
+    ReferenceMoE (Adam's moments and step count moved with the experts and the router)."""
+    launch(small_workers.reshard_training, 4, (2, str(tmp_path)), timeout_s=120)
+    saved = torch.load(os.path.join(tmp_path, "state.pt"))
+    assert saved["version"] >= 1 and "w1.exp_avg" in saved["experts"]["experts"]
+    launch(small_workers.reshard_training, 2, (1, str(tmp_path)), timeout_s=120)
+    reference = ReferenceMoE(4, 6, 8, 2)
+    opt = torch.optim.Adam(reference.parameters(), lr=0.05)
+    before, after = small_workers.RESHARD_STEPS
+    for step in range(before + after):
+        world = 4 if step < before else 2
+        batches = [small_workers.reshard_batch(r, step) for r in range(world)]
+        y = reference(torch.cat(batches), router_chunks=[b.shape[0] for b in batches])
+        y.pow(2).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    for rank in range(2):
+        got = torch.load(os.path.join(tmp_path, f"final{rank}.pt"))
+        for loaded, param in zip(got["weights"], (reference.w1, reference.w3, reference.w2)):
+            torch.testing.assert_close(loaded, param.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got["router"], reference.router.weight.detach(), rtol=1e-5,
+                                   atol=1e-5)
+
+
+def test_load_training_state_refuses_what_does_not_fit() -> None:
+    from cobalt.torch import load_training_state
+
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="not a dict from gather_training_state"):
+        load_training_state(model, {"weight": torch.zeros(2, 2)})
+    state = {"format": "cobalt-training-state", "experts": {}, "optimizer": {},
+             "model": {"weight": torch.ones(2, 2)}}
+    with pytest.raises(ValueError, match=r"missing: \['bias'\], unexpected: \[\]"):
+        load_training_state(model, state)
+    state["model"]["bias"] = torch.ones(2)
+    state["optimizer"] = {"scale": {"step": 1}}
+    with pytest.raises(ValueError, match=r"optimizer state for parameters the model lacks: "
+                                         r"\['scale'\]"):
+        load_training_state(model, state)
+    assert (model.weight != 1).any()  # nothing was loaded

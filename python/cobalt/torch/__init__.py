@@ -29,6 +29,7 @@ from cobalt.torch.layout_source import (
 )
 from cobalt.torch.moe import ExpertParallelMoE, allreduce_gradients
 from cobalt.torch.recorder import RoutingRecorder
+from cobalt.torch.reshard import gather_training_state, load_training_state
 from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord
 from cobalt.torch.traffic import Traffic, TrafficStats
 
@@ -57,8 +58,10 @@ __all__ = [
     "ddp_ignored_parameter_names",
     "expert_init",
     "free_port",
+    "gather_training_state",
     "init_gloo",
     "launch",
+    "load_training_state",
     "router_init",
     "swiglu",
     "wrap_ddp",
