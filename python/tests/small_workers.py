@@ -170,17 +170,43 @@ def one_rank_is_killed(rank: int, world: int, killed_rank: int) -> None:
     dist.all_reduce(torch.ones(1))
 
 
-RESHARD_STEPS = (3, 2)  # Adam steps before and after the move
+RESHARD_STEPS = (3, 2)  # optimizer steps before and after the move
 
 
 def reshard_batch(rank: int, step: int) -> torch.Tensor:
     return torch.randn(4 + rank, 4, generator=torch.Generator().manual_seed(1000 * step + rank))
 
 
-def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
-    """Adam on one layer: RESHARD_STEPS[0] steps on this world size and gather_training_state
-    (saved by rank 0), or, when the file exists, load_training_state and RESHARD_STEPS[1] more
-    steps; then every expert's weights and the router's."""
+class RowAdagrad(torch.optim.Optimizer):
+    """Adagrad with one accumulator per row (dim 0) of each parameter: its state, [rows, 1, ...],
+    is per bank slot but not shaped like the bank (as Adafactor's row statistics)."""
+
+    def __init__(self, params: Any, lr: float) -> None:
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g = p.grad
+                state = self.state[p]
+                if "row_sq" not in state:
+                    state["row_sq"] = torch.zeros((p.shape[0],) + (1,) * (p.dim() - 1))
+                state["row_sq"] += g.pow(2).sum(dim=tuple(range(1, p.dim())), keepdim=True)
+                p -= group["lr"] * g / (state["row_sq"].sqrt() + 1e-8)
+
+
+def make_optimizer(kind: str, params: Any) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=0.05) if kind == "adam" else RowAdagrad(params, lr=0.1)
+
+
+def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
+                     kind: str) -> None:
+    """One layer trained by optimizer `kind`: RESHARD_STEPS[0] steps on this world size and
+    gather_training_state (saved by rank 0), or, when the file exists, load_training_state and
+    RESHARD_STEPS[1] more steps; then every expert's weights and the router's."""
     from cobalt.torch import gather_training_state, load_training_state
 
     path = os.path.join(out_dir, "state.pt")
@@ -190,11 +216,27 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str) -
                                 steps_per_global_plan=1)
     rt = ExpertParallelRuntime(ep, source)
     moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
-    opt = torch.optim.Adam(moe.parameters(), lr=0.05)
+    opt = make_optimizer(kind, moe.parameters())
     rt.attach_optimizer(opt)
     first = not os.path.exists(path)
+    out: dict[str, Any] = {}
     if not first:
-        load_training_state(moe, torch.load(path), opt)
+        saved = torch.load(path)
+        # Refused before anything is loaded: a store part of another shape.
+        bad = {**saved, "experts": {"experts": {**saved["experts"]["experts"],
+                                                "w2": saved["experts"]["experts"]["w1"]}}}
+        router_before = moe.router.weight.detach().clone()
+        try:
+            load_training_state(moe, bad, opt)
+        except ValueError as exc:
+            out["refused"] = str(exc)
+        out["router_unchanged"] = torch.equal(moe.router.weight, router_before)
+        load_training_state(moe, saved, opt)
+        out["step"] = rt.step
+        # An optimizer holding only the router: the banks' state is not put into it.
+        router_only = make_optimizer(kind, [moe.router.weight])
+        load_training_state(moe, saved, router_only)
+        out["router_only_states"] = len(router_only.state_dict()["state"])
     steps = range(RESHARD_STEPS[0]) if first else range(RESHARD_STEPS[0], sum(RESHARD_STEPS))
     for step in steps:
         moe(reshard_batch(rank, step)).pow(2).sum().backward()
@@ -206,5 +248,5 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str) -
         if rank == 0:
             torch.save({**state, "version": moe.experts.version}, path)
         return
-    torch.save({"weights": moe.gather_expert_weights(), "router": moe.router.weight.detach()},
-               os.path.join(out_dir, f"final{rank}.pt"))
+    out.update(weights=moe.gather_expert_weights(), router=moe.router.weight.detach())
+    torch.save(out, os.path.join(out_dir, f"final{rank}.pt"))

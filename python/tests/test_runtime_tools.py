@@ -95,16 +95,19 @@ def test_frozen_layouts_use_the_layout_in_force(tmp_path) -> None:
         assert got["calls"] == 2
 
 
-def test_training_state_moves_to_another_world_size(tmp_path) -> None:
-    """Adam on 2x2 ranks while cobalt+ moves experts, gather_training_state, then
+@pytest.mark.parametrize("kind", ["adam", "row_adagrad"])
+def test_training_state_moves_to_another_world_size(tmp_path, kind: str) -> None:
+    """Training on 2x2 ranks while cobalt+ moves experts, gather_training_state, then
     load_training_state on 2x1 and more steps: the weights of one uninterrupted run of
-    ReferenceMoE (Adam's moments and step count moved with the experts and the router)."""
-    launch(small_workers.reshard_training, 4, (2, str(tmp_path)), timeout_s=120)
+    ReferenceMoE. With Adam (moments shaped like the bank, a step count) and with a per-row
+    optimizer state of another shape ([slots, 1, 1]), which was copied from rank 0 as a scalar."""
+    launch(small_workers.reshard_training, 4, (2, str(tmp_path), kind), timeout_s=120)
     saved = torch.load(os.path.join(tmp_path, "state.pt"))
-    assert saved["version"] >= 1 and "w1.exp_avg" in saved["experts"]["experts"]
-    launch(small_workers.reshard_training, 2, (1, str(tmp_path)), timeout_s=120)
+    row_key = "w1.exp_avg" if kind == "adam" else "w1.row_sq"
+    assert saved["version"] >= 1 and row_key in saved["experts"]["experts"]["rows"]
+    launch(small_workers.reshard_training, 2, (1, str(tmp_path), kind), timeout_s=120)
     reference = ReferenceMoE(4, 6, 8, 2)
-    opt = torch.optim.Adam(reference.parameters(), lr=0.05)
+    opt = small_workers.make_optimizer(kind, reference.parameters())
     before, after = small_workers.RESHARD_STEPS
     for step in range(before + after):
         world = 4 if step < before else 2
@@ -119,6 +122,10 @@ def test_training_state_moves_to_another_world_size(tmp_path) -> None:
             torch.testing.assert_close(loaded, param.detach(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(got["router"], reference.router.weight.detach(), rtol=1e-5,
                                    atol=1e-5)
+        assert "w2 has shape [8, 4, 6], expected [8, 6, 4]" in got["refused"]
+        assert got["router_unchanged"]  # refused before anything was loaded
+        assert got["step"] == before  # the runtime's step counter came back
+        assert got["router_only_states"] == 1
 
 
 def test_load_training_state_refuses_what_does_not_fit() -> None:

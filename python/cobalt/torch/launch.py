@@ -89,7 +89,12 @@ def _first_failure(processes: list[Any], failures: list[tuple[int, dict[str, Any
         code = process.exitcode
         if rank in recorded or code in (0, None, -signal.SIGTERM):
             continue
-        how = (f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}")
+        how = f"exit code {code}"
+        if code < 0:
+            try:
+                how = f"signal {signal.Signals(-code).name}"
+            except ValueError:  # a real-time signal has no name
+                how = f"signal {-code}"
         message = (f"rank {rank} died with {how}, without a Python exception (a crash in native "
                    "code, the kernel's OOM killer, os._exit)")
         if failures:

@@ -26,71 +26,111 @@ _FORMAT = "cobalt-training-state"
 _NAMES = ("w1", "w3", "w2")
 
 
-def _is_row_state(value: Any, param: torch.Tensor, num_rows: int) -> bool:
-    """Whether optimizer state `value` of a bank (or full [E, ...]) tensor holds one row per
-    slot (or expert): Adam's moments do, its step count does not."""
-    return (torch.is_tensor(value) and value.dim() == param.dim() and value.shape[0] == num_rows
-            and value.shape[1:] == param.shape[1:])
+def _copy(value: Any) -> Any:
+    return value.detach().clone() if torch.is_tensor(value) else value
 
 
-def _gather_store(store: ExpertStore, optimizer: Optional[torch.optim.Optimizer]
-                  ) -> dict[str, Any]:
-    """Every expert's main rows of `store` (weights, and the optimizer's row state) as [E, ...]
-    tensors keyed "w1", "w1.exp_avg", ...; the optimizer's other state (e.g. "w1.step") as it is
-    on this rank (every rank steps alike). A collective."""
-    local = torch.as_tensor(store.local_experts(), dtype=torch.long)
-    slots = torch.as_tensor(store.main_slot[store.local_experts()], dtype=torch.long)
+def _is_scalar_state(value: Any, param: torch.Tensor) -> bool:
+    """Optimizer state that is per bank tensor, not per slot (as ExpertStore._moving_tensors
+    decides): non-tensors, 0-d tensors and one-element tensors not shaped like the parameter."""
+    return (not torch.is_tensor(value) or value.dim() == 0
+            or (value.numel() == 1 and value.shape != param.shape))
+
+
+def _held(optimizer: Optional[torch.optim.Optimizer]) -> set[int]:
+    if optimizer is None:
+        return set()
+    return {id(p) for group in optimizer.param_groups for p in group["params"]}
+
+
+def _local_rows(store: ExpertStore) -> tuple[torch.Tensor, torch.Tensor]:
+    """(experts, bank slots) of this rank's main instances."""
+    local = store.local_experts()
+    return (torch.as_tensor(local, dtype=torch.long),
+            torch.as_tensor(store.main_slot[local], dtype=torch.long))
+
+
+def _gather_store(store: ExpertStore, optimizer: Optional[torch.optim.Optimizer],
+                  where: str) -> dict[str, Any]:
+    """Every expert's main rows of `store` as [E, ...] tensors: "w1", "w3", "w2" and the
+    optimizer's per-slot state ("w1.exp_avg", ...), listed under "rows"; the optimizer's other
+    state ("w1.step", ...) as it is on this rank (every rank steps alike). A collective."""
+    experts, slots = _local_rows(store)
+    held = _held(optimizer)
     rows: list[tuple[str, torch.Tensor]] = []
     out: dict[str, Any] = {}
     for name, param in zip(_NAMES, store.bank):
         rows.append((name, param.detach()))
-        state = optimizer.state.get(param, {}) if optimizer is not None else {}
+        state = optimizer.state.get(param, {}) if id(param) in held else {}
         for key in sorted(state):
             value = state[key]
-            if _is_row_state(value, param, store.capacity):
+            if _is_scalar_state(value, param):
+                out[f"{name}.{key}"] = _copy(value)
+            elif value.shape[0] == store.capacity:
                 rows.append((f"{name}.{key}", value.detach()))
             else:
-                out[f"{name}.{key}"] = value.clone() if torch.is_tensor(value) else value
-    # Every rank must gather the same tensors (the same optimizer state keys).
-    keys: list[Any] = [None] * store.ep.world_size
-    dist.all_gather_object(keys, [key for key, _ in rows], group=store.ep.group)
-    if any(k != keys[0] for k in keys):
-        raise ValueError("gather_training_state: the ranks' optimizer state differs in its keys: "
-                         + "; ".join(f"rank {r}: {k}" for r, k in enumerate(keys)))
+                raise ValueError(f"gather_training_state: {where}: optimizer state '{key}' of "
+                                 f"{name} has shape {list(value.shape)}, neither one row per "
+                                 f"bank slot ([{store.capacity}, ...]) nor a scalar")
+    # Every rank must gather the same tensors.
+    described = [(key, str(t.dtype), list(t.shape)) for key, t in rows]
+    everyone: list[Any] = [None] * store.ep.world_size
+    dist.all_gather_object(everyone, described, group=store.ep.group)
+    if any(d != everyone[0] for d in everyone):
+        raise ValueError(f"gather_training_state: {where}: the ranks' optimizer state differs: "
+                         + "; ".join(f"rank {r}: {d}" for r, d in enumerate(everyone)))
     for key, tensor in rows:
         full = torch.zeros((store.num_experts,) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
-        full[local] = tensor[slots].to(full.dtype)
+        full[experts] = tensor[slots]
         out[key] = all_reduce_sum_(full, store.ep.group)  # exact: one value and zeros
+    out["rows"] = [key for key, _ in rows]
     return out
 
 
-def _load_store(store: ExpertStore, state: dict[str, Any],
-                optimizer: Optional[torch.optim.Optimizer], where: str) -> None:
-    missing = [name for name in _NAMES if name not in state]
+def _store_problem(store: ExpertStore, saved: Any) -> Optional[str]:
+    """Why `saved` (one store's part) cannot load into `store`, or None."""
+    if not isinstance(saved, dict) or "rows" not in saved:
+        return "not a store's part of gather_training_state"
+    missing = [key for key in saved["rows"] if key not in saved]
+    missing += [name for name in _NAMES if name not in saved["rows"]]
     if missing:
-        raise ValueError(f"load_training_state: {where} lacks {', '.join(missing)}")
-    store.load_main_weights(*(state[name] for name in _NAMES))
-    if optimizer is None:
-        return
-    local = torch.as_tensor(store.local_experts(), dtype=torch.long)
-    slots = torch.as_tensor(store.main_slot[store.local_experts()], dtype=torch.long)
+        return f"lacks {', '.join(missing)}"
+    params = dict(zip(_NAMES, store.bank))
+    for key in saved["rows"]:
+        value, param = saved[key], params.get(key.split(".")[0])
+        if param is None or not torch.is_tensor(value) or value.dim() == 0:
+            return f"{key} is not one row per expert"
+        shape = list(value.shape)
+        if key in _NAMES:  # the weights: [E, ...] of the bank's rows
+            want = [store.num_experts] + list(param.shape[1:])
+            if shape != want:
+                return f"{key} has shape {shape}, expected {want}"
+            if not value.dtype.is_floating_point:
+                return f"{key} has dtype {value.dtype}, expected a floating dtype"
+        elif shape[0] != store.num_experts:  # optimizer state: one row per expert
+            return f"{key} has shape {shape}, expected [{store.num_experts}, ...]"
+    return None
+
+
+def _load_store(store: ExpertStore, saved: dict[str, Any],
+                optimizer: Optional[torch.optim.Optimizer]) -> None:
+    store.load_main_weights(*(saved[name] for name in _NAMES))
+    held = _held(optimizer)
+    experts, slots = _local_rows(store)
     for name, param in zip(_NAMES, store.bank):
-        prefix = name + "."
-        entries = {key[len(prefix):]: value for key, value in state.items()
-                   if key.startswith(prefix)}
-        if not entries:
+        if id(param) not in held:
             continue
-        param_state = optimizer.state[param]
-        for key, value in entries.items():
-            if _is_row_state(value, param, store.num_experts):
-                rows = param_state.get(key)
-                if not _is_row_state(rows, param, store.capacity):
-                    rows = torch.zeros(param.shape, dtype=value.dtype)
-                    param_state[key] = rows
-                with torch.no_grad():
-                    rows[slots] = value[local].to(rows.dtype)
+        state = optimizer.state[param]  # type: ignore[union-attr]
+        prefix = name + "."
+        for key, value in saved.items():
+            if not key.startswith(prefix):
+                continue
+            if key in saved["rows"]:
+                rows = torch.zeros((store.capacity,) + tuple(value.shape[1:]), dtype=value.dtype)
+                rows[slots] = value[experts]
+                state[key[len(prefix):]] = rows
             else:
-                param_state[key] = value.clone() if torch.is_tensor(value) else value
+                state[key[len(prefix):]] = _copy(value)
 
 
 def _stores(model: nn.Module) -> dict[str, ExpertStore]:
@@ -102,60 +142,92 @@ def _outside_stores(names: list[str], stores: dict[str, ExpertStore]) -> list[st
     return [n for n in names if not (prefixes and n.startswith(prefixes))]
 
 
+def _runtimes(model: nn.Module) -> list[Any]:
+    from cobalt.torch.moe import ExpertParallelMoE
+
+    return [m.runtime for m in model.modules() if isinstance(m, ExpertParallelMoE)]
+
+
 def gather_training_state(model: nn.Module,
                           optimizer: Optional[torch.optim.Optimizer] = None) -> dict[str, Any]:
     """The training state of `model` (and `optimizer`) without its world size and capacity:
-    ``{"format", "experts": {store name: {"w1": [E, H, F], ..., "w1.exp_avg": [E, H, F], ...,
-    "w1.step": ...}}, "model": the rest of model.state_dict(), "optimizer": {parameter name:
-    state}}``. A collective: call it on every rank between steps; every rank gets the same dict
-    (save it on one). torch.save / torch.load it as any state dict."""
+    ``{"format", "step", "experts": {store name: {"w1": [E, H, F], ..., "w1.exp_avg": [E, H, F],
+    ..., "w1.step": ..., "rows": [...]}}, "model": the rest of model.state_dict(), "optimizer":
+    {parameter name: state}}``, all copies. A collective: call it on every rank between steps;
+    every rank gets the same dict (save it on one). Every expert is held in full on every rank
+    while it runs. torch.save / torch.load it as any state dict."""
     stores = _stores(model)
-    experts = {name: _gather_store(store, optimizer) for name, store in stores.items()}
+    experts = {name: _gather_store(store, optimizer, f"expert store '{name}'")
+               for name, store in stores.items()}
     full = model.state_dict()
-    rest = {key: full[key] for key in _outside_stores(list(full), stores)}
-    opt_state: dict[str, dict[str, Any]] = {}
+    rest = {key: _copy(full[key]) for key in _outside_stores(list(full), stores)}
     params = dict(model.named_parameters())
-    if optimizer is not None:
-        for name in _outside_stores([n for n, _ in model.named_parameters()], stores):
-            param = params[name]
-            if param in optimizer.state and optimizer.state[param]:
-                opt_state[name] = {k: (v.clone() if torch.is_tensor(v) else v)
-                                   for k, v in optimizer.state[param].items()}
-    return {"format": _FORMAT, "experts": experts, "model": rest, "optimizer": opt_state}
+    held = _held(optimizer)
+    opt_state: dict[str, dict[str, Any]] = {}
+    for name in _outside_stores(list(params), stores):
+        param = params[name]
+        if id(param) in held and optimizer.state.get(param):  # type: ignore[union-attr]
+            opt_state[name] = {k: _copy(v) for k, v in optimizer.state[param].items()}
+    runtimes = _runtimes(model)
+    return {"format": _FORMAT, "step": runtimes[0].step if runtimes else 0, "experts": experts,
+            "model": rest, "optimizer": opt_state}
 
 
 def load_training_state(model: nn.Module, state: dict[str, Any],
                         optimizer: Optional[torch.optim.Optimizer] = None) -> None:
     """Loads what :func:`gather_training_state` wrote into `model` (and `optimizer`, built for
     it), on any world size, node shape or bank capacity: each rank keeps its main instances'
-    rows. Call on every rank between steps (no collective). Raises ValueError, before anything
-    is loaded, when `state` is not such a dict or does not name the same modules and
-    parameters."""
+    rows. The optimizer's state of every parameter it holds is replaced (parameters without
+    saved state start afresh); parameters it does not hold are left alone, so a run with
+    separate optimizers calls this once per optimizer. The runtimes' step counters are restored.
+    Call on every rank between steps (no collective). Raises ValueError, before anything is
+    loaded, when `state` does not fit the model."""
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
         raise ValueError("load_training_state: not a dict from gather_training_state")
     stores = _stores(model)
     if set(stores) != set(state["experts"]):
         raise ValueError(f"load_training_state: the model's expert stores "
                          f"{sorted(stores)} are not the saved ones {sorted(state['experts'])}")
-    expected = set(_outside_stores(list(model.state_dict()), stores))
+    for name, store in stores.items():
+        problem = _store_problem(store, state["experts"][name])
+        if problem is not None:
+            raise ValueError(f"load_training_state: expert store '{name}': {problem}")
+    current = model.state_dict()
+    expected = set(_outside_stores(list(current), stores))
     if expected != set(state["model"]):
         raise ValueError(
             f"load_training_state: the model's other state "
             f"(missing: {sorted(expected - set(state['model']))}, unexpected: "
             f"{sorted(set(state['model']) - expected)}) does not match the saved one")
+    for key in sorted(expected):
+        saved, here = state["model"][key], current[key]
+        if torch.is_tensor(here) and (not torch.is_tensor(saved) or saved.shape != here.shape):
+            shape = list(saved.shape) if torch.is_tensor(saved) else type(saved).__name__
+            raise ValueError(f"load_training_state: {key} has shape {shape}, the model's "
+                             f"{list(here.shape)}")
     params = dict(model.named_parameters())
     unknown = sorted(set(state["optimizer"]) - set(params))
     if unknown:
         raise ValueError(f"load_training_state: optimizer state for parameters the model lacks: "
                          f"{unknown}")
-    missing, unexpected = model.load_state_dict(state["model"], strict=False)
-    inside = set(missing) - expected  # the stores' own keys, loaded below
-    if set(missing) - inside or unexpected:
-        raise ValueError(f"load_training_state: missing {sorted(set(missing) - inside)}, "
-                         f"unexpected {sorted(unexpected)}")
+    from cobalt.torch.moe import ExpertParallelMoE
+
+    for module in model.modules():
+        if isinstance(module, ExpertParallelMoE) and \
+                module.experts.backward_pending(module.runtime.step):
+            raise ValueError("load_training_state: a forward waits for its backward pass (load "
+                             "between steps)")
+
+    model.load_state_dict(state["model"], strict=False)  # checked above: only the stores' keys
+    held = _held(optimizer)
+    for param in params.values():
+        if id(param) in held:
+            optimizer.state.pop(param, None)  # type: ignore[union-attr]
     for name, store in stores.items():
-        _load_store(store, state["experts"][name], optimizer, f"expert store '{name}'")
-    if optimizer is not None:
-        for name, param_state in state["optimizer"].items():
-            optimizer.state[params[name]] = {
-                k: (v.clone() if torch.is_tensor(v) else v) for k, v in param_state.items()}
+        _load_store(store, state["experts"][name], optimizer)
+    for name, param_state in state["optimizer"].items():
+        if id(params[name]) in held:
+            optimizer.state[params[name]] = {  # type: ignore[union-attr]
+                k: _copy(v) for k, v in param_state.items()}
+    for runtime in _runtimes(model):
+        runtime.step = int(state.get("step", runtime.step))
