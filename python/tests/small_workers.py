@@ -37,6 +37,17 @@ def records_kept(rank: int, world: int, out_dir: str) -> None:
     torch.save(kept, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+def cobalt_plus_layer(world: int, ranks_per_node: int
+                      ) -> tuple[ExpertParallelRuntime, ExpertParallelMoE]:
+    """One layer (H = 4, F = 6, E = 8, top-2) under cobalt+ planning every step."""
+    ep = EPGroup.create(ranks_per_node=ranks_per_node)
+    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
+                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
+                                steps_per_global_plan=1)
+    rt = ExpertParallelRuntime(ep, source)
+    return rt, ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+
+
 def train_steps(moe: ExpertParallelMoE, opt: torch.optim.Optimizer, steps: int, seed: int
                 ) -> torch.Generator:
     """`steps` training steps of `moe` alone on random 16-token batches; returns the generator
@@ -53,15 +64,11 @@ def train_steps(moe: ExpertParallelMoE, opt: torch.optim.Optimizer, steps: int, 
 def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
     """Training steps under cobalt+ (a global plan every step), then evaluation forwards under
     runtime.frozen_layouts(): what the layout source and the expert bank saw."""
-    ep = EPGroup.create(ranks_per_node=2)
-    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
-                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
-                                steps_per_global_plan=1)
+    rt, moe = cobalt_plus_layer(world, 2)
     calls = []
-    decide = source.decide
-    source.decide = lambda step, layer, batch: (calls.append(step), decide(step, layer, batch))[1]
-    rt = ExpertParallelRuntime(ep, source)
-    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    decide = rt.source.decide
+    rt.source.decide = lambda step, layer, batch: (calls.append(step),
+                                                   decide(step, layer, batch))[1]
     opt = torch.optim.SGD(moe.parameters(), lr=0.1)
     rt.attach_optimizer(None)
     g = train_steps(moe, opt, 3, seed=rank)
@@ -85,12 +92,7 @@ def reshard(rank: int, world: int, ranks_per_node: int, out_dir: str) -> None:
     file exists, loads them into a fresh layer on this world size: what the layer then holds
     and computes."""
     path = os.path.join(out_dir, "experts.pt")
-    ep = EPGroup.create(ranks_per_node=ranks_per_node)
-    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
-                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
-                                steps_per_global_plan=1)
-    rt = ExpertParallelRuntime(ep, source)
-    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    rt, moe = cobalt_plus_layer(world, ranks_per_node)
     if not os.path.exists(path):
         opt = torch.optim.Adam(moe.parameters(), lr=0.05)
         rt.attach_optimizer(opt)
@@ -210,12 +212,7 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
     from cobalt.torch import gather_training_state, load_training_state
 
     path = os.path.join(out_dir, "state.pt")
-    ep = EPGroup.create(ranks_per_node=ranks_per_node)
-    source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
-                                slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
-                                steps_per_global_plan=1)
-    rt = ExpertParallelRuntime(ep, source)
-    moe = ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
+    rt, moe = cobalt_plus_layer(world, ranks_per_node)
     opt = make_optimizer(kind, moe.parameters())
     rt.attach_optimizer(opt)
     first = not os.path.exists(path)
