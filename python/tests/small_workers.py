@@ -204,10 +204,27 @@ def make_optimizer(kind: str, params: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=0.05) if kind == "adam" else RowAdagrad(params, lr=0.1)
 
 
+def _assert_same_state(got: Any, want: Any) -> None:
+    """Equal nested dicts / lists of tensors and plain values (bitwise for tensors)."""
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, dict):
+        assert list(got) == list(want), (list(got), list(want))
+        for key in want:
+            _assert_same_state(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _assert_same_state(a, b)
+    elif torch.is_tensor(want):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    else:
+        assert got == want, (got, want)
+
+
 def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
                      kind: str) -> None:
     """One layer trained by optimizer `kind`: RESHARD_STEPS[0] steps on this world size and
-    gather_training_state (saved by rank 0), or, when the file exists, load_training_state and
+    gather_training_state to rank 1 (saved there), or, when the file exists, load_training_state and
     RESHARD_STEPS[1] more steps; then every expert's weights and the router's."""
     from cobalt.torch import gather_training_state, load_training_state
 
@@ -241,8 +258,19 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
         opt.zero_grad()
         rt.end_step()
     if first:
-        state = gather_training_state(moe, opt)
-        if rank == 0:
+        everywhere = gather_training_state(moe, opt)
+        # To one rank: the same dict there, None elsewhere; the ranks disagreeing on dst, or
+        # one out of range, fail every rank before anything is sent.
+        state = gather_training_state(moe, opt, dst=1)
+        assert (state is None) == (rank != 1)
+        for bad_dst in (rank % 2, world):
+            try:
+                gather_training_state(moe, opt, dst=bad_dst)
+                raise AssertionError(f"dst={bad_dst} was taken")
+            except ValueError as exc:
+                assert f"dst must be the same rank in [0, {world})" in str(exc), exc
+        if rank == 1:
+            _assert_same_state(state, everywhere)
             torch.save({**state, "version": moe.experts.version}, path)
         return
     out.update(weights=moe.gather_expert_weights(), router=moe.router.weight.detach())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -50,11 +51,39 @@ def _local_rows(store: ExpertStore) -> tuple[torch.Tensor, torch.Tensor]:
             torch.as_tensor(store.main_slot[local], dtype=torch.long))
 
 
+def _gather_rows(store: ExpertStore, tensor: torch.Tensor, experts: torch.Tensor,
+                 slots: torch.Tensor, dst: Optional[int]) -> Optional[torch.Tensor]:
+    """The [E, ...] tensor of every expert's main row of `tensor` (a [capacity, ...] bank
+    tensor): on every rank when `dst` is None (a sum of zeros and one value: exact), else on rank
+    `dst` only (None elsewhere), each other rank sending just its own main rows. A collective."""
+    shape = (store.num_experts,) + tuple(tensor.shape[1:])
+    ep = store.ep
+    if dst is None:
+        full = torch.zeros(shape, dtype=tensor.dtype)
+        full[experts] = tensor[slots]
+        return all_reduce_sum_(full, ep.group)
+    if ep.rank != dst:
+        if len(experts):  # gloo sends every dtype, bf16 included (it cannot gather bf16)
+            dist.send(tensor[slots].contiguous(), dst=ep.global_rank(dst), group=ep.group)
+        return None
+    full = torch.empty(shape, dtype=tensor.dtype)  # every expert has one main: all written
+    full[experts] = tensor[slots]
+    for rank in range(ep.world_size):
+        theirs = np.flatnonzero(store.main_rank == rank)
+        if rank == dst or not len(theirs):
+            continue
+        received = torch.empty((len(theirs),) + shape[1:], dtype=tensor.dtype)
+        dist.recv(received, src=ep.global_rank(rank), group=ep.group)
+        full[torch.as_tensor(theirs, dtype=torch.long)] = received
+    return full
+
+
 def _gather_store(store: ExpertStore, optimizer: Optional[torch.optim.Optimizer],
-                  where: str) -> dict[str, Any]:
+                  where: str, dst: Optional[int]) -> Optional[dict[str, Any]]:
     """Every expert's main rows of `store` as [E, ...] tensors: "w1", "w3", "w2" and the
     optimizer's per-slot state ("w1.exp_avg", ...), listed under "rows"; the optimizer's other
-    state ("w1.step", ...) as it is on this rank (every rank steps alike). A collective."""
+    state ("w1.step", ...) as it is on this rank (every rank steps alike). A collective: on
+    every rank when `dst` is None, else on rank `dst` (None elsewhere)."""
     experts, slots = _local_rows(store)
     held = _held(optimizer)
     rows: list[tuple[str, torch.Tensor]] = []
@@ -72,17 +101,23 @@ def _gather_store(store: ExpertStore, optimizer: Optional[torch.optim.Optimizer]
                 raise ValueError(f"gather_training_state: {where}: optimizer state '{key}' of "
                                  f"{name} has shape {list(value.shape)}, neither one row per "
                                  f"bank slot ([{store.capacity}, ...]) nor a scalar")
-    # Every rank must gather the same tensors.
+    # Every rank must gather the same tensors to the same place (checked before any transfer,
+    # so a rank that disagrees fails every rank instead of leaving the others waiting).
+    world = store.ep.world_size
     described = [(key, str(t.dtype), list(t.shape)) for key, t in rows]
-    everyone: list[Any] = [None] * store.ep.world_size
-    dist.all_gather_object(everyone, described, group=store.ep.group)
-    if any(d != everyone[0] for d in everyone):
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, (dst, described), group=store.ep.group)
+    dsts = [d for d, _ in everyone]
+    if any(d != dsts[0] for d in dsts) or not (dsts[0] is None or 0 <= dsts[0] < world):
+        raise ValueError(f"gather_training_state: dst must be the same rank in [0, {world}) on "
+                         f"every rank (or None on every rank), got {dsts} by rank")
+    if any(d != everyone[0][1] for _, d in everyone):
         raise ValueError(f"gather_training_state: {where}: the ranks' optimizer state differs: "
-                         + "; ".join(f"rank {r}: {d}" for r, d in enumerate(everyone)))
+                         + "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(everyone)))
     for key, tensor in rows:
-        full = torch.zeros((store.num_experts,) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
-        full[experts] = tensor[slots]
-        out[key] = all_reduce_sum_(full, store.ep.group)  # exact: one value and zeros
+        out[key] = _gather_rows(store, tensor, experts, slots, dst)
+    if dst is not None and store.ep.rank != dst:
+        return None
     out["rows"] = [key for key, _ in rows]
     return out
 
@@ -149,16 +184,26 @@ def _runtimes(model: nn.Module) -> list[Any]:
 
 
 def gather_training_state(model: nn.Module,
-                          optimizer: Optional[torch.optim.Optimizer] = None) -> dict[str, Any]:
+                          optimizer: Optional[torch.optim.Optimizer] = None, *,
+                          dst: Optional[int] = None) -> Optional[dict[str, Any]]:
     """The training state of `model` (and `optimizer`) without its world size and capacity:
     ``{"format", "step", "experts": {store name: {"w1": [E, H, F], ..., "w1.exp_avg": [E, H, F],
     ..., "w1.step": ..., "rows": [...]}}, "model": the rest of model.state_dict(), "optimizer":
-    {parameter name: state}}``, all copies. A collective: call it on every rank between steps;
-    every rank gets the same dict (save it on one). Every expert is held in full on every rank
-    while it runs. torch.save / torch.load it as any state dict."""
+    {parameter name: state}}``, all copies. A collective: call it on every rank between steps.
+
+    With `dst=None` every rank gets the same dict, and holds every expert in full meanwhile. With
+    `dst=r` (a rank of the expert-parallel group, the same on every rank) only rank r gets it and
+    the others return None: each sends its own main rows to rank r and holds nothing more, so
+    only rank r needs memory for the whole state. Raises ValueError on every rank when the ranks
+    pass different `dst` or one outside [0, world size). torch.save / torch.load the dict as any
+    state dict."""
     stores = _stores(model)
-    experts = {name: _gather_store(store, optimizer, f"expert store '{name}'")
+    experts = {name: _gather_store(store, optimizer, f"expert store '{name}'", dst)
                for name, store in stores.items()}
+    if any(part is None for part in experts.values()):
+        return None  # not rank dst: its rows went there
+    if dst is not None and not stores and dist.is_initialized() and dist.get_rank() != dst:
+        return None  # no expert store: rank dst of the default group
     full = model.state_dict()
     rest = {key: _copy(full[key]) for key in _outside_stores(list(full), stores)}
     params = dict(model.named_parameters())
