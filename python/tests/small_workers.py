@@ -4,6 +4,7 @@ inside spawned gloo processes."""
 from __future__ import annotations
 
 import os
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -222,9 +223,10 @@ def _assert_same_state(got: Any, want: Any) -> None:
 
 
 def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
-                     kind: str) -> None:
+                     kind: str, src: Optional[int]) -> None:
     """One layer trained by optimizer `kind`: RESHARD_STEPS[0] steps on this world size and
-    gather_training_state to rank 1 (saved there), or, when the file exists, load_training_state and
+    gather_training_state to rank 1 (saved there), or, when the file exists,
+    load_training_state (from rank `src` only, or on every rank when None) and
     RESHARD_STEPS[1] more steps; then every expert's weights and the router's."""
     from cobalt.torch import gather_training_state, load_training_state
 
@@ -235,18 +237,25 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
     first = not os.path.exists(path)
     out: dict[str, Any] = {}
     if not first:
-        saved = torch.load(path)
-        # Refused before anything is loaded: a store part of another shape.
-        bad = {**saved, "experts": {"experts": {**saved["experts"]["experts"],
-                                                "w2": saved["experts"]["experts"]["w1"]}}}
+        saved = torch.load(path) if src in (None, rank) else None
+        # Refused before anything is loaded, on every rank: a store part of another shape.
+        bad = None if saved is None else {
+            **saved, "experts": {"experts": {**saved["experts"]["experts"],
+                                             "w2": saved["experts"]["experts"]["w1"]}}}
         router_before = moe.router.weight.detach().clone()
         try:
-            load_training_state(moe, bad, opt)
+            load_training_state(moe, bad, opt, src=src)
         except ValueError as exc:
             out["refused"] = str(exc)
         out["router_unchanged"] = torch.equal(moe.router.weight, router_before)
-        load_training_state(moe, saved, opt)
+        load_training_state(moe, saved, opt, src=src)
         out["step"] = rt.step
+        if src is not None:
+            try:  # the ranks disagreeing on src: refused on every rank
+                load_training_state(moe, saved, opt, src=rank)
+            except ValueError as exc:
+                out["src_refused"] = str(exc)
+            saved = torch.load(path)
         # An optimizer holding only the router: the banks' state is not put into it.
         router_only = make_optimizer(kind, [moe.router.weight])
         load_training_state(moe, saved, router_only)

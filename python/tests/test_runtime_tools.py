@@ -6,6 +6,7 @@ one world size and loaded on another (load_expert_weights)."""
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -95,17 +96,19 @@ def test_frozen_layouts_use_the_layout_in_force(tmp_path) -> None:
         assert got["calls"] == 2
 
 
-@pytest.mark.parametrize("kind", ["adam", "row_adagrad"])
-def test_training_state_moves_to_another_world_size(tmp_path, kind: str) -> None:
+@pytest.mark.parametrize("kind,src", [("adam", None), ("adam", 1), ("row_adagrad", 0)])
+def test_training_state_moves_to_another_world_size(tmp_path, kind: str,
+                                                    src: Optional[int]) -> None:
     """Training on 2x2 ranks while cobalt+ moves experts, gather_training_state, then
-    load_training_state on 2x1 and more steps: the weights of one uninterrupted run of
-    ReferenceMoE. With Adam (moments shaped like the bank, a step count) and with a per-row
-    optimizer state of another shape ([slots, 1, 1]), which was copied from rank 0 as a scalar."""
-    launch(small_workers.reshard_training, 4, (2, str(tmp_path), kind), timeout_s=120)
+    load_training_state on 2x1 (the state on every rank, or on rank `src` only) and more steps:
+    the weights of one uninterrupted run of ReferenceMoE. With Adam (moments shaped like the
+    bank, a step count) and with a per-row optimizer state of another shape ([slots, 1, 1]),
+    which was copied from rank 0 as a scalar."""
+    launch(small_workers.reshard_training, 4, (2, str(tmp_path), kind, None), timeout_s=120)
     saved = torch.load(os.path.join(tmp_path, "state.pt"))
     row_key = "w1.exp_avg" if kind == "adam" else "w1.row_sq"
     assert saved["version"] >= 1 and row_key in saved["experts"]["experts"]["rows"]
-    launch(small_workers.reshard_training, 2, (1, str(tmp_path), kind), timeout_s=120)
+    launch(small_workers.reshard_training, 2, (1, str(tmp_path), kind, src), timeout_s=120)
     reference = ReferenceMoE(4, 6, 8, 2)
     opt = small_workers.make_optimizer(kind, reference.parameters())
     before, after = small_workers.RESHARD_STEPS
@@ -123,6 +126,10 @@ def test_training_state_moves_to_another_world_size(tmp_path, kind: str) -> None
         torch.testing.assert_close(got["router"], reference.router.weight.detach(), rtol=1e-5,
                                    atol=1e-5)
         assert "w2 has shape [8, 4, 6], expected [8, 6, 4]" in got["refused"]
+        if src is not None:
+            assert f"rank {src}: expert store" in got["refused"]
+            assert "src must be the same rank in [0, 2) on every rank (or None on every " \
+                   "rank), got [0, 1] by rank" in got["src_refused"]
         assert got["router_unchanged"]  # refused before anything was loaded
         assert got["step"] == before  # the runtime's step counter came back
         assert got["router_only_states"] == 1

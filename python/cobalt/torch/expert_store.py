@@ -619,7 +619,7 @@ class ExpertStore(nn.Module):
         slots = torch.as_tensor(self.main_slot[self.local_experts()], dtype=torch.long)
         with torch.no_grad():
             for given, param in zip((w1, w3, w2), self.bank):
-                param[slots] = given.detach().to(device=param.device, dtype=param.dtype)[experts]
+                param[slots] = given.detach()[experts].to(device=param.device, dtype=param.dtype)
 
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]

@@ -5,7 +5,8 @@ bank rows, so it loads back only on the same world size and capacity. :func:`gat
 writes every expert as full ``[E, ...]`` tensors instead (its weights and the optimizer's state
 rows, e.g. Adam's moments), with the other parameters, buffers and their optimizer state by name;
 :func:`load_training_state` puts it into a model and optimizer of any world size, node shape or
-capacity, each rank taking its main instances' rows. Optimizer hyperparameters (learning rate,
+capacity, each rank taking its main instances' rows. Both can run through one rank (``dst`` /
+``src``), so that only it holds every expert. Optimizer hyperparameters (learning rate,
 betas) and learning-rate schedulers are not part of it: they come from the new optimizer.
 """
 
@@ -147,25 +148,30 @@ def _store_problem(store: ExpertStore, saved: Any) -> Optional[str]:
     return None
 
 
-def _load_store(store: ExpertStore, saved: dict[str, Any],
+def _load_store(store: ExpertStore, saved: dict[str, Any], local: dict[str, torch.Tensor],
                 optimizer: Optional[torch.optim.Optimizer]) -> None:
-    store.load_main_weights(*(saved[name] for name in _NAMES))
+    """Loads one store's part: `local` holds its "rows" tensors' rows of this rank's main
+    instances ([local experts, ...], in the order of store.local_experts()), `saved` the rest."""
+    slots = torch.as_tensor(store.main_slot[store.local_experts()], dtype=torch.long)
+    with torch.no_grad():  # replicas copy their mains at the next forward
+        for name, param in zip(_NAMES, store.bank):
+            param[slots] = local[name].to(dtype=param.dtype)
     held = _held(optimizer)
-    experts, slots = _local_rows(store)
     for name, param in zip(_NAMES, store.bank):
         if id(param) not in held:
             continue
         state = optimizer.state[param]  # type: ignore[union-attr]
         prefix = name + "."
-        for key, value in saved.items():
+        for key in list(local) + [k for k in saved if k not in local and k != "rows"]:
             if not key.startswith(prefix):
                 continue
-            if key in saved["rows"]:
+            if key in local:
+                value = local[key]
                 rows = torch.zeros((store.capacity,) + tuple(value.shape[1:]), dtype=value.dtype)
-                rows[slots] = value[experts]
+                rows[slots] = value
                 state[key[len(prefix):]] = rows
             else:
-                state[key[len(prefix):]] = _copy(value)
+                state[key[len(prefix):]] = _copy(saved[key])
 
 
 def _stores(model: nn.Module) -> dict[str, ExpertStore]:
@@ -218,58 +224,149 @@ def gather_training_state(model: nn.Module,
             "model": rest, "optimizer": opt_state}
 
 
-def load_training_state(model: nn.Module, state: dict[str, Any],
-                        optimizer: Optional[torch.optim.Optimizer] = None) -> None:
-    """Loads what :func:`gather_training_state` wrote into `model` (and `optimizer`, built for
-    it), on any world size, node shape or bank capacity: each rank keeps its main instances'
-    rows. The optimizer's state of every parameter it holds is replaced (parameters without
-    saved state start afresh); parameters it does not hold are left alone, so a run with
-    separate optimizers calls this once per optimizer. The runtimes' step counters are restored.
-    Call on every rank between steps (no collective). Raises ValueError, before anything is
-    loaded, when `state` does not fit the model."""
+def _state_problem(model: nn.Module, state: Any) -> Optional[str]:
+    """Why `state` cannot load into `model` (whatever the world size), or None."""
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise ValueError("load_training_state: not a dict from gather_training_state")
+        return "not a dict from gather_training_state"
     stores = _stores(model)
     if set(stores) != set(state["experts"]):
-        raise ValueError(f"load_training_state: the model's expert stores "
-                         f"{sorted(stores)} are not the saved ones {sorted(state['experts'])}")
+        return (f"the model's expert stores {sorted(stores)} are not the saved ones "
+                f"{sorted(state['experts'])}")
     for name, store in stores.items():
         problem = _store_problem(store, state["experts"][name])
         if problem is not None:
-            raise ValueError(f"load_training_state: expert store '{name}': {problem}")
+            return f"expert store '{name}': {problem}"
     current = model.state_dict()
     expected = set(_outside_stores(list(current), stores))
     if expected != set(state["model"]):
-        raise ValueError(
-            f"load_training_state: the model's other state "
-            f"(missing: {sorted(expected - set(state['model']))}, unexpected: "
-            f"{sorted(set(state['model']) - expected)}) does not match the saved one")
+        return (f"the model's other state (missing: {sorted(expected - set(state['model']))}, "
+                f"unexpected: {sorted(set(state['model']) - expected)}) does not match the "
+                f"saved one")
     for key in sorted(expected):
         saved, here = state["model"][key], current[key]
         if torch.is_tensor(here) and (not torch.is_tensor(saved) or saved.shape != here.shape):
             shape = list(saved.shape) if torch.is_tensor(saved) else type(saved).__name__
-            raise ValueError(f"load_training_state: {key} has shape {shape}, the model's "
-                             f"{list(here.shape)}")
-    params = dict(model.named_parameters())
-    unknown = sorted(set(state["optimizer"]) - set(params))
+            return f"{key} has shape {shape}, the model's {list(here.shape)}"
+    unknown = sorted(set(state["optimizer"]) - set(dict(model.named_parameters())))
     if unknown:
-        raise ValueError(f"load_training_state: optimizer state for parameters the model lacks: "
-                         f"{unknown}")
+        return f"optimizer state for parameters the model lacks: {unknown}"
+    return None
+
+
+def _pending_problem(model: nn.Module) -> Optional[str]:
     from cobalt.torch.moe import ExpertParallelMoE
 
     for module in model.modules():
         if isinstance(module, ExpertParallelMoE) and \
                 module.experts.backward_pending(module.runtime.step):
-            raise ValueError("load_training_state: a forward waits for its backward pass (load "
-                             "between steps)")
+            return "a forward waits for its backward pass (load between steps)"
+    return None
 
-    model.load_state_dict(state["model"], strict=False)  # checked above: only the stores' keys
+
+def _without_rows(state: dict[str, Any]) -> dict[str, Any]:
+    """`state` without its per-expert row tensors; each store part lists their dtypes and
+    trailing shapes under "row_shapes" instead."""
+    experts = {}
+    for name, part in state["experts"].items():
+        rows = part["rows"]
+        experts[name] = {k: v for k, v in part.items() if k not in rows}
+        experts[name]["row_shapes"] = {k: (part[k].dtype, tuple(part[k].shape[1:])) for k in rows}
+    return {**state, "experts": experts}
+
+
+def _scatter_rows(store: ExpertStore, part: dict[str, Any], full: Optional[dict[str, Any]],
+                  src: int) -> dict[str, torch.Tensor]:
+    """This rank's main rows of every "rows" tensor of one store part: rank `src` holds the full
+    tensors (`full`) and sends each other rank its rows. A collective."""
+    ep = store.ep
+    local: dict[str, torch.Tensor] = {}
+    mine = store.local_experts()
+    for key in part["rows"]:
+        if ep.rank == src:
+            value = full[key]  # type: ignore[index]
+            for rank in range(ep.world_size):
+                theirs = torch.as_tensor(np.flatnonzero(store.main_rank == rank),
+                                         dtype=torch.long)
+                if rank == src:
+                    local[key] = value[theirs]
+                elif len(theirs):
+                    dist.send(value[theirs].contiguous(), dst=ep.global_rank(rank),
+                              group=ep.group)
+        else:
+            dtype, shape = part["row_shapes"][key]
+            local[key] = torch.empty((len(mine),) + tuple(shape), dtype=dtype)
+            if len(mine):
+                dist.recv(local[key], src=ep.global_rank(src), group=ep.group)
+    return local
+
+
+def load_training_state(model: nn.Module, state: Optional[dict[str, Any]],
+                        optimizer: Optional[torch.optim.Optimizer] = None, *,
+                        src: Optional[int] = None) -> None:
+    """Loads what :func:`gather_training_state` wrote into `model` (and `optimizer`, built for
+    it), on any world size, node shape or bank capacity: each rank keeps its main instances'
+    rows. The optimizer's state of every parameter it holds is replaced (parameters without
+    saved state start afresh); parameters it does not hold are left alone, so a run with
+    separate optimizers calls this once per optimizer. The runtimes' step counters are restored.
+    Call on every rank between steps.
+
+    With `src=None` every rank passes the whole state (no collective). With `src=r` (a rank of
+    the expert-parallel group, the same on every rank; a collective) only rank r needs it, the
+    others may pass None: rank r sends each rank its main instances' rows and everything else,
+    so the other ranks never hold more than their own rows. Raises ValueError, on every rank
+    and before anything is loaded, when `state` does not fit the model (or, with `src`, when
+    the ranks pass different `src` or one outside [0, world size))."""
+    stores = _stores(model)
+    if src is None:
+        problem = _state_problem(model, state) or _pending_problem(model)
+        if problem is not None:
+            raise ValueError(f"load_training_state: {problem}")
+        assert state is not None
+        local = {name: {k: state["experts"][name][k][torch.as_tensor(
+                            store.local_experts(), dtype=torch.long)]
+                        for k in state["experts"][name]["rows"]}
+                 for name, store in stores.items()}
+        _load(model, state, local, optimizer)
+        return
+    if not dist.is_initialized():
+        raise ValueError("load_training_state: src needs torch.distributed to be initialized")
+    ep = next(iter(stores.values())).ep if stores else None
+    group = ep.group if ep is not None else None
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    problem = _pending_problem(model)
+    if rank == src:
+        problem = _state_problem(model, state) or problem
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, (src, problem), group=group)
+    srcs = [s for s, _ in everyone]
+    if any(s != srcs[0] for s in srcs) or not (isinstance(src, int) and 0 <= src < world):
+        raise ValueError(f"load_training_state: src must be the same rank in [0, {world}) on "
+                         f"every rank (or None on every rank), got {srcs} by rank")
+    problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(everyone) if p is not None]
+    if problems:
+        raise ValueError("load_training_state: " + "; ".join(problems))
+    payload = [_without_rows(state) if rank == src else None]  # type: ignore[arg-type]
+    global_src = ep.global_rank(src) if ep is not None else src
+    dist.broadcast_object_list(payload, src=global_src, group=group)
+    light = payload[0]
+    local = {name: _scatter_rows(store, light["experts"][name],
+                                 state["experts"][name] if rank == src else None, src)
+             for name, store in stores.items()}
+    _load(model, light, local, optimizer)
+
+
+def _load(model: nn.Module, state: dict[str, Any], local: dict[str, dict[str, torch.Tensor]],
+          optimizer: Optional[torch.optim.Optimizer]) -> None:
+    """Loads a checked state: `local` holds each store's rows of this rank's main instances."""
+    stores = _stores(model)
+    params = dict(model.named_parameters())
+    model.load_state_dict(state["model"], strict=False)  # checked: only the stores' keys
     held = _held(optimizer)
     for param in params.values():
         if id(param) in held:
             optimizer.state.pop(param, None)  # type: ignore[union-attr]
     for name, store in stores.items():
-        _load_store(store, state["experts"][name], optimizer)
+        _load_store(store, state["experts"][name], local[name], optimizer)
     for name, param_state in state["optimizer"].items():
         if id(params[name]) in held:
             optimizer.state[params[name]] = {  # type: ignore[union-attr]
