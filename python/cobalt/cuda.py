@@ -17,6 +17,7 @@ with CUDA, a device visible). Calling a kernel where they cannot raises RuntimeE
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -118,6 +119,14 @@ class DeviceLayout:
                 np.ascontiguousarray(layout.slots, dtype=np.int32), _stream(self.device))
 
 
+def _int_in(value: Any, name: str, low: int, high: int, valid: str) -> int:
+    """`value` as an int in [low, high] (numpy integers too), else the CPU binding's error."""
+    number = operator.index(value)
+    if not low <= number <= high:
+        raise cobalt.InvalidArgumentError(f"{name} {number} out of range {valid}")
+    return number
+
+
 def assign_node_cover(topk_ids: torch.Tensor, source_rank: torch.Tensor,
                       layout: Union[cobalt.ExpertLayout, DeviceLayout], *, seed: int = 0,
                       step: int = 0, layer: int = 0, token_offset: int = 0,
@@ -129,6 +138,12 @@ def assign_node_cover(topk_ids: torch.Tensor, source_rank: torch.Tensor,
     topk_ids [T, K] int32 (K <= 16; ids distinct per row, in [0, E)), source_rank [T] int32 in
     [0, G): trusted, as the kernel does not validate them (the CPU path does).
     """
+    key = (_int_in(seed, "seed", 0, 2**64 - 1, "[0, 2^64 - 1]"),
+           _int_in(step, "step", -2**63, 2**63 - 1, "for a 64-bit integer [-2^63, 2^63 - 1]"),
+           _int_in(layer, "layer", -2**31, 2**31 - 1,
+                   "for a 32-bit integer [-2147483648, 2147483647]"),
+           _int_in(token_offset, "token_offset", -2**63, 2**63 - 1,
+                   "for a 64-bit integer [-2^63, 2^63 - 1]"))
     _require(topk_ids, "topk_ids", torch.int32, (None, None))
     num_tokens, top_k = int(topk_ids.shape[0]), int(topk_ids.shape[1])
     device = _cuda_device(topk_ids.device)
@@ -145,7 +160,7 @@ def assign_node_cover(topk_ids: torch.Tensor, source_rank: torch.Tensor,
     ws, ws_ptr = _workspace(ws_bytes, device)
     with torch.cuda.device(device):
         m.assign_node_cover(dl._handle, _ptr(topk_ids), _ptr(source_rank), num_tokens, top_k,
-                            int(seed), int(step), int(layer), int(token_offset), name, _ptr(out),
+                            *key, name, _ptr(out),
                             ws_ptr, ws_bytes, _stream(device))
     del ws  # freed to torch's caching allocator: its reuse is ordered after the kernels
     return out

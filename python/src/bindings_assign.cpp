@@ -77,11 +77,13 @@ void bind_assign(py::module_& m) {
 
   m.def(
       "assign_node_cover",
-      [](const PyRoutingBatch& b, const ExpertLayout& layout, PyInt seed_in, int64_t step,
-         PyInt layer_in, int64_t token_offset, assign::CoverSearch search, PyInt num_threads_in,
+      [](const PyRoutingBatch& b, const ExpertLayout& layout, PyInt seed_in, PyInt step_in,
+         PyInt layer_in, PyInt token_offset_in, assign::CoverSearch search, PyInt num_threads_in,
          std::optional<py::object> out, assign::CpuKernel kernel) {
         const uint64_t seed = uint64_arg(seed_in, "seed");
+        const int64_t step = int64_arg(step_in, "step");
         const int layer = int_arg(layer_in, "layer");
+        const int64_t token_offset = int64_arg(token_offset_in, "token_offset");
         const int num_threads = int_arg(num_threads_in, "num_threads");
         py::array_t<int32_t, py::array::c_style> exec = exec_output(b, out, "assign_node_cover");
         std::span<RankId> dst(exec.mutable_data(), static_cast<size_t>(b.batch.num_tasks()));

@@ -319,6 +319,25 @@ inline int int_arg(const PyInt& value, const char* name) {
   return static_cast<int>(result);
 }
 
+// A PyInt as int64: a value outside int64 is an InvalidArgumentError naming `name`.
+inline int64_t int64_arg(const PyInt& value, const char* name) {
+  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (result == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  if (overflow != 0) {
+    fail(ErrorCode::kInvalidArgument, "{} {} out of range for a 64-bit integer [-2^63, 2^63 - 1]",
+         name, std::string(py::str(index)));
+  }
+  return static_cast<int64_t>(result);
+}
+
+inline std::optional<int64_t> int64_arg(const std::optional<PyInt>& value, const char* name) {
+  if (!value) return std::nullopt;
+  return int64_arg(*value, name);
+}
+
 // Read-write int fields of a bound struct (the fields' names and pointers to members): a value
 // set outside int32 is an InvalidArgumentError naming the field (def_readwrite raised pybind11's
 // TypeError).

@@ -77,7 +77,7 @@ void bind_topology(py::module_& m) {
 
   py::class_<Topology>(m, "Topology",
                        "N nodes of M ranks each (G = N*M); rank r lives on node r // M.")
-      .def(py::init([](int64_t num_nodes, int64_t num_ranks, LinkParams links) {
+      .def(py::init([](PyInt num_nodes, PyInt num_ranks, LinkParams links) {
              return Topology(int_arg(num_nodes, "number of nodes"),
                              int_arg(num_ranks, "number of ranks"), links);
            }),
@@ -353,7 +353,8 @@ void bind_routing_batch(py::module_& m) {
       "its expert, or when the sizes disagree.");
   m.def(
       "contiguous_source_ranks",
-      [](int64_t num_tokens, PyInt num_ranks_in) {
+      [](PyInt num_tokens_in, PyInt num_ranks_in) {
+        const int64_t num_tokens = int64_arg(num_tokens_in, "num_tokens");
         const int num_ranks = int_arg(num_ranks_in, "num_ranks");
         COBALT_CHECK_ARG(num_tokens >= 0, "number of tokens {} must be >= 0", num_tokens);
         COBALT_CHECK_ARG(num_ranks >= 1, "number of ranks {} must be >= 1", num_ranks);

@@ -152,7 +152,7 @@ void bind_eval(py::module_& m) {
   m.def(
       "time_step_operations",
       [](const PyRoutingBatch& b, const Topology& topology, PyInt slots_per_rank_in, double eps,
-         PyInt seed_in, int64_t step, PyInt layer_in, PyInt num_threads_in, PyInt reps_in,
+         PyInt seed_in, PyInt step_in, PyInt layer_in, PyInt num_threads_in, PyInt reps_in,
          double max_seconds, double token_bytes, double expert_param_bytes) {
         const int slots_per_rank = int_arg(slots_per_rank_in, "slots_per_rank");
         const uint64_t seed = uint64_arg(seed_in, "seed");
@@ -164,7 +164,7 @@ void bind_eval(py::module_& m) {
         options.slots_per_rank = slots_per_rank;
         options.eps = eps;
         options.seed = seed;
-        options.step = step;
+        options.step = int64_arg(step_in, "step");
         options.layer = layer;
         options.num_threads = num_threads;
         options.reps = reps;

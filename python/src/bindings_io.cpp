@@ -178,8 +178,10 @@ void bind_io(py::module_& m) {
                              })
       .def(
           "topk_ids",
-          [](py::object self, PyInt layer_in, int64_t begin, std::optional<int64_t> end) {
+          [](py::object self, PyInt layer_in, PyInt begin_in, std::optional<PyInt> end_in) {
             const int layer = int_arg(layer_in, "layer");
+            const int64_t begin = int64_arg(begin_in, "begin");
+            const std::optional<int64_t> end = int64_arg(end_in, "end");
             const auto& r = self.cast<const TraceReader&>();
             const int64_t stop = end.value_or(r.num_tokens());
             std::vector<ExpertId> scratch;
@@ -190,7 +192,9 @@ void bind_io(py::module_& m) {
           "Expert ids of `layer`, tokens [begin, end): [end - begin, K] int32.")
       .def(
           "source_rank",
-          [](py::object self, int64_t begin, std::optional<int64_t> end) {
+          [](py::object self, PyInt begin_in, std::optional<PyInt> end_in) {
+            const int64_t begin = int64_arg(begin_in, "begin");
+            const std::optional<int64_t> end = int64_arg(end_in, "end");
             const auto& r = self.cast<const TraceReader&>();
             const int64_t stop = end.value_or(r.num_tokens());
             std::vector<RankId> scratch;

@@ -46,10 +46,10 @@ void bind_policy(py::module_& m) {
   py::class_<PolicyConfig> config_class(m, "PolicyConfig",
                                         "Everything a policy needs to know (policy.hpp).");
   config_class
-      .def(py::init([](const Topology& topology, int64_t num_experts, int64_t top_k,
-                       int64_t num_layers, int64_t slots_per_rank, double eps,
-                       int64_t steps_per_global_plan, double ema_decay, py::object seed,
-                       int64_t num_threads, bool async_planning, int64_t planner_restarts,
+      .def(py::init([](const Topology& topology, PyInt num_experts, PyInt top_k, PyInt num_layers,
+                       PyInt slots_per_rank, double eps, PyInt steps_per_global_plan,
+                       double ema_decay, py::object seed, PyInt num_threads,
+                       bool async_planning, PyInt planner_restarts,
                        double token_bytes, double expert_param_bytes,
                        std::optional<eval::CostParams> cost_model) {
              PolicyConfig c;
@@ -118,7 +118,8 @@ void bind_policy(py::module_& m) {
       .def_property_readonly("config", [](const PyPolicy& p) { return PolicyConfig(p.config); })
       .def(
           "run",
-          [](PyPolicy& p, int64_t step, PyInt layer_in, const PyRoutingBatch& b) {
+          [](PyPolicy& p, PyInt step_in, PyInt layer_in, const PyRoutingBatch& b) {
+            const int64_t step = int64_arg(step_in, "step");
             const int layer = int_arg(layer_in, "layer");
             p.check_batch(b.batch, layer);
             py::array_t<int32_t> exec({static_cast<py::ssize_t>(b.batch.num_tokens()),
@@ -136,7 +137,8 @@ void bind_policy(py::module_& m) {
           "Returns (layout in force, exec_rank [T, K] int32).")
       .def(
           "run_loads",
-          [](PyPolicy& p, int64_t step, PyInt layer_in, InArray<int64_t> counts) {
+          [](PyPolicy& p, PyInt step_in, PyInt layer_in, InArray<int64_t> counts) {
+            const int64_t step = int64_arg(step_in, "step");
             const int layer = int_arg(layer_in, "layer");
             require_ndim(counts, 2, "Policy.run_loads counts [G, E]");
             const auto g = static_cast<py::ssize_t>(counts.shape(0));

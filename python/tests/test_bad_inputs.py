@@ -335,3 +335,37 @@ def test_a_read_only_file_system_is_not_a_permission_error(tmp_path) -> None:
     assert run.stdout.startswith(f"IoError {errno.EROFS} False "), run.stdout
     assert "is on a read-only file system" in run.stdout, run.stdout
     assert (target / "t.safetensors").read_bytes() == b"old"
+
+
+def test_int64_arguments_beyond_int64_are_named(tmp_path) -> None:
+    # Steps, token offsets and token counts are int64 in C++: beyond it, pybind11 raised its
+    # TypeError listing every signature.
+    topology = cobalt.Topology(2, 8)
+    layout = cobalt.ExpertLayout.static_ep(topology, 16, 2)
+    batch = cobalt.RoutingBatch(np.array([[0, 1]], dtype=np.int32), None, 16, 8)
+    policy = cobalt.make_policy("static", cobalt.PolicyConfig(topology, 16, 2, slots_per_rank=2))
+    path = str(tmp_path / "t.safetensors")
+    cobalt.write_trace(path, cobalt.TraceData(16, topk_ids=np.array([[[0, 1]]], dtype=np.int32),
+                                              step_offsets=np.array([0, 1])))
+    reader = cobalt.TraceReader(path)
+    calls = {
+        f"step {2**63}": lambda: cobalt.assign_node_cover(batch, layout, step=2**63),
+        f"token_offset {-2**63 - 1}": lambda: cobalt.assign_node_cover(batch, layout,
+                                                                       token_offset=-2**63 - 1),
+        f"max_tokens {2**64}": lambda: cobalt.DispatchLayoutWorkspace(topology, 2**64, 2),
+        f"num_tokens {2**64}": lambda: cobalt.contiguous_source_ranks(2**64, 8),
+        f"step {2**70}": lambda: policy.run(2**70, 0, batch),
+        f"step {-2**64}": lambda: policy.run_loads(-2**64, 0, np.zeros((8, 16), np.int64)),
+        f"step {2**65}": lambda: cobalt.time_step_operations(batch, topology, 2, step=2**65),
+        f"begin {2**64}": lambda: reader.topk_ids(0, 2**64),
+        f"end {2**64}": lambda: reader.source_rank(0, 2**64),
+    }
+    for message, call in calls.items():
+        with pytest.raises(cobalt.InvalidArgumentError,
+                           match=rf"^{message} out of range for a 64-bit integer "
+                                 r"\[-2\^63, 2\^63 - 1\]$"):
+            call()
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        policy.run(1.5, 0, batch)
+    assert reader.topk_ids(np.int64(0), np.int64(0), np.uint8(1)).shape == (1, 2)
+    assert policy.run(np.int64(3), 0, batch)[1].shape == (1, 2)

@@ -51,6 +51,26 @@ def test_wrappers_refuse_cpu_tensors() -> None:
         cobalt.cuda.solve_topoep(ids.long(), 1, 2, token_bytes=1.0, expert_param_bytes=1.0)
 
 
+def test_assignment_keys_out_of_range_are_named_as_on_the_cpu() -> None:
+    # Checked before anything touches the device: int() then pybind11's TypeError before.
+    ids = torch.tensor([[0, 1], [2, 3], [1, 2], [3, 0]], dtype=torch.int32)
+    layout = cobalt.ExpertLayout.static_ep(cobalt.Topology(1, 2), 4, 2)
+    batch = cobalt.RoutingBatch(ids.numpy(), None, 4, 2)
+    for key, value in (("seed", -1), ("step", 2**63), ("layer", 2**31),
+                       ("token_offset", -2**63 - 1)):
+        messages = []
+        for call in (cobalt.cuda.assign_node_cover, None):
+            with pytest.raises(cobalt.InvalidArgumentError) as info:
+                if call is None:
+                    cobalt.assign_node_cover(batch, layout, **{key: value})
+                else:
+                    call(ids, ids[:, 0], layout, **{key: value})
+            messages.append(str(info.value))
+        assert messages[0] == messages[1] and messages[0].startswith(f"{key} {value} out of")
+    with pytest.raises(TypeError):
+        cobalt.cuda.assign_node_cover(ids, ids[:, 0], layout, step=1.5)
+
+
 @pytest.mark.skipif(cobalt.cuda.is_available(), reason="a CUDA device is usable here")
 def test_device_layout_without_a_device_says_why() -> None:
     layout = cobalt.ExpertLayout.static_ep(cobalt.Topology(1, 2), 4, 2)
