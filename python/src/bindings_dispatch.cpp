@@ -54,9 +54,8 @@ py::dict layout_dict(const assign::DispatchLayout& d, py::ssize_t t, py::ssize_t
 void bind_dispatch(py::module_& m) {
   py::class_<DispatchWorkspace>(m, "DispatchLayoutWorkspace")
       .def(py::init([](const Topology& topology, PyInt max_tokens, PyInt max_top_k) {
-             return std::make_unique<DispatchWorkspace>(topology,
-                                                        int64_arg(max_tokens, "max_tokens"),
-                                                        int_arg(max_top_k, "max_top_k"));
+             return std::make_unique<DispatchWorkspace>(
+                 topology, int64_arg(max_tokens, "max_tokens"), int_arg(max_top_k, "max_top_k"));
            }),
            py::arg("topology"), py::arg("max_tokens"), py::arg("max_top_k"),
            "Buffers for dispatch_layout(..., workspace=) on `topology`, sized once for batches "

@@ -48,9 +48,8 @@ void bind_policy(py::module_& m) {
   config_class
       .def(py::init([](const Topology& topology, PyInt num_experts, PyInt top_k, PyInt num_layers,
                        PyInt slots_per_rank, double eps, PyInt steps_per_global_plan,
-                       double ema_decay, py::object seed, PyInt num_threads,
-                       bool async_planning, PyInt planner_restarts,
-                       double token_bytes, double expert_param_bytes,
+                       double ema_decay, py::object seed, PyInt num_threads, bool async_planning,
+                       PyInt planner_restarts, double token_bytes, double expert_param_bytes,
                        std::optional<eval::CostParams> cost_model) {
              PolicyConfig c;
              c.topology = topology;
