@@ -284,3 +284,35 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
         return
     out.update(weights=moe.gather_expert_weights(), router=moe.router.weight.detach())
     torch.save(out, os.path.join(out_dir, f"final{rank}.pt"))
+
+
+def copies_refused(rank: int, world: int, out_dir: str) -> None:
+    """Each way of copying a model with an expert-parallel layer, or its runtime: the message
+    (or "copied"); then a training step, which must still work."""
+    import copy
+    import io
+    import pickle
+
+    rt, moe = cobalt_plus_layer(world, 1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), moe)
+    attempts = {
+        "deepcopy": lambda: copy.deepcopy(model),
+        "copy": lambda: copy.copy(moe),
+        "pickle": lambda: pickle.dumps(moe),
+        "torch.save": lambda: torch.save(model, io.BytesIO()),
+        "runtime": lambda: copy.deepcopy(rt),
+        "store": lambda: copy.deepcopy(moe.experts),
+        "averaged": lambda: torch.optim.swa_utils.AveragedModel(model),
+    }
+    out: dict[str, str] = {}
+    for name, attempt in attempts.items():
+        try:
+            attempt()
+            out[name] = "copied"
+        except TypeError as exc:
+            out[name] = str(exc)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    rt.attach_optimizer(opt)
+    train_steps(moe, opt, 2, seed=rank)
+    out["step"] = str(rt.step)
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))

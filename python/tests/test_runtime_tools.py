@@ -151,3 +151,17 @@ def test_load_training_state_refuses_what_does_not_fit() -> None:
                                          r"\['scale'\]"):
         load_training_state(model, state)
     assert (model.weight != 1).any()  # nothing was loaded
+
+
+def test_copies_of_the_runtime_are_refused_with_what_to_do(tmp_path) -> None:
+    """copy.deepcopy / pickle / torch.save of a model holding an ExpertParallelMoE (and
+    AveragedModel, which deep-copies) raise a TypeError naming the class and what to use
+    instead (it was "cannot pickle 'cobalt._core.PolicyConfig' object"); training goes on."""
+    launch(small_workers.copies_refused, 2, (str(tmp_path),), timeout_s=120)
+    got = torch.load(os.path.join(tmp_path, "rank1.pt"))
+    assert got.pop("step") == "2"
+    classes = {"runtime": "ExpertParallelRuntime", "store": "ExpertStore"}
+    for name, message in got.items():
+        assert message.startswith(f"{classes.get(name, 'ExpertParallelMoE')} cannot be copied "
+                                  "or pickled"), (name, message)
+        assert "moe.gather_expert_weights()" in message

@@ -27,7 +27,8 @@ from cobalt.torch.layout_source import (
     PolicyLayoutSource,
     ScheduledLayoutSource,
 )
-from cobalt.torch.moe import ExpertParallelMoE, allreduce_gradients
+from cobalt.torch.dense_grads import allreduce_gradients
+from cobalt.torch.moe import ExpertParallelMoE
 from cobalt.torch.recorder import RoutingRecorder
 from cobalt.torch.reshard import gather_training_state, load_training_state
 from cobalt.torch.runtime import ExpertParallelRuntime, StepRecord

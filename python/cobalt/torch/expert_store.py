@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from cobalt.torch._no_copy import NotCopyable
 from cobalt.torch.all_to_all import exchange_rows
 from cobalt.torch.reduce import all_reduce_sum_
 from cobalt.torch.checksum import digest
@@ -115,7 +116,7 @@ def _route(src: np.ndarray, dst: np.ndarray, expert: np.ndarray, me: int, world:
             np.bincount(src[inc], minlength=world).tolist())
 
 
-class ExpertStore(nn.Module):
+class ExpertStore(NotCopyable, nn.Module):
     """Main instances of one layer's experts on this rank and the (global) main placement."""
 
     def __init__(self, ep: EPGroup, num_experts: int, hidden: int, ffn: int, capacity: int, *,

@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Optional, Union
 import numpy as np
 import torch
 
+from cobalt.torch._no_copy import NotCopyable
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.layout_source import LayoutSource
 from cobalt.torch.traffic import TrafficStats
@@ -43,7 +44,7 @@ class StepRecord:
     num_replicas: int
 
 
-class ExpertParallelRuntime:
+class ExpertParallelRuntime(NotCopyable):
     """Shared by all :class:`~cobalt.torch.ExpertParallelMoE` layers of a model.
 
     Usage per training step::
