@@ -22,7 +22,6 @@ from __future__ import annotations
 import weakref
 from typing import Any, Optional
 
-import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
