@@ -8,6 +8,10 @@
 * Model: embedding -> 2 x (causal attention + ExpertParallelMoE with SwiGLU experts) -> tied head.
 * Policies (default static and cobalt): the same initial weights and the same data; per step the
   loss, the bytes that crossed node boundaries and the rank-load imbalance are printed.
+* Checkpoints: --save-state DIR writes each policy's training state at the end
+  (cobalt.torch.gather_training_state, built on rank 0 only); --resume-state DIR continues from it,
+  also on another number of nodes or ranks (load_training_state; the layout policy's statistics
+  start afresh).
 * Routing is recorded with cobalt.torch.RoutingRecorder into cobalt-trace v1 files
   (<out>/routing_<policy>.safetensors; `cobalt simulate --trace FILE` replays them) and the
   co-activation (Ochiai, DESIGN.md 3.3) of each window of steps is printed.
@@ -24,6 +28,7 @@ import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (os.path.join(_ROOT, "python"), os.path.join(_ROOT, "examples")):
@@ -42,7 +47,9 @@ from cobalt.torch import (  # noqa: E402
     PolicyLayoutSource,
     RoutingRecorder,
     allreduce_gradients,
+    gather_training_state,
     launch,
+    load_training_state,
 )
 from moe_lm.data import DOMAINS, DomainStream, default_data_dir  # noqa: E402
 from moe_lm.model import TinyMoELM  # noqa: E402
@@ -74,6 +81,12 @@ class Config:
     data_dir: str = ""
     out_dir: str = ""
     domains: list[str] = field(default_factory=lambda: list(DOMAINS))
+    save_state: str = ""
+    resume_state: str = ""
+
+
+def state_path(directory: str, policy: str) -> str:
+    return os.path.join(directory, f"state_{policy}.pt")
 
 
 def run_policy(cfg: Config, ep: EPGroup, policy: str, stream: DomainStream) -> dict[str, object]:
@@ -91,6 +104,10 @@ def run_policy(cfg: Config, ep: EPGroup, policy: str, stream: DomainStream) -> d
                       seed=cfg.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     rt.attach_optimizer(opt)
+    if cfg.resume_state:  # read by rank 0, which sends every rank its experts
+        path = state_path(cfg.resume_state, policy)
+        load_training_state(model, torch.load(path) if ep.rank == 0 else None, opt, src=0)
+    first_step = rt.step
     domains = [cfg.domains[n % len(cfg.domains)] for n in range(ep.num_nodes)]
     recorder = RoutingRecorder(cfg.num_experts, cfg.top_k, ep=ep, metadata={
         "model": f"tiny-moe-lm-{cfg.layers}x{cfg.d_model}-E{cfg.num_experts}-K{cfg.top_k}",
@@ -103,7 +120,7 @@ def run_policy(cfg: Config, ep: EPGroup, policy: str, stream: DomainStream) -> d
         "loss", "cross_node_token_bytes", "intra_node_token_bytes", "other_cross_node_bytes",
         "imbalance", "cross_node_tokens", "version")}
     start = time.time()
-    for step in range(cfg.steps):
+    for step in range(first_step, first_step + cfg.steps):
         rt.traffic.reset()
         x, y = stream.batch(step)
         logits = model(x)
@@ -125,16 +142,23 @@ def run_policy(cfg: Config, ep: EPGroup, policy: str, stream: DomainStream) -> d
         history["cross_node_tokens"].append(sum(r.cross_node_tokens for r in records))
         history["version"].append(max(moe.experts.version for moe in model.moes))
         rt.end_step()
-        if ep.rank == 0 and (step % 10 == 0 or step == cfg.steps - 1):
+        if ep.rank == 0 and (step % 10 == 0 or step == first_step + cfg.steps - 1):
             print(f"[{policy:>8}] step {step:3d}  loss {history['loss'][-1]:.3f}  cross-node "
                   f"token MB {history['cross_node_token_bytes'][-1] / 1e6:6.3f}  imbalance "
                   f"{history['imbalance'][-1]:.3f}  layout v{int(history['version'][-1])}",
                   flush=True)
     wall = time.time() - start
+    if cfg.save_state:
+        state = gather_training_state(model, opt, dst=0)  # None on the other ranks
+        if state is not None:
+            path = state_path(cfg.save_state, policy)
+            torch.save(state, path + ".tmp")
+            os.replace(path + ".tmp", path)
     trace = os.path.join(cfg.out_dir, f"routing_{policy}.safetensors")
     recorder.write(trace)
     counters = [vars(moe.experts.counters).copy() for moe in model.moes]
-    return {"policy": policy, "history": history, "wall_s": wall, "trace": trace,
+    return {"policy": policy, "first_step": first_step, "history": history, "wall_s": wall,
+            "trace": trace,
             "migration": counters, "slots_per_rank": slots, "domains": domains}
 
 
@@ -181,7 +205,8 @@ def report(cfg: Config) -> None:
         h = run["history"]
         cross = float(np.mean(h["cross_node_token_bytes"]))
         other = float(np.mean(h["other_cross_node_bytes"]))
-        reduction = 1.0 - cross / float(np.mean(base["cross_node_token_bytes"]))
+        base_cross = float(np.mean(base["cross_node_token_bytes"]))
+        reduction = 1.0 - cross / base_cross if base_cross > 0 else 0.0  # one node: none
         moves = run["migration"]
         mx = sum(c["main_moves_cross_node"] for c in moves)
         mi = sum(c["main_moves_intra_node"] for c in moves)
@@ -200,10 +225,15 @@ def report(cfg: Config) -> None:
         cells = "  ".join(f"L{i}: {s.count_weighted:.3f} / {s.top_partner:.3f}"
                           for i, s in enumerate(per_layer))
         print(f"  steps {first:3d}-{end - 1:3d}  {cells}")
-    stats = cobalt.compute_trace_stats(cobalt.TraceReader(trace),
-                                       cobalt.TraceStatsOptions(num_ranks=cfg.nodes * cfg.ranks_per_node))
+    options = cobalt.TraceStatsOptions(num_ranks=cfg.nodes * cfg.ranks_per_node)
+    stats = cobalt.compute_trace_stats(cobalt.TraceReader(trace), options)
+
+    def optional(value: Optional[float]) -> str:  # None: not defined (churn needs two steps)
+        return "n/a" if value is None else f"{value:.3f}"
+
     print(f"Whole trace: load max/mean {stats.load_max_mean:.2f}, source locality "
-          f"{stats.source_locality:.3f} (0 = none), hot-set churn {stats.hot_set_churn:.3f}")
+          f"{optional(stats.source_locality)} (0 = none), hot-set churn "
+          f"{optional(stats.hot_set_churn)}")
     print("\nReplay the recorded traces in the simulator (replaying a run's own trace, its "
           "policy's cross-node tokens and imbalance equal the runtime's):")
     for run in runs:
@@ -237,16 +267,27 @@ def parse_args() -> Config:
                    help="node n reads domain n mod len(domains)")
     p.add_argument("--data-dir", default=default_data_dir())
     p.add_argument("--out-dir", default=os.path.join(_ROOT, "out", "train_moe_lm"))
+    p.add_argument("--save-state", default="", metavar="DIR",
+                   help="write each policy's training state to DIR/state_<policy>.pt at the end")
+    p.add_argument("--resume-state", default="", metavar="DIR",
+                   help="start each policy from DIR/state_<policy>.pt (any node shape)")
     a = p.parse_args()
     unknown = [x for x in a.policies.split(",") if x not in cobalt.policy_names()]
     if unknown:
         p.error(f"unknown policies {unknown} (valid: {', '.join(cobalt.policy_names())})")
+    if a.save_state and not os.path.isdir(a.save_state):
+        p.error(f"--save-state {a.save_state}: not a directory")
+    missing = [state_path(a.resume_state, x) for x in a.policies.split(",")
+               if a.resume_state and not os.path.isfile(state_path(a.resume_state, x))]
+    if missing:
+        p.error(f"--resume-state: no saved state {missing}")
     return Config(nodes=a.nodes, ranks_per_node=a.ranks_per_node, policies=a.policies.split(","),
                   steps=a.steps, layers=a.layers, d_model=a.d_model, ffn=a.ffn,
                   num_experts=a.num_experts, top_k=a.top_k, seq_len=a.seq_len, batch=a.batch,
                   lr=a.lr, rho=a.rho, relayout_period=a.relayout_period, seed=a.seed,
                   window=a.window, data_dir=a.data_dir, out_dir=a.out_dir,
-                  domains=a.domains.split(","))
+                  domains=a.domains.split(","), save_state=a.save_state,
+                  resume_state=a.resume_state)
 
 
 def main() -> None:
