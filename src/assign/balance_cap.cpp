@@ -23,7 +23,7 @@ int64_t balance_cap(int64_t num_tasks, int num_ranks, double tolerance) {
   // at most 2^-64 relative each. The slack covers those roundings (2^-63) and the tolerance's own
   // rounding to a double (at most 2^-53 of the tolerance: 1.15 is stored below 1.15, yet 1.15 x
   // 20 must give 23), and stays below the distance from a two-decimal tolerance's exact product
-  // to the next integer (at least 1 / (100 G)) for task counts up to ~10^13.
+  // to the next integer (at least 1 / (100 G)) for task counts below 2^52 / (100 t (1 + t)).
   const long double allowed = (1.0L + static_cast<long double>(tolerance)) *
                               static_cast<long double>(num_tasks) /
                               static_cast<long double>(num_ranks);

@@ -304,6 +304,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
                    batch.num_tokens());
   COBALT_CHECK_ARG(batch.top_k() <= kMaxTopK, "covers: top-k {} out of range [1, {}]",
                    batch.top_k(), kMaxTopK);
+  check_threads(options.num_threads, "covers");
   const int num_nodes = layout.num_nodes();
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
@@ -435,6 +436,12 @@ int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
   int num_uncovered = 0;
   COBALT_CHECK_ARG(experts.size() <= kMaxTopK, "cover size: {} experts > {}", experts.size(),
                    kMaxTopK);
+  COBALT_CHECK_ARG(src_node >= 0 && src_node < layout.num_nodes(),
+                   "cover size: source node {} out of range [0, {})", src_node, layout.num_nodes());
+  for (ExpertId e : experts) {
+    COBALT_CHECK_ARG(e >= 0 && e < layout.num_experts(),
+                     "cover size: expert {} out of range [0, {})", e, layout.num_experts());
+  }
   for (ExpertId e : experts) {
     const uint64_t mask = layout.node_mask(e);
     if (!(mask & (uint64_t{1} << src_node))) masks[num_uncovered++] = mask;

@@ -152,6 +152,10 @@ ExpertLayout ExpertLayout::from_rank_lists(
 ExpertLayout ExpertLayout::static_ep(Topology topology, int num_experts, int slots_per_rank) {
   check_layout_sizes(num_experts, slots_per_rank);
   const int num_ranks = topology.num_ranks();
+  // As the constructor words it (G S >= E also gives every rank its ceil(E / G) slots).
+  COBALT_CHECK(static_cast<int64_t>(num_ranks) * slots_per_rank >= num_experts, kFailedPrecondition,
+               "layout: {} ranks x {} slots cannot hold {} experts", num_ranks, slots_per_rank,
+               num_experts);
   std::vector<std::vector<ExpertId>> lists(num_ranks);
   for (ExpertId e = 0; e < num_experts; ++e) {
     lists[static_cast<int64_t>(e) * num_ranks / num_experts].push_back(e);

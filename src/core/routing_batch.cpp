@@ -20,6 +20,10 @@ void validate_topk_rows(std::span<const ExpertId> topk_ids, int top_k, int num_e
 }
 
 void contiguous_source_ranks(TokenIdx num_tokens, int num_ranks, std::span<RankId> out) {
+  COBALT_CHECK_ARG(num_tokens >= 0, "contiguous_source_ranks: number of tokens {} must be >= 0",
+                   num_tokens);
+  COBALT_CHECK_ARG(num_ranks >= 1, "contiguous_source_ranks: number of ranks {} must be >= 1",
+                   num_ranks);
   COBALT_CHECK_ARG(static_cast<TokenIdx>(out.size()) >= num_tokens,
                    "contiguous_source_ranks: output holds {} entries, need {}", out.size(),
                    num_tokens);

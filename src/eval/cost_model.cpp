@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "cobalt/core/error.hpp"
 
@@ -158,6 +159,16 @@ std::optional<std::string> guess_model_preset(std::string_view model_metadata, i
 }
 
 void CostParams::validate() const {
+  // Every rate, size and factor is finite: an infinite one would make modelled times infinite
+  // or zero (NaN is refused by the range checks below).
+  for (const auto& [name, value] : {std::pair{"NVLink bandwidth", nvlink_bytes_per_s},
+                                    std::pair{"IB bandwidth", ib_bytes_per_s_per_node},
+                                    std::pair{"achievable FLOP/s", achievable_flops},
+                                    std::pair{"FLOP factor", fwd_bwd_flops_factor},
+                                    std::pair{"gradient bytes per element", grad_bytes_per_element},
+                                    std::pair{"optimizer factor", optimizer_factor}}) {
+    COBALT_CHECK_ARG(!std::isinf(value), "cost model: {} {} must be finite", name, value);
+  }
   COBALT_CHECK_ARG(nvlink_bytes_per_s > 0, "cost model: NVLink bandwidth {} must be > 0",
                    nvlink_bytes_per_s);
   COBALT_CHECK_ARG(ib_bytes_per_s_per_node > 0, "cost model: IB bandwidth {} must be > 0",

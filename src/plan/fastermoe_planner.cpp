@@ -34,7 +34,26 @@ std::vector<ExpertId> choose_shadows(std::span<const double> expert_load,
   return shadows;
 }
 
+namespace {
+
+// Shadows are distinct experts of `base` (kInvalidArgument naming the first that is not).
+void check_shadows(const ExpertLayout& base, std::span<const ExpertId> shadows, const char* where) {
+  std::vector<char> seen(base.num_experts(), 0);
+  for (size_t i = 0; i < shadows.size(); ++i) {
+    const ExpertId e = shadows[i];
+    COBALT_CHECK_ARG(e >= 0 && e < base.num_experts(),
+                     "{}: shadow {} is expert {}, out of range "
+                     "[0, {})",
+                     where, i, e, base.num_experts());
+    COBALT_CHECK_ARG(!seen[e], "{}: expert {} is shadowed twice", where, e);
+    seen[e] = 1;
+  }
+}
+
+}  // namespace
+
 int fitting_shadow_prefix(const ExpertLayout& base, std::span<const ExpertId> shadows) {
+  check_shadows(base, shadows, "fitting shadow prefix");
   const int num_ranks = base.num_ranks();
   std::vector<int> free_slots(num_ranks);
   for (RankId r = 0; r < num_ranks; ++r)
@@ -53,6 +72,7 @@ int fitting_shadow_prefix(const ExpertLayout& base, std::span<const ExpertId> sh
 }
 
 ExpertLayout shadow_layout(const ExpertLayout& base, std::span<const ExpertId> shadows) {
+  check_shadows(base, shadows, "shadow layout");
   COBALT_CHECK(fitting_shadow_prefix(base, shadows) == static_cast<int>(shadows.size()),
                kFailedPrecondition, "shadow layout: {} shadows do not fit {} slots per rank",
                shadows.size(), base.slots_per_rank());

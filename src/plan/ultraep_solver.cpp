@@ -274,10 +274,26 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
                    in.slots_per_rank, mains_per_rank);
   const int num_redundant = in.slots_per_rank - mains_per_rank;
   const int per_node = in.topology.ranks_per_node();
+  const UltraEpOptions& opt = in.options;
+  COBALT_CHECK_ARG(std::isfinite(opt.balance_threshold),
+                   "ultraep: balance threshold {} must be finite (below 1 acts as 1)",
+                   opt.balance_threshold);
+  COBALT_CHECK_ARG(std::isfinite(opt.oracle_eps) && opt.oracle_eps >= 0,
+                   "ultraep: oracle eps {} must be finite and >= 0", opt.oracle_eps);
+  COBALT_CHECK_ARG(opt.min_tokens_per_replica >= 0,
+                   "ultraep: min tokens per replica {} must be >= 0", opt.min_tokens_per_replica);
+  // At most 2^52 tasks in all (as Policy::run_loads takes), so that every sum below fits.
+  constexpr int64_t kMaxTotal = int64_t{1} << 52;
   std::vector<int64_t> expert_load(num_experts, 0);
+  int64_t total = 0;
   for (size_t i = 0; i < in.demand.size(); ++i) {
     COBALT_CHECK_ARG(in.demand[i] >= 0, "ultraep: demand[{}][{}] = {} is negative", i / num_experts,
                      i % num_experts, in.demand[i]);
+    total += std::min(in.demand[i], kMaxTotal + 1);
+    COBALT_CHECK_ARG(total <= kMaxTotal,
+                     "ultraep: the demand sums past 2^52 tasks (at "
+                     "demand[{}][{}] = {})",
+                     i / num_experts, i % num_experts, in.demand[i]);
     expert_load[i % num_experts] += in.demand[i];
   }
   auto demand = [&](RankId s, ExpertId e) {

@@ -106,6 +106,9 @@ class CobaltPolicy final : public Policy {
  public:
   CobaltPolicy(const PolicyConfig& config, CobaltVariant variant)
       : config_(config), variant_(std::move(variant)) {
+    COBALT_CHECK_ARG(config.top_k <= assign::kMaxNodeCoverTopK,
+                     "policy {}: top-k {} out of range [1, {}] (Algorithm 1's node cover)",
+                     variant_.name, config.top_k, assign::kMaxNodeCoverTopK);
     const int slots = config.slots_per_rank;
     for (int l = 0; l < config.num_layers; ++l) {
       layers_.push_back(LayerState{

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "policy_registry.hpp"
 
 namespace cobalt::policy {
@@ -53,7 +54,9 @@ std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const R
                    "policy {}: output holds {} ranks for {} tasks", name(), exec_rank.size(),
                    batch.num_tasks());
   check_step_order(step, layer);
-  return do_run(step, layer, batch, exec_rank);
+  auto layout = do_run(step, layer, batch, exec_rank);
+  last_step_[layer] = step;  // only once the step ran: a refused call changes nothing
+  return layout;
 }
 
 std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
@@ -78,17 +81,18 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
                      i / num_experts_, i % num_experts_, counts[i]);
   }
   check_step_order(step, layer);
-  return do_run_loads(step, layer, counts, rank_loads);
+  auto layout = do_run_loads(step, layer, counts, rank_loads);
+  last_step_[layer] = step;
+  return layout;
 }
 
-void Policy::check_step_order(int64_t step, int layer) {
+void Policy::check_step_order(int64_t step, int layer) const {
   COBALT_CHECK_ARG(step >= 0, "policy {}: step {} must be >= 0", name(), step);
-  int64_t& last = last_step_[layer];
+  const int64_t last = last_step_[layer];
   COBALT_CHECK_ARG(step >= last,
                    "policy {}: step {} of layer {} after step {} (steps must not decrease per "
                    "layer)",
                    name(), step, layer, last);
-  last = step;
 }
 
 std::shared_ptr<const ExpertLayout> Policy::do_run_loads(int64_t, int, std::span<const int64_t>,
@@ -126,6 +130,11 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig&
   config.validate();
   for (const auto& entry : registry()) {
     if (entry.name == name) {
+      // What the policy will hold (its statistics grow with E^2 per layer): refused up front.
+      require_memory(policy_memory(name, config).total_bytes(),
+                     fmt::format("policy '{}' ({} layers, E = {}, G = {})", name, config.num_layers,
+                                 config.num_experts, config.topology.num_ranks()),
+                     "lower the number of layers or experts");
       auto policy = entry.make(config);
       policy->num_experts_ = config.num_experts;
       policy->top_k_ = config.top_k;

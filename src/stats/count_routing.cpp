@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 
@@ -92,8 +93,15 @@ void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
   const int64_t num_tokens = batch.num_tokens();
   num_threads = resolve_threads(num_threads);
   // Each chunk accumulates into its own matrices; chunk 0 writes straight into the outputs.
-  const int num_chunks = static_cast<int>(std::clamp<int64_t>(num_tokens / 65536, 1, num_threads));
+  int num_chunks = static_cast<int>(std::clamp<int64_t>(num_tokens / 65536, 1, num_threads));
   const size_t matrix_size = static_cast<size_t>(num_experts) * num_experts;
+  // The chunks after the first hold an [E, E] matrix each: fewer chunks (the same sums) where
+  // they would take more than half the memory budget.
+  const double budget = memory_budget_bytes();
+  while (budget > 0 && num_chunks > 1 &&
+         (num_chunks - 1) * 8.0 * static_cast<double>(matrix_size) > 0.5 * budget) {
+    --num_chunks;
+  }
   std::vector<std::vector<int64_t>> partial_loads(num_chunks - 1,
                                                   std::vector<int64_t>(num_experts));
   std::vector<std::vector<int64_t>> partial_coact(num_chunks - 1,

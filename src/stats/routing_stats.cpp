@@ -44,7 +44,8 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
       expert_counts.size() == expert_load_.size() && coactivation.size() == coactivation_.size(),
       "stats: counts sized {} and {}, need {} and {}", expert_counts.size(), coactivation.size(),
       expert_load_.size(), coactivation_.size());
-  // Counts as count_routing makes them (the planners rely on a symmetric, non-negative matrix).
+  // Counts as count_routing makes them (the planners rely on a symmetric, non-negative matrix
+  // with a zero diagonal and c_ij <= min(w_i, w_j), which keeps Ochiai within [0, 1]).
   for (size_t e = 0; e < expert_counts.size(); ++e) {
     COBALT_CHECK_ARG(expert_counts[e] >= 0, "stats: expert {} has count {} (must be >= 0)", e,
                      expert_counts[e]);
@@ -59,7 +60,8 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
       for (size_t i = i0; i < std::min(num_experts, i0 + kTile); ++i) {
         for (size_t j = std::max(j0, i); j < std::min(num_experts, j0 + kTile); ++j) {
           const int64_t upper = coactivation[i * num_experts + j];
-          bad = bad || upper < 0 || upper != coactivation[j * num_experts + i];
+          bad = bad || upper < 0 || upper != coactivation[j * num_experts + i] ||
+                (i == j ? upper != 0 : upper > std::min(expert_counts[i], expert_counts[j]));
         }
       }
     }
@@ -73,6 +75,14 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
                          "stats: co-activation counts must be symmetric and >= 0: [{}][{}] = {}, "
                          "[{}][{}] = {}",
                          i, j, upper, j, i, lower);
+        COBALT_CHECK_ARG(i != j || upper == 0,
+                         "stats: co-activation [{}][{}] = {} must be 0 (a token selects an expert "
+                         "once)",
+                         i, i, upper);
+        COBALT_CHECK_ARG(i == j || upper <= std::min(expert_counts[i], expert_counts[j]),
+                         "stats: co-activation [{}][{}] = {} exceeds the counts of expert {} ({}) "
+                         "or {} ({}): tokens selecting both select each",
+                         i, j, upper, i, expert_counts[i], j, expert_counts[j]);
       }
     }
   }

@@ -83,8 +83,10 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
                                  const AssignKey& key, std::span<RankId> exec_rank);
 
 // Size of a minimum set of remote nodes covering the experts of `experts` not held on `src_node`
-// (exact, by the subset DP). For tests and analysis. Runs the kernel kAuto resolves to, so it
-// reads COBALT_CPU_KERNEL (and throws kInvalidArgument for a value that names no kernel).
+// (exact, by the subset DP). For tests and analysis. Throws kInvalidArgument for more than
+// kMaxNodeCoverTopK experts, an expert outside [0, E) or a node outside [0, N). Runs the kernel
+// kAuto resolves to, so it reads COBALT_CPU_KERNEL (and throws kInvalidArgument for a value that
+// names no kernel).
 int min_remote_cover_size(std::span<const ExpertId> experts, NodeId src_node,
                           const ExpertLayout& layout);
 

@@ -33,7 +33,8 @@ class ExpertLayout {
   static ExpertLayout from_rank_lists(Topology topology, int num_experts, int slots_per_rank,
                                       const std::vector<std::vector<ExpertId>>& experts_of_rank);
 
-  // Static EP: expert e on rank floor(e * G / E), one replica each; slots_per_rank >= ceil(E/G).
+  // Static EP: expert e on rank floor(e * G / E), one replica each. Throws kFailedPrecondition,
+  // as the constructor does, when G x slots_per_rank < E.
   static ExpertLayout static_ep(Topology topology, int num_experts, int slots_per_rank);
 
   const Topology& topology() const { return topology_; }

@@ -18,7 +18,7 @@ class RoutingBatch {
   // topk_ids: [T, K] row-major; source_rank: [T], each in [0, num_ranks).
   // Validates once: num_experts in [1, 65536], sizes agree, K >= 1, every id in [0, num_experts),
   // ids distinct within a row, every source rank in range. Throws kInvalidArgument naming the
-  // first offending token.
+  // first token with a bad id or, when every id is good, the first with a bad source rank.
   RoutingBatch(std::span<const ExpertId> topk_ids, std::span<const RankId> source_rank, int top_k,
                int num_experts, int num_ranks);
 
@@ -61,6 +61,7 @@ void validate_topk_rows(std::span<const ExpertId> topk_ids, int top_k, int num_e
 
 // Default source ranks when a trace has none: token i of a step of T_s tokens comes from rank
 // floor(i * G / T_s) (contiguous blocks, as under data parallelism). Writes [T_s] entries to out.
+// Throws kInvalidArgument unless T_s >= 0, G >= 1 and out holds T_s entries or more.
 void contiguous_source_ranks(TokenIdx num_tokens, int num_ranks, std::span<RankId> out);
 
 }  // namespace cobalt

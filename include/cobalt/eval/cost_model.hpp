@@ -127,7 +127,7 @@ struct CostParams {
   double planner_time_scale = 1.0;
   double planner_overlap = 0.0;  // in [0, 1]: part of the measured planner time hidden
 
-  // Throws kInvalidArgument naming the field when a value is out of range.
+  // Throws kInvalidArgument naming the field when a value is out of range or infinite.
   void validate() const;
   double token_bytes() const { return static_cast<double>(hidden_size) * bytes_per_element; }
   double flops_per_task() const {

@@ -42,7 +42,8 @@ struct ShadowModel {
 std::vector<ExpertId> choose_shadows(std::span<const double> expert_load, const ShadowModel& model);
 
 // Longest prefix of `shadows` that fits `base`: for each shadowed expert, every rank not holding
-// it needs a free slot.
+// it needs a free slot. Throws kInvalidArgument unless `shadows` are distinct experts of `base`
+// (as shadow_layout does too).
 int fitting_shadow_prefix(const ExpertLayout& base, std::span<const ExpertId> shadows);
 
 // `base` plus a replica of each of `shadows` on every rank lacking it. Throws kFailedPrecondition

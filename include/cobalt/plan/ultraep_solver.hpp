@@ -98,8 +98,9 @@ struct UltraEpInterleave {
 };
 UltraEpInterleave ultraep_interleave(ExpertId expert, int64_t total);
 
-// Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E] or holds a
-// negative value, or slots_per_rank < ceil(E / G).
+// Throws cobalt::Error (kInvalidArgument) when num_experts < 1, demand is not [G, E], holds a
+// negative value or sums past 2^52 tasks, slots_per_rank < ceil(E / G), or an option is out of
+// range (balance_threshold not finite; oracle_eps not finite or < 0; min_tokens_per_replica < 0).
 UltraEpPlan solve_ultraep(const UltraEpInput& input);
 
 }  // namespace cobalt::plan

@@ -105,8 +105,8 @@ class Policy {
 
  private:
   friend std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
-  // Throws unless step >= 0 and step >= the layer's last step; then records it.
-  void check_step_order(int64_t step, int layer);
+  // Throws unless step >= 0 and step >= the layer's last step (run() records a step once it ran).
+  void check_step_order(int64_t step, int layer) const;
   int num_experts_ = 0, top_k_ = 0, num_ranks_ = 0, num_layers_ = 0;  // set by make_policy
   std::vector<int64_t> last_step_;                                    // [L]
 };
@@ -129,7 +129,10 @@ struct PolicyMemory {
   double total_bytes() const { return per_layer_bytes * num_layers + working_bytes; }
 };
 PolicyMemory policy_memory(const std::string& name, const PolicyConfig& config);
-// Throws kInvalidArgument listing the valid names when `name` is unknown.
+// Throws kInvalidArgument listing the valid names when `name` is unknown, or for a configuration
+// the policy cannot run (PolicyConfig::validate; cobalt and cobalt+: top_k above
+// assign::kMaxNodeCoverTopK), and kFailedPrecondition when policy_memory() is above the memory
+// budget (core/memory.hpp).
 std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
 
 }  // namespace cobalt::policy

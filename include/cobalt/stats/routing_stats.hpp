@@ -4,7 +4,8 @@
 // either as an exponential moving average over updates (ema = decay * ema + (1 - decay) * batch;
 // the first update initialises ema = batch so early estimates are not biased towards zero) or as
 // exact sums (for tests and offline analysis). Memory is O(E^2), independent of the tokens per
-// update.
+// update (an update with several threads also holds their count matrices while it runs:
+// count_routing).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,9 @@ namespace cobalt {
 
 // Exact counts of one batch: loads [E] and co-activation [E, E] (symmetric, zero diagonal).
 // Multithreaded over tokens (num_threads 0: one per core; negative: kInvalidArgument); integer
-// sums, so the result is identical for any thread count.
+// sums, so the result is identical for any thread count. Each thread after the first takes
+// 65536 tokens or more and its own [E, E] int64 matrix (fewer threads when these would pass half
+// of memory_budget_bytes(), core/memory.hpp).
 void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
                    std::span<int64_t> coactivation, int num_threads = 1);
 // The same counts by the definition (every ordered pair of a token's experts, one thread): what
@@ -36,7 +39,8 @@ class RoutingStats {
   // num_updates() does not count it.
   void update(const RoutingBatch& batch, int num_threads = 1);
   // Adds pre-computed batch counts (same shapes as count_routing's outputs; all-zero: ignored).
-  // Throws kInvalidArgument for a negative count or an asymmetric co-activation matrix.
+  // Throws kInvalidArgument for a negative count, an asymmetric co-activation matrix, a non-zero
+  // diagonal, or c_ij above min(w_i, w_j) (counts no batch can make), naming the first such entry.
   void update_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
 
   int num_experts() const { return num_experts_; }

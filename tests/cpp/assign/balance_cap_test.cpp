@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "cobalt/core/error.hpp"
@@ -50,6 +53,26 @@ TEST(BalanceCap, MatchesExactRationalArithmeticOnRandomInputs) {
     expected = std::max(expected, (tasks + ranks - 1) / ranks);
     expected = std::min(expected, tasks);
     ASSERT_EQ(balance_cap(tasks, ranks, percent / 100.0), expected)
+        << tasks << " tasks, " << ranks << " ranks, " << percent << "%";
+  }
+}
+
+// The header's bound: exact for two-decimal tolerances t and task counts below
+// 2^52 / (100 t (1 + t)), here up to t = 3 and task counts right up to the bound (log-uniform).
+TEST(BalanceCap, ExactUpToTheDocumentedTaskCount) {
+  SplitMix64 rng(29);
+  for (int i = 0; i < 200000; ++i) {
+    const int percent = 1 + static_cast<int>(rng.below(300));
+    const double t = percent / 100.0;
+    const double bound = std::ldexp(1.0, 52) / (100.0 * t * (1.0 + t));
+    const double log_tasks = std::log(bound) * static_cast<double>(rng.below(1000001)) / 1e6;
+    const auto tasks =
+        std::min(static_cast<int64_t>(std::exp(log_tasks)), static_cast<int64_t>(bound) - 1);
+    const int ranks = 1 + static_cast<int>(rng.below(512));
+    const __int128 exact = static_cast<__int128>(100 + percent) * tasks / (100 * ranks);
+    int64_t expected = std::max(static_cast<int64_t>(exact), (tasks + ranks - 1) / ranks);
+    expected = std::min(expected, tasks);
+    ASSERT_EQ(balance_cap(tasks, ranks, t), expected)
         << tasks << " tasks, " << ranks << " ranks, " << percent << "%";
   }
 }

@@ -401,6 +401,26 @@ TEST(NodeCover, CoversRejectWhatTheAssignmentRejects) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("E=48"), std::string::npos) << e.what();
   }
+  // Negative threads are an error here as in the assignment (they ran one per core).
+  EXPECT_THROW(remote_node_covers(owned.view(), layout, {CoverSearch::kAuto, -1}, covers), Error);
+}
+
+// min_remote_cover_size checks its ids (an expert of 100000 read past the layout: a crash; -5
+// gave 0; a source node beyond N shifted past 64 bits).
+TEST(NodeCover, CoverSizeRejectsIdsOutOfRange) {
+  const auto layout = ExpertLayout::static_ep(Topology(2, 4), 8, 2);
+  const std::vector<ExpertId> fine{0, 7}, huge{0, 100000}, negative{-5};
+  EXPECT_EQ(min_remote_cover_size(fine, 0, layout), 1);
+  for (const auto& [experts, node] :
+       {std::pair{huge, 0}, std::pair{negative, 0}, std::pair{fine, 70}, std::pair{fine, -1}}) {
+    try {
+      min_remote_cover_size(experts, node, layout);
+      ADD_FAILURE() << "accepted expert " << experts.back() << " on node " << node;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("out of range [0, "), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(NodeCover, ScalesToSixtyFourNodes) {

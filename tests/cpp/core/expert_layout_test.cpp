@@ -129,6 +129,17 @@ TEST(ExpertLayout, StaticEp) {
     ASSERT_EQ(layout.num_replicas_of(e), 1);
     EXPECT_EQ(layout.ranks_of(e)[0], e * 4 / 8);
   }
+  // A budget too small is the constructor's kFailedPrecondition (it was kInvalidArgument naming
+  // a rank's replicas).
+  try {
+    ExpertLayout::static_ep(Topology(2, 8), 20, 2);
+    ADD_FAILURE() << "16 ranks x 2 slots held 20 experts";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("layout: 8 ranks x 2 slots cannot hold 20 experts"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(ExpertLayout, SlotBudgets) {

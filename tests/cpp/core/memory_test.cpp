@@ -6,35 +6,12 @@
 #include <string>
 
 #include "cobalt/core/error.hpp"
+#include "testing/scoped_memory_limit.hpp"
 
 namespace cobalt {
 namespace {
 
-// Sets COBALT_MEMORY_LIMIT for one scope (restores the earlier value).
-class ScopedLimit {
- public:
-  explicit ScopedLimit(const char* value) {
-    const char* old = std::getenv("COBALT_MEMORY_LIMIT");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) {
-      ::setenv("COBALT_MEMORY_LIMIT", value, 1);
-    } else {
-      ::unsetenv("COBALT_MEMORY_LIMIT");
-    }
-  }
-  ~ScopedLimit() {
-    if (had_) {
-      ::setenv("COBALT_MEMORY_LIMIT", old_.c_str(), 1);
-    } else {
-      ::unsetenv("COBALT_MEMORY_LIMIT");
-    }
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
+using ScopedLimit = testing::ScopedMemoryLimit;
 
 TEST(Memory, RefusesMoreThanTheMachineHas) {
   const ScopedLimit unset(nullptr);

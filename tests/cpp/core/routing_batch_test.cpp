@@ -129,6 +129,11 @@ TEST(RoutingBatch, ContiguousSourceRanks) {
   contiguous_source_ranks(10, 4, out);
   // floor(i * 4 / 10)
   EXPECT_EQ(out, (std::vector<RankId>{0, 0, 0, 1, 1, 2, 2, 2, 3, 3}));
+  // G = 0 wrote rank 0 and G = -3 ranks down to -2.
+  EXPECT_THROW(contiguous_source_ranks(10, 0, out), Error);
+  EXPECT_THROW(contiguous_source_ranks(10, -3, out), Error);
+  EXPECT_THROW(contiguous_source_ranks(-1, 4, out), Error);
+  EXPECT_THROW(contiguous_source_ranks(11, 4, out), Error);
 }
 
 }  // namespace

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::eval {
@@ -205,6 +208,21 @@ TEST(CostModel, PlanningAndValidation) {
   p = simple_params();
   p.achievable_flops = 0;
   EXPECT_THROW(p.validate(), Error);
+  // Infinite rates and factors made modelled times infinite or zero.
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double CostParams::*field :
+       {&CostParams::nvlink_bytes_per_s, &CostParams::ib_bytes_per_s_per_node,
+        &CostParams::achievable_flops, &CostParams::fwd_bwd_flops_factor,
+        &CostParams::grad_bytes_per_element, &CostParams::optimizer_factor}) {
+    p = simple_params();
+    p.*field = inf;
+    try {
+      p.validate();
+      ADD_FAILURE() << "accepted an infinite field";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("inf must be finite"), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Main ranks index the links: a wrong count or a rank outside [0, G) is an invalid argument, not

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
+#include <vector>
+
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::plan {
@@ -64,6 +68,23 @@ TEST(FasterMoeShadowing, ShadowsMustFitTheReplicaBudget) {
   // Shadowing an expert needs no slot on its own rank: with 3 slots two shadows fit.
   const auto roomy = ExpertLayout::static_ep(Topology(1, 4), 4, 3);
   EXPECT_EQ(fitting_shadow_prefix(roomy, shadows), 2);
+  // Shadows are distinct experts of the layout: an id out of range read past the layout's
+  // tables (a crash), a repeated one failed as "do not fit".
+  for (const std::vector<ExpertId>& bad : {std::vector<ExpertId>{99999}, {-1}, {1, 1}}) {
+    for (const auto& call : {std::function<void()>([&] { fitting_shadow_prefix(roomy, bad); }),
+                             std::function<void()>([&] { shadow_layout(roomy, bad); })}) {
+      try {
+        call();
+        ADD_FAILURE() << "accepted shadows " << bad[0];
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        const std::string what = e.what();
+        EXPECT_TRUE(what.find("out of range [0, 4)") != std::string::npos ||
+                    what.find("expert 1 is shadowed twice") != std::string::npos)
+            << what;
+      }
+    }
+  }
 }
 
 }  // namespace

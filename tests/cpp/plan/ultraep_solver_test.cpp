@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cobalt/core/error.hpp"
@@ -190,6 +194,34 @@ TEST(UltraEpSolver, RejectsBadInputs) {
   EXPECT_THROW(solve_ultraep(UltraEpInput{Topology(1, 4), 7, 2, demand, {}}), Error);
   demand[0] = -2;
   EXPECT_THROW(solve_ultraep(UltraEpInput{Topology(1, 4), 8, 2, demand, {}}), Error);
+  // Sums past 2^52 (rank loads overflowed int64) and options outside their ranges.
+  demand.assign(4 * 8, 1);
+  demand[0] = demand[2] = std::numeric_limits<int64_t>::max() / 2;
+  try {
+    solve_ultraep(UltraEpInput{Topology(1, 4), 8, 2, demand, {}});
+    ADD_FAILURE() << "accepted demand summing past 2^52";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("sums past 2^52 tasks (at demand[0][0]"),
+              std::string::npos)
+        << e.what();
+  }
+  demand.assign(4 * 8, 1);
+  UltraEpOptions nan_threshold, negative_eps, negative_floor;
+  nan_threshold.balance_threshold = std::nan("");
+  negative_eps.oracle_eps = -5;
+  negative_floor.min_tokens_per_replica = -7;
+  for (const auto& [options, field] :
+       {std::pair{nan_threshold, "balance threshold"}, std::pair{negative_eps, "oracle eps"},
+        std::pair{negative_floor, "min tokens per replica"}}) {
+    try {
+      solve_ultraep(UltraEpInput{Topology(1, 4), 8, 2, demand, options});
+      ADD_FAILURE() << "accepted a bad " << field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("ultraep: ") + field), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

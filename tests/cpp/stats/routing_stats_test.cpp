@@ -205,6 +205,27 @@ TEST(RoutingStats, UpdateCountsRejectsCountsCountRoutingCannotMake) {
   EXPECT_THROW(stats.update_counts(std::vector<int64_t>{2, -1, 1},
                                    std::vector<int64_t>{0, 1, 1, 1, 0, 0, 1, 0, 0}),
                Error);
+  // A non-zero diagonal, and a pair counted more often than one of its experts (no batch makes
+  // either; Ochiai came out as 7).
+  coact = {0, 1, 1, 1, 0, 0, 1, 0, 0};
+  coact[2 * 3 + 2] = 1;
+  try {
+    stats.update_counts(loads, coact);
+    ADD_FAILURE() << "accepted a non-zero diagonal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("co-activation [2][2] = 1 must be 0"), std::string::npos)
+        << e.what();
+  }
+  coact = {0, 7, 1, 7, 0, 0, 1, 0, 0};
+  try {
+    stats.update_counts(loads, coact);
+    ADD_FAILURE() << "accepted co-activation above the loads";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[0][1] = 7 exceeds the counts of expert 0 (2) or 1 (1)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(stats.update_counts(std::vector<int64_t>{0, 0, 0}, coact), Error);  // was dropped
   EXPECT_EQ(stats.num_updates(), 1);  // nothing was added by the rejected calls
 }
 

@@ -1,0 +1,87 @@
+// make_policy and Policy::run keep their header's promises at the edges: a policy that would not
+// fit the memory budget is refused up front, cobalt and cobalt+ refuse a top-k their assignment
+// cannot take when they are made (not at every run), and a call that throws records no step.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cobalt/core/error.hpp"
+#include "cobalt/policy/policy.hpp"
+#include "testing/random_inputs.hpp"
+#include "testing/scoped_memory_limit.hpp"
+
+namespace cobalt::policy {
+namespace {
+
+PolicyConfig config_of(int num_experts, int top_k, int num_layers, int slots_per_rank) {
+  PolicyConfig config;
+  config.topology = Topology(2, 16);  // 2 nodes x 8 ranks
+  config.num_experts = num_experts;
+  config.top_k = top_k;
+  config.num_layers = num_layers;
+  config.slots_per_rank = slots_per_rank;
+  config.planner_restarts = 2;
+  return config;
+}
+
+std::string message_of(const std::function<void()>& call, ErrorCode expected_code) {
+  try {
+    call();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), expected_code) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(MakePolicy, RefusesAPolicyAboveTheMemoryBudget) {
+  // 2000 layers of E = 256 statistics: ~2.5 GB (policy_memory), where the run used to find out
+  // by growing past the limit (or being killed).
+  const testing::ScopedMemoryLimit limit("64M");
+  const PolicyConfig config = config_of(256, 8, 2000, 40);
+  for (const char* name : {"cobalt", "cobalt+", "smartmoe"}) {
+    const std::string message =
+        message_of([&] { make_policy(name, config); }, ErrorCode::kFailedPrecondition);
+    EXPECT_NE(message.find(std::string("policy '") + name + "' (2000 layers, E = 256, G = 16)"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("lower the number of layers or experts"), std::string::npos) << message;
+  }
+  EXPECT_NO_THROW(make_policy("cobalt", config_of(256, 8, 2, 40)));  // a few MB
+}
+
+TEST(MakePolicy, CobaltRefusesATopKItsAssignmentCannotTake) {
+  const PolicyConfig config = config_of(32, 17, 1, 4);
+  for (const char* name : {"cobalt", "cobalt+"}) {
+    const std::string message =
+        message_of([&] { make_policy(name, config); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find(std::string("policy ") + name + ": top-k 17 out of range [1, 16]"),
+              std::string::npos)
+        << message;
+  }
+  // The peers take any top-k.
+  auto policy = make_policy("static", config);
+  auto batch = testing::random_batch(3, 20, 17, 32, 16);
+  std::vector<RankId> exec(20 * 17);
+  EXPECT_NO_THROW(policy->run(0, 0, batch.view(), exec));
+}
+
+TEST(PolicyRun, ACallThatThrowsRecordsNoStep) {
+  // cobalt needs token ids: run_loads at step 6 fails, after which step 5 is still in order
+  // (the refused call used to record step 6 first).
+  auto policy = make_policy("cobalt", config_of(16, 2, 1, 2));
+  std::vector<int64_t> counts(16 * 16, 1), loads(16);
+  message_of([&] { policy->run_loads(6, 0, counts, loads); }, ErrorCode::kFailedPrecondition);
+  auto batch = testing::random_batch(5, 40, 2, 16, 16);
+  std::vector<RankId> exec(80);
+  EXPECT_NO_THROW(policy->run(5, 0, batch.view(), exec));
+  const std::string message =
+      message_of([&] { policy->run(4, 0, batch.view(), exec); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("step 4 of layer 0 after step 5"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace cobalt::policy
