@@ -176,8 +176,9 @@ class ExpertStore(NotCopyable, nn.Module):
 
     def _split_row(self, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         hf = self.hidden * self.ffn
-        return (row[:hf].view(self.hidden, self.ffn), row[hf:2 * hf].view(self.hidden, self.ffn),
-                row[2 * hf:].view(self.ffn, self.hidden))
+        w1, w3, w2 = row.split([hf, hf, hf])  # one backward node (a cat), not three row-sized
+        return (w1.view(self.hidden, self.ffn), w3.view(self.hidden, self.ffn),
+                w2.view(self.ffn, self.hidden))
 
     # ----------------------------------------------------------------------------- backward windows
     def open_backward(self, step: int) -> int:
@@ -248,14 +249,20 @@ class ExpertStore(NotCopyable, nn.Module):
         leaf = torch.cat([recv1, recv2]).detach()
         leaf.requires_grad_(requires_grad)
         row_of = {int(e): i for i, e in enumerate(np.concatenate([recv1_experts, recv2_experts]))}
+        # Each bank tensor and the leaf split into rows by one unbind: its backward stacks the
+        # rows' gradients once, where indexing row by row (p[s]) made every row's backward write a
+        # zero tensor the size of the whole bank (O(slots^2) work per backward pass).
+        bank_rows = [p.unbind(0) for p in self.bank]
+        leaf_rows = leaf.unbind(0)
         weights: list[Optional[tuple[torch.Tensor, ...]]] = []
         for e in slots[me]:
             if e < 0:
                 weights.append(None)
             elif int(self.main_rank[e]) == me:
-                weights.append(self.main_weights(int(e)))
+                s = int(self.main_slot[e])
+                weights.append((bank_rows[0][s], bank_rows[1][s], bank_rows[2][s]))
             else:
-                weights.append(self._split_row(leaf[row_of[int(e)]]))
+                weights.append(self._split_row(leaf_rows[row_of[int(e)]]))
         fetch = ReplicaFetch(leaf, send_experts, send_splits, recv_splits,
                              self.main_slot[send_experts].copy(), relay_send_splits,
                              relay_recv_splits, relay_rows)

@@ -542,19 +542,21 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
                                 plan.s2_send_splits, plan.s2_recv_splits, ep.group, traffic, parts)
         table = torch.cat([payload, recv1, recv2], dim=0).index_select(0, idx(plan.table_idx))
 
-        # Experts: each local slot on its tasks, gated, summed per token-table row.
-        rows_all, outs = [], []
-        for j, w in enumerate(weights):
-            rows = plan.slot_rows[j]
-            if w is None or rows.shape[0] == 0:
-                continue
-            r = idx(rows)
-            g = table[r, h + idx(plan.slot_k[j])]
-            outs.append(swiglu(table[r, :h], *w) * g[:, None])
-            rows_all.append(r)
+        # Experts: each local slot on its tasks, gated, summed per token-table row. The slots'
+        # rows are gathered in one index_select and split (one backward node each, where
+        # indexing the table per slot made each slot's backward write a table-sized zero tensor).
+        active = [j for j, w in enumerate(weights)
+                  if w is not None and plan.slot_rows[j].shape[0] > 0]
         partial = x.new_zeros((plan.num_table_rows, h))
-        if outs:
-            partial = partial.index_add(0, torch.cat(rows_all), torch.cat(outs))
+        if active:
+            rows_all = idx(np.concatenate([plan.slot_rows[j] for j in active]))
+            parts = table.index_select(0, rows_all).split(
+                [int(plan.slot_rows[j].shape[0]) for j in active])
+            outs = []
+            for j, part in zip(active, parts):
+                g = part[:, h:].gather(1, idx(plan.slot_k[j])[:, None])  # [n, 1] gate weights
+                outs.append(swiglu(part[:, :h], *weights[j]) * g)  # type: ignore[misc]
+            partial = partial.index_add(0, rows_all, torch.cat(outs))
         if table.requires_grad:
             partial = _Tie.apply(partial, table)
         partial = _as_grad_input(partial, combine_grad)
