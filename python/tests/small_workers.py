@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -205,6 +206,13 @@ def make_optimizer(kind: str, params: Any) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=0.05) if kind == "adam" else RowAdagrad(params, lr=0.1)
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of `t`, flat, as integers (any dtype)."""
+    flat = t.detach().contiguous().reshape(-1)
+    return flat.view({1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[
+        flat.element_size()])
+
+
 def _assert_same_state(got: Any, want: Any) -> None:
     """Equal nested dicts / lists of tensors and plain values (bitwise for tensors)."""
     assert type(got) is type(want), (type(got), type(want))
@@ -216,8 +224,9 @@ def _assert_same_state(got: Any, want: Any) -> None:
         assert len(got) == len(want)
         for a, b in zip(got, want):
             _assert_same_state(a, b)
-    elif torch.is_tensor(want):
-        assert got.dtype == want.dtype and torch.equal(got, want)
+    elif torch.is_tensor(want):  # bit patterns: torch.equal takes -0.0 for +0.0
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert torch.equal(_bits(got), _bits(want))
     else:
         assert got == want, (got, want)
 
@@ -255,6 +264,14 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
                 load_training_state(moe, saved, opt, src=rank)
             except ValueError as exc:
                 out["src_refused"] = str(exc)
+            # A state missing a part, on rank src only: a ValueError on every rank (rank src
+            # raised KeyError and the others waited).
+            broken = None if saved is None else {k: v for k, v in saved.items()
+                                                 if k != "optimizer"}
+            try:
+                load_training_state(moe, broken, opt, src=np.int64(src))
+            except ValueError as exc:
+                out["malformed"] = str(exc)
             saved = torch.load(path)
         # An optimizer holding only the router: the banks' state is not put into it.
         router_only = make_optimizer(kind, [moe.router.weight])
@@ -272,12 +289,15 @@ def reshard_training(rank: int, world: int, ranks_per_node: int, out_dir: str,
         # one out of range, fail every rank before anything is sent.
         state = gather_training_state(moe, opt, dst=1)
         assert (state is None) == (rank != 1)
-        for bad_dst in (rank % 2, world):
+        # Unequal on the ranks, out of range, a float (it reached send() on one rank and left the
+        # others waiting), a bool (taken as rank 1): refused on every rank before any transfer.
+        for bad_dst in (rank % 2, world, 1.0, True):
             try:
                 gather_training_state(moe, opt, dst=bad_dst)
-                raise AssertionError(f"dst={bad_dst} was taken")
+                raise AssertionError(f"dst={bad_dst!r} was taken")
             except ValueError as exc:
                 assert f"dst must be the same rank in [0, {world})" in str(exc), exc
+        _assert_same_state(gather_training_state(moe, opt, dst=np.int64(1)), state)
         if rank == 1:
             _assert_same_state(state, everywhere)
             torch.save({**state, "version": moe.experts.version}, path)
@@ -315,4 +335,30 @@ def copies_refused(rank: int, world: int, out_dir: str) -> None:
     rt.attach_optimizer(opt)
     train_steps(moe, opt, 2, seed=rank)
     out["step"] = str(rt.step)
+    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def bits_kept(rank: int, world: int, out_dir: str) -> None:
+    """A -0.0 in every rank's first main row: gather_expert_weights and gather_training_state,
+    everywhere and to rank 0, keep it (a floating sum with zeros made it +0.0), in float32 and
+    bfloat16."""
+    from cobalt.torch import gather_training_state
+
+    rt, moe = cobalt_plus_layer(world, 1)
+    out: dict[str, Any] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        moe.to(dtype)
+        slot = int(moe.experts.main_slot[moe.experts.local_experts()[0]])
+        with torch.no_grad():
+            moe.experts.w1[slot, 0, 0] = -0.0
+        mains = [int(np.flatnonzero(moe.experts.main_rank == r)[0]) for r in range(world)]
+        w1 = moe.gather_expert_weights()[0]
+        everywhere = gather_training_state(moe)
+        to_zero = gather_training_state(moe, dst=0)
+        out[str(dtype)] = {
+            "weights": [bool(torch.signbit(w1[e, 0, 0])) for e in mains],
+            "state": [bool(torch.signbit(everywhere["experts"]["experts"]["w1"][e, 0, 0]))
+                      for e in mains]}
+        if rank == 0:
+            _assert_same_state(to_zero, everywhere)
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))

@@ -128,6 +128,7 @@ def test_training_state_moves_to_another_world_size(tmp_path, kind: str,
         assert "w2 has shape [8, 4, 6], expected [8, 6, 4]" in got["refused"]
         if src is not None:
             assert f"rank {src}: expert store" in got["refused"]
+            assert f"rank {src}: malformed state (KeyError: 'optimizer')" in got["malformed"]
             assert "src must be the same rank in [0, 2) on every rank (or None on every " \
                    "rank), got [0, 1] by rank" in got["src_refused"]
         assert got["router_unchanged"]  # refused before anything was loaded
@@ -165,3 +166,13 @@ def test_copies_of_the_runtime_are_refused_with_what_to_do(tmp_path) -> None:
         assert message.startswith(f"{classes.get(name, 'ExpertParallelMoE')} cannot be copied "
                                   "or pickled"), (name, message)
         assert "moe.gather_expert_weights()" in message
+
+
+def test_gathered_rows_keep_their_bits(tmp_path) -> None:
+    """gather_expert_weights and gather_training_state (everywhere or to one rank) copy each main
+    row bit for bit, -0.0 included, in float32 and bfloat16."""
+    launch(small_workers.bits_kept, 2, (str(tmp_path),), timeout_s=120)
+    for rank in range(2):
+        got = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"))
+        for dtype in ("torch.float32", "torch.bfloat16"):
+            assert got[dtype] == {"weights": [True, True], "state": [True, True]}, (rank, got)

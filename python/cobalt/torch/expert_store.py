@@ -55,7 +55,7 @@ from torch import nn
 
 from cobalt.torch._no_copy import NotCopyable
 from cobalt.torch.all_to_all import exchange_rows
-from cobalt.torch.reduce import all_reduce_sum_
+from cobalt.torch.reduce import all_reduce_disjoint_
 from cobalt.torch.checksum import digest
 from cobalt.torch.ep_group import EPGroup
 from cobalt.torch.experts import expert_init
@@ -631,7 +631,7 @@ class ExpertStore(NotCopyable, nn.Module):
 
     def gather_main_weights(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every expert's main parameters on every rank: w1, w3 [E, H, F], w2 [E, F, H]
-        (a collective; exact: each value is summed with zeros only)."""
+        (a collective; bit for bit: each row comes from its main's rank alone)."""
         out = [torch.zeros((self.num_experts,) + tuple(p.shape[1:]), dtype=p.dtype)
                for p in self.bank]
         with torch.no_grad():
@@ -639,7 +639,7 @@ class ExpertStore(NotCopyable, nn.Module):
                 for o, p in zip(out, self.bank):
                     o[int(e)] = p[int(self.main_slot[e])]
         for o in out:
-            all_reduce_sum_(o, self.ep.group)
+            all_reduce_disjoint_(o, self.ep.group)
         return out[0], out[1], out[2]
 
 

@@ -12,6 +12,7 @@ betas) and learning-rate schedulers are not part of it: they come from the new o
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from cobalt.torch.expert_store import ExpertStore
-from cobalt.torch.reduce import all_reduce_sum_
+from cobalt.torch.reduce import all_reduce_disjoint_
 
 __all__ = ["gather_training_state", "load_training_state"]
 
@@ -39,6 +40,31 @@ def _is_scalar_state(value: Any, param: torch.Tensor) -> bool:
             or (value.numel() == 1 and value.shape != param.shape))
 
 
+def _rank_arg(value: Any) -> Any:
+    """A `dst` / `src` argument as every rank compares it: None, an int (numpy integers too), or
+    for anything else (a bool, a float, a str) its repr, which is no rank, so that every rank
+    refuses it together."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return repr(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        return repr(value)
+
+
+def _rank_disagreement(values: list[Any], world: int, name: str) -> Optional[str]:
+    """Why the ranks' `name` arguments (gathered, as _rank_arg gives them) are unusable, or None:
+    they must be one rank of [0, world) on every rank, or None on every rank."""
+    first = values[0]
+    if all(v == first and type(v) is type(first) for v in values) and \
+            (first is None or (isinstance(first, int) and 0 <= first < world)):
+        return None
+    return (f"{name} must be the same rank in [0, {world}) on every rank (or None on every "
+            f"rank), got {values} by rank")
+
+
 def _held(optimizer: Optional[torch.optim.Optimizer]) -> set[int]:
     if optimizer is None:
         return set()
@@ -55,14 +81,14 @@ def _local_rows(store: ExpertStore) -> tuple[torch.Tensor, torch.Tensor]:
 def _gather_rows(store: ExpertStore, tensor: torch.Tensor, experts: torch.Tensor,
                  slots: torch.Tensor, dst: Optional[int]) -> Optional[torch.Tensor]:
     """The [E, ...] tensor of every expert's main row of `tensor` (a [capacity, ...] bank
-    tensor): on every rank when `dst` is None (a sum of zeros and one value: exact), else on rank
-    `dst` only (None elsewhere), each other rank sending just its own main rows. A collective."""
+    tensor), bit for bit: on every rank when `dst` is None, else on rank `dst` only (None
+    elsewhere), each other rank sending just its own main rows. A collective."""
     shape = (store.num_experts,) + tuple(tensor.shape[1:])
     ep = store.ep
     if dst is None:
         full = torch.zeros(shape, dtype=tensor.dtype)
         full[experts] = tensor[slots]
-        return all_reduce_sum_(full, ep.group)
+        return all_reduce_disjoint_(full, ep.group)  # each row from its main's rank, bit for bit
     if ep.rank != dst:
         if len(experts):  # gloo sends every dtype, bf16 included (it cannot gather bf16)
             dist.send(tensor[slots].contiguous(), dst=ep.global_rank(dst), group=ep.group)
@@ -107,11 +133,11 @@ def _gather_store(store: ExpertStore, optimizer: Optional[torch.optim.Optimizer]
     world = store.ep.world_size
     described = [(key, str(t.dtype), list(t.shape)) for key, t in rows]
     everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, (dst, described), group=store.ep.group)
-    dsts = [d for d, _ in everyone]
-    if any(d != dsts[0] for d in dsts) or not (dsts[0] is None or 0 <= dsts[0] < world):
-        raise ValueError(f"gather_training_state: dst must be the same rank in [0, {world}) on "
-                         f"every rank (or None on every rank), got {dsts} by rank")
+    dist.all_gather_object(everyone, (_rank_arg(dst), described), group=store.ep.group)
+    problem = _rank_disagreement([d for d, _ in everyone], world, "dst")
+    if problem is not None:
+        raise ValueError(f"gather_training_state: {problem}")
+    dst = everyone[0][0]  # an int from here on (a numpy integer was taken as one)
     if any(d != everyone[0][1] for _, d in everyone):
         raise ValueError(f"gather_training_state: {where}: the ranks' optimizer state differs: "
                          + "; ".join(f"rank {r}: {d}" for r, (_, d) in enumerate(everyone)))
@@ -208,8 +234,14 @@ def gather_training_state(model: nn.Module,
                for name, store in stores.items()}
     if any(part is None for part in experts.values()):
         return None  # not rank dst: its rows went there
-    if dst is not None and not stores and dist.is_initialized() and dist.get_rank() != dst:
-        return None  # no expert store: rank dst of the default group
+    if dst is not None and not stores and dist.is_initialized():
+        # No expert store, so no collective: the dict goes to rank dst of the default group.
+        rank = _rank_arg(dst)
+        if _rank_disagreement([rank], dist.get_world_size(), "dst") is not None:
+            raise ValueError(f"gather_training_state: dst {dst!r} is not a rank in "
+                             f"[0, {dist.get_world_size()})")
+        if dist.get_rank() != rank:
+            return None
     full = model.state_dict()
     rest = {key: _copy(full[key]) for key in _outside_stores(list(full), stores)}
     params = dict(model.named_parameters())
@@ -225,7 +257,15 @@ def gather_training_state(model: nn.Module,
 
 
 def _state_problem(model: nn.Module, state: Any) -> Optional[str]:
-    """Why `state` cannot load into `model` (whatever the world size), or None."""
+    """Why `state` cannot load into `model` (whatever the world size), or None; a state whose
+    parts are missing or of the wrong types is a problem too, not an exception."""
+    try:
+        return _checked_state_problem(model, state)
+    except Exception as exc:  # noqa: BLE001 - malformed in a way the checks did not foresee
+        return f"malformed state ({type(exc).__name__}: {exc})"
+
+
+def _checked_state_problem(model: nn.Module, state: Any) -> Optional[str]:
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
         return "not a dict from gather_training_state"
     stores = _stores(model)
@@ -313,11 +353,12 @@ def load_training_state(model: nn.Module, state: Optional[dict[str, Any]],
     With `src=None` every rank passes the whole state (no collective). With `src=r` (a rank of
     the expert-parallel group, the same on every rank; a collective) only rank r needs it, the
     others may pass None: rank r sends each rank its main instances' rows and everything else,
-    so the other ranks never hold more than their own rows. Raises ValueError, on every rank
-    and before anything is loaded, when `state` does not fit the model (or, with `src`, when
-    the ranks pass different `src` or one outside [0, world size))."""
+    so the other ranks never hold more than their own rows. Every rank passes `src`, or none
+    does (a rank without it joins no collective). Raises ValueError, on every rank and before
+    anything is loaded, when `state` does not fit the model (or, with `src`, when the ranks pass
+    different `src` or one that is not a rank in [0, world size))."""
     stores = _stores(model)
-    if src is None:
+    if src is None:  # every rank must pass src, or none: a rank without it joins no collective
         problem = _state_problem(model, state) or _pending_problem(model)
         if problem is not None:
             raise ValueError(f"load_training_state: {problem}")
@@ -334,14 +375,14 @@ def load_training_state(model: nn.Module, state: Optional[dict[str, Any]],
     group = ep.group if ep is not None else None
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     problem = _pending_problem(model)
-    if rank == src:
+    if rank == _rank_arg(src):
         problem = _state_problem(model, state) or problem
     everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, (src, problem), group=group)
-    srcs = [s for s, _ in everyone]
-    if any(s != srcs[0] for s in srcs) or not (isinstance(src, int) and 0 <= src < world):
-        raise ValueError(f"load_training_state: src must be the same rank in [0, {world}) on "
-                         f"every rank (or None on every rank), got {srcs} by rank")
+    dist.all_gather_object(everyone, (_rank_arg(src), problem), group=group)
+    disagreement = _rank_disagreement([s for s, _ in everyone], world, "src")
+    if disagreement is not None:
+        raise ValueError(f"load_training_state: {disagreement}")
+    src = everyone[0][0]
     problems = [f"rank {r}: {p}" for r, (_, p) in enumerate(everyone) if p is not None]
     if problems:
         raise ValueError("load_training_state: " + "; ".join(problems))
