@@ -1,9 +1,9 @@
 """Sums over a process group for every floating dtype the runtime trains in.
 
 gloo in torch 1.13 cannot all_reduce bfloat16 (``Invalid scalar type``): on gloo such a tensor is
-summed in float32 and rounded back to its dtype once, as bf16 training stacks reduce gradients (a
-sum with zeros only, as in gathering main weights, stays exact). Other backends reduce it as it
-is."""
+summed in float32 and rounded back to its dtype once, as bf16 training stacks reduce gradients.
+Other backends reduce it as it is. Gathering rows that live on one rank each (main weights) goes
+through :func:`all_reduce_disjoint_`, which keeps every bit."""
 
 from __future__ import annotations
 
