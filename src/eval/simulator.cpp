@@ -129,6 +129,10 @@ void add_time(TimeBreakdown& into, const TimeBreakdown& t, double scale = 1.0) {
   into.planning_s += scale * t.planning_s;
 }
 
+// Why a token-level policy does not replay a load-only trace (PolicyResult::skipped).
+constexpr const char* kNeedsTokenIds =
+    "needs per-token expert ids (topk_ids); this trace is load-only (counts)";
+
 PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
                            const SimulationOptions& options, const std::function<void()>& tick) {
   const auto& config = options.policy_config;
@@ -140,7 +144,7 @@ PolicyResult replay_policy(policy::Policy& pol, const StepSource& source,
   pr.step_imbalance.assign(num_steps, 0.0);
   pr.step_time_s.assign(num_steps, 0.0);
   if (!source.has_tokens() && pol.needs_token_ids()) {
-    pr.skipped = "needs per-token expert ids (topk_ids); this trace is load-only (counts)";
+    pr.skipped = kNeedsTokenIds;
     for (int s = 0; s < num_steps; ++s) tick();
     return pr;
   }
@@ -321,17 +325,24 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
   result.load_only = !source.has_tokens();
   for (int s = 0; s < num_steps; ++s) result.num_tokens += source.num_tokens(s);
   result.first_measured_step = options.warmup_steps;
+  const auto over = policies_over_top_k(options.policies, config.top_k);
   if (source.has_tokens()) {
-    const auto over = policies_over_top_k(options.policies, config.top_k);
     COBALT_CHECK_ARG(over.empty(),
                      "simulate: policy {} replays top-k <= {} (Algorithm 1's node cover); the "
                      "workload has top-k {}",
                      fmt::join(over, ", "), assign::kMaxNodeCoverTopK, config.top_k);
   }
+  // On a load-only trace these would be skipped for want of token ids; above their top-k they
+  // cannot even be built (make_policy refuses them), so they are skipped unbuilt.
+  const auto unbuilt = [&](const std::string& name) {
+    return std::find(over.begin(), over.end(), name) != over.end();
+  };
   // Fail early on unknown names and bad configurations before doing any work: each policy is
   // built once and freed. Then each is built again right before its replay and freed after it,
   // so the policies' state does not add up (cobalt's statistics are allocated when it is built).
-  for (const auto& name : options.policies) policy::make_policy(name, config);
+  for (const auto& name : options.policies) {
+    if (!unbuilt(name)) policy::make_policy(name, config);
+  }
 
   const int64_t total_work = static_cast<int64_t>(options.policies.size()) * num_steps;
   int64_t done = 0;
@@ -339,6 +350,15 @@ SimulationResult simulate(const StepSource& source, const SimulationOptions& opt
     if (options.progress) options.progress(++done, total_work);
   };
   for (const auto& name : options.policies) {
+    if (unbuilt(name)) {
+      PolicyResult skipped;
+      skipped.name = name;
+      skipped.has_token_metrics = false;
+      skipped.skipped = kNeedsTokenIds;
+      for (int s = 0; s < num_steps; ++s) tick();
+      result.policies.push_back(std::move(skipped));
+      continue;
+    }
     std::unique_ptr<policy::Policy> pol = policy::make_policy(name, config);
     try {
       result.policies.push_back(replay_policy(*pol, source, options, tick));

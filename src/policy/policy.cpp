@@ -54,9 +54,10 @@ std::shared_ptr<const ExpertLayout> Policy::run(int64_t step, int layer, const R
                    "policy {}: output holds {} ranks for {} tasks", name(), exec_rank.size(),
                    batch.num_tasks());
   check_step_order(step, layer);
-  auto layout = do_run(step, layer, batch, exec_rank);
-  last_step_[layer] = step;  // only once the step ran: a refused call changes nothing
-  return layout;
+  // Recorded before the step runs: one that fails midway may have changed the policy's state
+  // (a plan applied), so an earlier step must not follow it.
+  last_step_[layer] = step;
+  return do_run(step, layer, batch, exec_rank);
 }
 
 std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
@@ -80,10 +81,14 @@ std::shared_ptr<const ExpertLayout> Policy::run_loads(int64_t step, int layer,
                      "policy {}: the counts sum past 2^52 tasks (at counts[{}][{}] = {})", name(),
                      i / num_experts_, i % num_experts_, counts[i]);
   }
+  // A token-level policy refuses load-only input before anything is recorded.
+  COBALT_CHECK(!needs_token_ids(), kFailedPrecondition,
+               "policy '{}' needs per-token expert ids (topk_ids); this trace is load-only "
+               "(counts)",
+               name());
   check_step_order(step, layer);
-  auto layout = do_run_loads(step, layer, counts, rank_loads);
   last_step_[layer] = step;
-  return layout;
+  return do_run_loads(step, layer, counts, rank_loads);
 }
 
 void Policy::check_step_order(int64_t step, int layer) const {

@@ -97,7 +97,7 @@ void count_routing(const RoutingBatch& batch, std::span<int64_t> expert_counts,
   const size_t matrix_size = static_cast<size_t>(num_experts) * num_experts;
   // The chunks after the first hold an [E, E] matrix each: fewer chunks (the same sums) where
   // they would take more than half the memory budget.
-  const double budget = memory_budget_bytes();
+  const double budget = num_chunks > 1 ? memory_budget_bytes() : 0.0;  // one chunk: no extra
   while (budget > 0 && num_chunks > 1 &&
          (num_chunks - 1) * 8.0 * static_cast<double>(matrix_size) > 0.5 * budget) {
     --num_chunks;

@@ -105,7 +105,8 @@ class Policy {
 
  private:
   friend std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig& config);
-  // Throws unless step >= 0 and step >= the layer's last step (run() records a step once it ran).
+  // Throws unless step >= 0 and step >= the layer's last step (run() records the step before
+  // it runs).
   void check_step_order(int64_t step, int layer) const;
   int num_experts_ = 0, top_k_ = 0, num_ranks_ = 0, num_layers_ = 0;  // set by make_policy
   std::vector<int64_t> last_step_;                                    // [L]

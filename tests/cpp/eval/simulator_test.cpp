@@ -217,6 +217,33 @@ TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
   EXPECT_NE(co.skipped.find("load-only"), std::string::npos) << co.skipped;
 }
 
+// Above top-k 16 cobalt and cobalt+ cannot even be built (make_policy refuses them): on a
+// load-only trace they are skipped as at any top-k, and the others replay (the run failed).
+TEST(Simulator, LoadOnlyTraceSkipsCobaltAboveItsTopK) {
+  io::TraceData d;
+  d.num_experts = 64;
+  d.top_k = 20;
+  d.num_layers = 1;
+  d.num_sources = 8;
+  d.num_count_steps = 3;
+  SplitMix64 rng(5);
+  for (int i = 0; i < 3 * 8 * 64; ++i) d.counts.push_back(static_cast<int32_t>(rng.below(50)));
+  auto source = make_step_source(d);
+  auto options = options_for(*source, Topology(2, 8), {"static", "cobalt", "cobalt+", "eplb"});
+  options.warmup_steps = 0;
+  const auto result = simulate(*source, options);
+  ASSERT_EQ(result.policies.size(), 4u);
+  for (int i : {1, 2}) {
+    EXPECT_NE(result.policies[i].skipped.find("needs per-token expert ids"), std::string::npos)
+        << result.policies[i].name << ": " << result.policies[i].skipped;
+  }
+  EXPECT_EQ(result.policies[1].name, "cobalt");
+  EXPECT_EQ(result.policies[2].name, "cobalt+");
+  EXPECT_TRUE(result.policies[0].skipped.empty());
+  EXPECT_TRUE(result.policies[3].skipped.empty());
+  EXPECT_GT(result.policies[3].imbalance_mean, 1.0);
+}
+
 // With asynchronous planning a plan runs while the previous step trains: when every modelled
 // step lasts far longer than any plan, the wait for Cobalt's background plans costs nothing, while
 // its synchronous work and the other policies' (synchronous) planning count in full. Checked as

@@ -1,6 +1,6 @@
 // make_policy and Policy::run keep their header's promises at the edges: a policy that would not
 // fit the memory budget is refused up front, cobalt and cobalt+ refuse a top-k their assignment
-// cannot take when they are made (not at every run), and a call that throws records no step.
+// cannot take when they are made (not at every run), and a refused call records no step.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -69,9 +69,9 @@ TEST(MakePolicy, CobaltRefusesATopKItsAssignmentCannotTake) {
   EXPECT_NO_THROW(policy->run(0, 0, batch.view(), exec));
 }
 
-TEST(PolicyRun, ACallThatThrowsRecordsNoStep) {
-  // cobalt needs token ids: run_loads at step 6 fails, after which step 5 is still in order
-  // (the refused call used to record step 6 first).
+TEST(PolicyRun, ARefusedCallRecordsNoStep) {
+  // cobalt needs token ids: run_loads at step 6 is refused before anything is recorded, so
+  // step 5 is still in order (the refused call used to record step 6 first).
   auto policy = make_policy("cobalt", config_of(16, 2, 1, 2));
   std::vector<int64_t> counts(16 * 16, 1), loads(16);
   message_of([&] { policy->run_loads(6, 0, counts, loads); }, ErrorCode::kFailedPrecondition);
