@@ -303,34 +303,44 @@ inline uint64_t uint64_arg(const PyInt& value, const char* name) {
   return uint64_arg(value.value, name);
 }
 
+// operator.index(value) of a PyInt, and its value as a long long when it fits (`fits` false
+// otherwise): what int_arg and int64_arg check.
+struct PyIndexValue {
+  py::object index;
+  long long value = 0;
+  bool fits = false;
+};
+inline PyIndexValue index_value(const PyInt& value) {
+  PyIndexValue out;
+  out.index = py::reinterpret_steal<py::object>(PyNumber_Index(value.value.ptr()));
+  if (!out.index) throw py::error_already_set();
+  int overflow = 0;
+  out.value = PyLong_AsLongLongAndOverflow(out.index.ptr(), &overflow);
+  if (out.value == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
+  out.fits = overflow == 0;
+  return out;
+}
+
 // A PyInt as int: a value outside int32 is an InvalidArgumentError naming `name`.
 inline int int_arg(const PyInt& value, const char* name) {
-  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.value.ptr()));
-  if (!index) throw py::error_already_set();
-  int overflow = 0;
-  const long long result = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-  if (result == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
-  if (overflow != 0 || result < std::numeric_limits<int>::min() ||
-      result > std::numeric_limits<int>::max()) {
+  const PyIndexValue v = index_value(value);
+  if (!v.fits || v.value < std::numeric_limits<int>::min() ||
+      v.value > std::numeric_limits<int>::max()) {
     fail(ErrorCode::kInvalidArgument, "{} {} out of range for a 32-bit integer [{}, {}]", name,
-         std::string(py::str(index)), std::numeric_limits<int>::min(),
+         std::string(py::str(v.index)), std::numeric_limits<int>::min(),
          std::numeric_limits<int>::max());
   }
-  return static_cast<int>(result);
+  return static_cast<int>(v.value);
 }
 
 // A PyInt as int64: a value outside int64 is an InvalidArgumentError naming `name`.
 inline int64_t int64_arg(const PyInt& value, const char* name) {
-  const py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(value.value.ptr()));
-  if (!index) throw py::error_already_set();
-  int overflow = 0;
-  const long long result = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-  if (result == -1 && PyErr_Occurred() != nullptr) throw py::error_already_set();
-  if (overflow != 0) {
+  const PyIndexValue v = index_value(value);
+  if (!v.fits) {
     fail(ErrorCode::kInvalidArgument, "{} {} out of range for a 64-bit integer [-2^63, 2^63 - 1]",
-         name, std::string(py::str(index)));
+         name, std::string(py::str(v.index)));
   }
-  return static_cast<int64_t>(result);
+  return static_cast<int64_t>(v.value);
 }
 
 inline std::optional<int64_t> int64_arg(const std::optional<PyInt>& value, const char* name) {
