@@ -185,16 +185,25 @@ TEST(Simulator, AggregatesMatchPerStepValuesAndTheObserverSeesEverything) {
               1e-12);
 }
 
-TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
+// A load-only trace: [steps, layers, sources, E] counts drawn uniformly from [0, 50).
+io::TraceData random_load_only_trace(int num_experts, int top_k, int num_layers, int num_steps,
+                                     uint64_t seed) {
   io::TraceData d;
-  d.num_experts = 16;
-  d.top_k = 2;
-  d.num_layers = 2;
+  d.num_experts = num_experts;
+  d.top_k = top_k;
+  d.num_layers = num_layers;
   d.num_sources = 8;
-  d.num_count_steps = 4;
-  SplitMix64 rng(3);
-  for (int i = 0; i < 4 * 2 * 8 * 16; ++i) d.counts.push_back(static_cast<int32_t>(rng.below(50)));
-  auto source = make_step_source(d);
+  d.num_count_steps = num_steps;
+  SplitMix64 rng(seed);
+  for (int i = 0; i < num_steps * num_layers * d.num_sources * num_experts; ++i) {
+    d.counts.push_back(static_cast<int32_t>(rng.below(50)));
+  }
+  return d;
+}
+
+TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
+  const auto data = random_load_only_trace(16, 2, 2, 4, 3);  // outlives the source
+  auto source = make_step_source(data);
   auto options = options_for(*source, Topology(2, 8), {"static", "cobalt", "eplb"});
   options.warmup_steps = 1;
   const auto result = simulate(*source, options);
@@ -220,15 +229,8 @@ TEST(Simulator, LoadOnlyTraceRunsLoadPoliciesAndSkipsTheOthers) {
 // Above top-k 16 cobalt and cobalt+ cannot even be built (make_policy refuses them): on a
 // load-only trace they are skipped as at any top-k, and the others replay (the run failed).
 TEST(Simulator, LoadOnlyTraceSkipsCobaltAboveItsTopK) {
-  io::TraceData d;
-  d.num_experts = 64;
-  d.top_k = 20;
-  d.num_layers = 1;
-  d.num_sources = 8;
-  d.num_count_steps = 3;
-  SplitMix64 rng(5);
-  for (int i = 0; i < 3 * 8 * 64; ++i) d.counts.push_back(static_cast<int32_t>(rng.below(50)));
-  auto source = make_step_source(d);
+  const auto data = random_load_only_trace(64, 20, 1, 3, 5);  // outlives the source
+  auto source = make_step_source(data);
   auto options = options_for(*source, Topology(2, 8), {"static", "cobalt", "cobalt+", "eplb"});
   options.warmup_steps = 0;
   const auto result = simulate(*source, options);

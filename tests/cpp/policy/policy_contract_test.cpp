@@ -9,6 +9,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/policy/policy.hpp"
+#include "testing/policy_config.hpp"
 #include "testing/random_inputs.hpp"
 #include "testing/scoped_memory_limit.hpp"
 
@@ -16,13 +17,9 @@ namespace cobalt::policy {
 namespace {
 
 PolicyConfig config_of(int num_experts, int top_k, int num_layers, int slots_per_rank) {
-  PolicyConfig config;
-  config.topology = Topology(2, 16);  // 2 nodes x 8 ranks
-  config.num_experts = num_experts;
-  config.top_k = top_k;
-  config.num_layers = num_layers;
-  config.slots_per_rank = slots_per_rank;
-  config.planner_restarts = 2;
+  PolicyConfig config =
+      testing::small_policy_config(Topology(2, 16), num_experts, top_k, slots_per_rank);
+  config.num_layers = num_layers;  // 2 nodes x 8 ranks
   return config;
 }
 

@@ -12,6 +12,7 @@
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/io/trace.hpp"
 #include "cobalt/policy/policy.hpp"
+#include "testing/policy_config.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::policy {
@@ -227,22 +228,11 @@ TEST(PolicyRegistry, EveryPolicyHasAMemoryEstimate) {
 namespace cobalt::policy {
 namespace {
 
-// A small configuration for the PolicyRun tests.
-PolicyConfig small_config(const Topology& topology, int num_experts, int top_k, int slots) {
-  PolicyConfig config;
-  config.topology = topology;
-  config.num_experts = num_experts;
-  config.top_k = top_k;
-  config.slots_per_rank = slots;
-  config.planner_restarts = 2;
-  return config;
-}
-
 // A step without tokens is no observation: a run that starts with one decides as if it had not
 // happened (statistics, demand windows and plans alike; plan periods count from the first step
 // with tasks, so the run without it starts one step later).
 TEST(PolicyRun, AStepWithoutTokensIsNoObservation) {
-  PolicyConfig config = small_config(Topology(2, 8), 16, 2, 3);
+  PolicyConfig config = testing::small_policy_config(Topology(2, 8), 16, 2, 3);
   config.steps_per_global_plan = 2;
   std::vector<testing::OwnedBatch> batches;
   for (int s = 0; s < 6; ++s) batches.push_back(testing::random_batch(40 + s, 64, 2, 16, 8, 1.0));
@@ -264,7 +254,7 @@ TEST(PolicyRun, AStepWithoutTokensIsNoObservation) {
 // On one node every layout moves no token across nodes (V = 0), so Cobalt's choice by V alone kept
 // the layout in force (static EP) for ever; the expected busiest rank decides there.
 TEST(PolicyRun, CobaltPlansOnOneNode) {
-  PolicyConfig config = small_config(Topology(1, 8), 64, 2, 12);
+  PolicyConfig config = testing::small_policy_config(Topology(1, 8), 64, 2, 12);
   config.steps_per_global_plan = 5;
   double imbalance[3] = {0, 0, 0};
   const char* names[3] = {"static", "cobalt", "cobalt+"};
@@ -287,7 +277,7 @@ TEST(PolicyRun, CobaltPlansOnOneNode) {
 
 // run_loads refuses negative counts before the policy changes any state.
 TEST(PolicyRun, NegativeCountsAreRefusedBeforeAnyStateChanges) {
-  const PolicyConfig config = small_config(Topology(2, 8), 8, 2, 3);
+  const PolicyConfig config = testing::small_policy_config(Topology(2, 8), 8, 2, 3);
   std::vector<int64_t> good(8 * 8), bad, huge;
   for (size_t i = 0; i < good.size(); ++i) good[i] = static_cast<int64_t>((i * 7) % 13);
   bad = good;
