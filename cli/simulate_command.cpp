@@ -116,9 +116,10 @@ WorkloadInput load_input(const SimulateArgs& args, std::vector<std::string>& not
         "the trace has one step; re-chunked into {} steps of ~{} tokens (choose with --steps N)",
         *chunks.num_steps, info.trace_tokens / *chunks.num_steps));
   } else if (info.mode != "trace" && is_trace) {
-    notes.push_back(fmt::format("trace of {} steps / {} tokens {} into {} steps ({:.2f} passes)",
-                                info.trace_steps, info.trace_tokens, info.mode,
-                                input.source->num_steps(), info.passes));
+    notes.push_back(fmt::format(
+        "trace of {} steps{} {} into {} steps ({:.2f} passes)", info.trace_steps,
+        input.source->has_tokens() ? fmt::format(" / {} tokens", info.trace_tokens) : "", info.mode,
+        input.source->num_steps(), info.passes));
     if (args.holdout && info.passes > 1.0) {
       notes.push_back(
           "--holdout on a cycled trace: measured steps replay tokens the planners saw in earlier "
@@ -298,6 +299,7 @@ void run_simulate(const SimulateArgs& args) {
   config.async_planning = args.async_planning;
   config.token_bytes = cost.token_bytes();
   config.expert_param_bytes = cost.expert_param_bytes();
+  config.gemm_flops_per_s = cost.achievable_flops;  // the peers' cost models see the modelled GPU
   if (args.layout_pricing) config.cost_model = cost;
 
   eval::SimulationOptions options;

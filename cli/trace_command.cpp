@@ -95,7 +95,8 @@ nlohmann::ordered_json stats_json(const io::TraceReader& trace, const eval::Trac
   j["num_experts"] = s.num_experts;
   j["top_k"] = s.top_k;
   j["num_layers"] = s.num_layers;
-  j["num_tokens"] = s.num_tokens;
+  j["num_tokens"] = s.load_only ? nlohmann::ordered_json(nullptr)  // counts, not tokens
+                                : nlohmann::ordered_json(s.num_tokens);
   j["num_steps"] = s.num_steps;
   j["num_sources"] = s.num_sources;
   j["load_only"] = s.load_only;
@@ -135,13 +136,16 @@ void print_stats_text(const io::TraceReader& trace, const eval::TraceStats& s) {
     }
   }
   fmt::print("  {:<26} E={} K={} L={} T={} S={}{}\n", "shape", s.num_experts, s.top_k, s.num_layers,
-             s.num_tokens, s.num_steps, s.load_only ? " (load-only counts)" : "");
+             s.load_only ? std::string("n/a") : std::to_string(s.num_tokens), s.num_steps,
+             s.load_only ? " (load-only counts)" : "");
   fmt::print("  {:<26} {}\n", "source ranks",
              s.num_sources > 0 ? std::to_string(s.num_sources) : "absent (contiguous default)");
   fmt::print("  {:<26} {:.4f} (whole trace), {:.4f} (per step)\n", "load max/mean", s.load_max_mean,
              s.load_max_mean_step);
-  fmt::print("  {:<26} {}\n", "Ochiai count-weighted",
-             optional_text(s.ochiai_count_weighted, "n/a (load-only trace)"));
+  fmt::print(
+      "  {:<26} {}\n", "Ochiai count-weighted",
+      optional_text(s.ochiai_count_weighted,
+                    s.load_only ? "n/a (load-only trace)" : "n/a (no token chooses two experts)"));
   fmt::print("  {:<26} {}\n", "Ochiai top-partner",
              optional_text(s.ochiai_top_partner, "n/a (load-only trace)"));
   fmt::print("  {:<26} {}\n", fmt::format("hot-set churn (top-{})", s.hot_count),

@@ -381,13 +381,15 @@ class PolicyConfig:
     planner_restarts: int
     token_bytes: float
     expert_param_bytes: float
+    gemm_flops_per_s: float
     cost_model: Optional[CostParams]
     def __init__(self, topology: Topology, num_experts: int, top_k: int, num_layers: int = 1,
                  slots_per_rank: int = 0, eps: float = 0.15, steps_per_global_plan: int = 10,
                  ema_decay: float = 0.9, seed: int = 0, num_threads: int = 1,
                  async_planning: bool = False, planner_restarts: int = 8,
                  token_bytes: float = 14336.0, expert_param_bytes: float = 4.2e7,
-                 cost_model: Optional[CostParams] = None) -> None: ...
+                 cost_model: Optional[CostParams] = None,
+                 gemm_flops_per_s: float = 4e14) -> None: ...
     def validate(self) -> None: ...
 
 class PolicyCounters:

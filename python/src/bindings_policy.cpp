@@ -50,7 +50,7 @@ void bind_policy(py::module_& m) {
                        PyInt slots_per_rank, double eps, PyInt steps_per_global_plan,
                        double ema_decay, py::object seed, PyInt num_threads, bool async_planning,
                        PyInt planner_restarts, double token_bytes, double expert_param_bytes,
-                       std::optional<eval::CostParams> cost_model) {
+                       std::optional<eval::CostParams> cost_model, double gemm_flops_per_s) {
              PolicyConfig c;
              c.topology = topology;
              c.num_experts = int_arg(num_experts, "num_experts");
@@ -67,6 +67,7 @@ void bind_policy(py::module_& m) {
              c.token_bytes = token_bytes;
              c.expert_param_bytes = expert_param_bytes;
              c.cost_model = cost_model;
+             c.gemm_flops_per_s = gemm_flops_per_s;
              return c;
            }),
            py::arg("topology"), py::arg("num_experts"), py::arg("top_k"), py::arg("num_layers") = 1,
@@ -74,7 +75,8 @@ void bind_policy(py::module_& m) {
            py::arg("steps_per_global_plan") = 10, py::arg("ema_decay") = 0.9, py::arg("seed") = 0,
            py::arg("num_threads") = 1, py::arg("async_planning") = false,
            py::arg("planner_restarts") = 8, py::arg("token_bytes") = 14336.0,
-           py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none())
+           py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none(),
+           py::arg("gemm_flops_per_s") = plan::kAchievableGemmFlopsPerS)
       .def_readwrite("topology", &PolicyConfig::topology)
       .def_readwrite("eps", &PolicyConfig::eps)
       .def_readwrite("ema_decay", &PolicyConfig::ema_decay)
@@ -84,6 +86,7 @@ void bind_policy(py::module_& m) {
       .def_readwrite("async_planning", &PolicyConfig::async_planning)
       .def_readwrite("token_bytes", &PolicyConfig::token_bytes)
       .def_readwrite("expert_param_bytes", &PolicyConfig::expert_param_bytes)
+      .def_readwrite("gemm_flops_per_s", &PolicyConfig::gemm_flops_per_s)
       .def_property(
           "cost_model", [](const PolicyConfig& c) { return c.cost_model; },  // a copy
           [](PolicyConfig& c, std::optional<eval::CostParams> cost) { c.cost_model = cost; },

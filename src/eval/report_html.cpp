@@ -157,10 +157,11 @@ std::string simulation_html(const Scenario& sc, const SimulationResult& r,
                      svg::esc(sc.workload), kStyle);
   out += fmt::format("<h1>Cobalt simulation: {}</h1>\n", svg::esc(sc.workload));
   out += fmt::format(
-      "<p>cluster {} ({}), model {} ({}), E={} K={} L={}, {} steps, {} tokens, measured steps "
+      "<p>cluster {} ({}), model {} ({}), E={} K={} L={}, {} steps, {}, measured steps "
       "[{}, {}), {} slots per rank, eps {}, global plan every {} steps{}.</p>\n",
       svg::esc(sc.cluster), svg::esc(sc.cluster_preset), svg::esc(sc.model.name),
-      svg::esc(sc.model_reason), r.num_experts, r.top_k, r.num_layers, r.num_steps, r.num_tokens,
+      svg::esc(sc.model_reason), r.num_experts, r.top_k, r.num_layers, r.num_steps,
+      r.load_only ? std::string("load-only counts") : fmt::format("{} tokens", r.num_tokens),
       r.first_measured_step, r.num_steps, sc.slots_per_rank, sc.eps, sc.steps_per_global_plan,
       sc.async_planning ? ", asynchronous planning" : "");
   for (const auto& note : sc.notes) out += fmt::format("<p>Note: {}</p>\n", svg::esc(note));
@@ -170,6 +171,8 @@ std::string simulation_html(const Scenario& sc, const SimulationResult& r,
       "bounded by the busiest IB node or NVLink rank, replica gradient sync, layout migration, "
       "planner time on the critical path), not measured; they cover the replayed MoE layers "
       "only.</p>\n";
+  if (const std::string note = planning_time_note(sc.cost); !note.empty() && !r.load_only)
+    out += "<p class=\"modelled\">Note: " + svg::esc(note) + ".</p>\n";
   out += "<h2>Comparison</h2>\n" + comparison_table(r, best) + "\n";
   for (const std::string& note : replica_cost_notes(sc, r)) {
     out += "<p class=\"modelled\">" + svg::esc(note) + "</p>\n";

@@ -21,30 +21,34 @@ nlohmann::json scenario_json(const Scenario& sc, const SimulationResult& result)
                 {"bytes_per_element", sc.model.bytes_per_element},
                 {"source", sc.model.source}};
   const CostParams& c = sc.cost;
-  s["cost_model"] = {
-      {"note",
-       "times are modelled (DESIGN.md §5 cost model), not measured; they cover the MoE "
-       "layers that were replayed"},
-      {"nvlink_bytes_per_s", c.nvlink_bytes_per_s},
-      {"ib_bytes_per_s_per_node", c.ib_bytes_per_s_per_node},
-      {"achievable_flops_per_gpu", c.achievable_flops},
-      {"token_bytes", c.token_bytes()},
-      {"flops_per_task", c.flops_per_task()},
-      {"expert_param_bytes", c.expert_param_bytes()},
-      {"matmuls_per_expert", c.matmuls_per_expert},
-      {"fwd_bwd_flops_factor", c.fwd_bwd_flops_factor},
-      {"exchanges_per_layer", c.exchanges_per_layer},
-      {"overlap_fraction", c.overlap_fraction},
-      {"grad_bytes_per_element", c.grad_bytes_per_element},
-      {"param_refresh", c.param_refresh},
-      {"optimizer_factor", c.optimizer_factor},
-      {"planner_time_scale", c.planner_time_scale},
-      {"planner_overlap", c.planner_overlap}};
+  std::string note =
+      "times are modelled (DESIGN.md §5 cost model), not measured; they cover the MoE layers "
+      "that were replayed";
+  if (const std::string planning = planning_time_note(sc.cost);
+      !planning.empty() && !result.load_only)
+    note += "; " + planning;
+  s["cost_model"] = {{"note", note},
+                     {"nvlink_bytes_per_s", c.nvlink_bytes_per_s},
+                     {"ib_bytes_per_s_per_node", c.ib_bytes_per_s_per_node},
+                     {"achievable_flops_per_gpu", c.achievable_flops},
+                     {"token_bytes", c.token_bytes()},
+                     {"flops_per_task", c.flops_per_task()},
+                     {"expert_param_bytes", c.expert_param_bytes()},
+                     {"matmuls_per_expert", c.matmuls_per_expert},
+                     {"fwd_bwd_flops_factor", c.fwd_bwd_flops_factor},
+                     {"exchanges_per_layer", c.exchanges_per_layer},
+                     {"overlap_fraction", c.overlap_fraction},
+                     {"grad_bytes_per_element", c.grad_bytes_per_element},
+                     {"param_refresh", c.param_refresh},
+                     {"optimizer_factor", c.optimizer_factor},
+                     {"planner_time_scale", c.planner_time_scale},
+                     {"planner_overlap", c.planner_overlap}};
   s["num_experts"] = result.num_experts;
   s["top_k"] = result.top_k;
   s["num_layers"] = result.num_layers;
   s["num_steps"] = result.num_steps;
-  s["num_tokens"] = result.num_tokens;
+  // null for load-only traces: they have task counts, not tokens.
+  s["num_tokens"] = result.load_only ? nlohmann::json(nullptr) : nlohmann::json(result.num_tokens);
   s["load_only"] = result.load_only;
   s["chunking"] = {{"mode", sc.chunks.mode},
                    {"trace_steps", sc.chunks.trace_steps},
@@ -96,13 +100,17 @@ nlohmann::json policy_json(const PolicyResult& p) {
   o["planner_wall_ms"] = maybe(ran, p.planner_wall_ms);
   o["migration_bytes"] = maybe(ran, p.migration_bytes);
   o["migration_cross_node_bytes"] = maybe(ran, p.migration_cross_node_bytes);
-  o["migrated_replicas_cross_node"] = p.migrated_replicas_cross_node;
-  o["migrated_replicas_intra_node"] = p.migrated_replicas_intra_node;
+  // Counts: null for a skipped policy (ran and moved nothing is 0).
+  const auto count = [ran](int64_t value) {
+    return ran ? nlohmann::json(value) : nlohmann::json(nullptr);
+  };
+  o["migrated_replicas_cross_node"] = count(p.migrated_replicas_cross_node);
+  o["migrated_replicas_intra_node"] = count(p.migrated_replicas_intra_node);
   o["grad_sync_bytes_per_step"] = maybe(ran, p.grad_sync_bytes);
   o["replicas_per_expert_mean"] = maybe(ran, p.replicas_per_expert_mean);
-  o["num_global_plans"] = p.counters.num_global_plans;
-  o["intra_node_moves"] = p.counters.intra_node_moves;
-  o["cross_node_moves"] = p.counters.cross_node_moves;
+  o["num_global_plans"] = count(p.counters.num_global_plans);
+  o["intra_node_moves"] = count(p.counters.intra_node_moves);
+  o["cross_node_moves"] = count(p.counters.cross_node_moves);
   o["step_cross_node_tokens"] =
       tok ? nlohmann::json(p.step_cross_node_tokens) : nlohmann::json(nullptr);
   o["step_imbalance"] = ran ? nlohmann::json(p.step_imbalance) : nlohmann::json(nullptr);

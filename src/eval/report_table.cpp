@@ -35,9 +35,10 @@ std::string fixed(double value, int width, int precision) {
 std::string header(const Scenario& sc, const SimulationResult& r) {
   std::string out = fmt::format(
       "workload {} | cluster {} ({}) | model {} (hidden {}, expert FFN {}) | E={} K={} L={}\n"
-      "{} steps, {} tokens ({}) | measured steps [{}, {}) | {} slots/rank, eps {} | P {}{}\n",
+      "{} steps, {} ({}) | measured steps [{}, {}) | {} slots/rank, eps {} | P {}{}\n",
       sc.workload, sc.cluster, sc.cluster_preset, sc.model.name, sc.cost.hidden_size,
-      sc.cost.expert_ffn_size, r.num_experts, r.top_k, r.num_layers, r.num_steps, r.num_tokens,
+      sc.cost.expert_ffn_size, r.num_experts, r.top_k, r.num_layers, r.num_steps,
+      r.load_only ? std::string("load-only counts") : fmt::format("{} tokens", r.num_tokens),
       sc.chunks.mode == "trace" ? "trace steps" : sc.chunks.mode, r.first_measured_step,
       r.num_steps, sc.slots_per_rank, sc.eps, sc.steps_per_global_plan,
       std::string(sc.async_planning ? " | async planning" : "") +
@@ -138,8 +139,20 @@ std::string simulation_table(const Scenario& scenario, const SimulationResult& r
   out +=
       "(* best in column; cross-node tokens and imbalance are exact replay metrics; times are "
       "modelled)\n";
+  if (const std::string note = planning_time_note(scenario.cost);
+      !note.empty() && !result.load_only)
+    out += "note: " + note + "\n";
   for (const std::string& note : replica_cost_notes(scenario, result)) out += note + "\n";
   return out;
+}
+
+std::string planning_time_note(const CostParams& cost) {
+  if (cost.planner_time_scale <= 0 || cost.planner_overlap >= 1) return "";
+  return fmt::format(
+      "planning is measured planner wall time x {}{}, so step times and speedups vary between "
+      "runs (--planner-time-scale 0 leaves it out)",
+      cost.planner_time_scale,
+      cost.planner_overlap > 0 ? fmt::format(" x {} (1 - overlap)", 1 - cost.planner_overlap) : "");
 }
 
 // Cobalt's policies fill every replica slot; with few tokens per GPU their replicas' gradient

@@ -189,7 +189,10 @@ LayerTraceStats token_layer_stats(const TraceSource& src, int layer, int num_ran
   const std::vector<double> coact_d(coact.begin(), coact.end());
   out.load_max_mean = max_over_mean(loads);
   const auto ochiai = summarize_ochiai(loads, coact_d);
-  out.ochiai_count_weighted = ochiai.count_weighted;
+  // Count-weighted Ochiai is 0/0 when no token chooses two experts (top-1, or no tokens): absent.
+  if (std::any_of(coact.begin(), coact.end(), [](int64_t c) { return c > 0; })) {
+    out.ochiai_count_weighted = ochiai.count_weighted;
+  }
   out.ochiai_top_partner = ochiai.top_partner;
 
   // Per-step loads of non-empty steps.

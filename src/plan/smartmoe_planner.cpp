@@ -49,7 +49,9 @@ SmartMoePlacement smartmoe_greedy_placement(const ExpertLayout& current,
       rank_load[r] += demand[static_cast<size_t>(r) * num_experts + e];
     }
   }
-  const int cap = slots - num_full;  // single replicas per rank
+  // Single replicas per rank: as even as SmartMoE keeps them (mapping.py places an expert on a
+  // worker only while it holds fewer than num_expert, i.e. E / G each), not up to the slots left.
+  const int cap = (num_experts - num_full + num_ranks - 1) / num_ranks;
   std::vector<int> num_singles(num_ranks, 0);
   for (int i = num_full; i < num_experts; ++i) {
     const ExpertId e = order[i];

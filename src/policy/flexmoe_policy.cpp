@@ -4,8 +4,9 @@
 // (FlexMoE reacts to the loads it monitors; the most recent step is the freshest estimate). Tokens
 // of an expert split evenly over all its replicas, wherever they are (kAllReplicas).
 //
-// The threshold is the harness's load tolerance eps (PolicyConfig::eps), a named choice: FlexMoE
-// leaves it to the user.
+// The threshold is the harness's load tolerance eps (PolicyConfig::eps), a named choice: the
+// paper leaves it to the user, and LAER-MoE's port hard-codes a ratio of 1 (schedule while any
+// imbalance is left, up to its 10 iterations).
 #include <algorithm>
 
 #include "cobalt/plan/flexmoe_planner.hpp"

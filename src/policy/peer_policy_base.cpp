@@ -45,6 +45,9 @@ const std::shared_ptr<const ExpertLayout>& LoadBasedPeerPolicy::install(int laye
   auto& current = layouts_[layer];
   if (next == *current) return current;
   const LayoutDiff moves = diff(*current, next);
+  // The same replicas in another slot order (FasterMoE and LAER list them by hotness): nothing
+  // moves, so the layout in force stays and no re-layout is counted.
+  if (moves.moves.empty() && moves.num_removed == 0) return current;
   counters_.cross_node_moves += moves.num_cross_node;
   counters_.intra_node_moves += moves.num_intra_node;
   counters_.num_global_plans += 1;

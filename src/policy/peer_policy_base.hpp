@@ -44,7 +44,7 @@ class LoadBasedPeerPolicy : public Policy {
 
   plan::PeerCostParams cost_params() const {
     return plan::PeerCostParams::from(config_.topology, config_.token_bytes,
-                                      config_.expert_param_bytes);
+                                      config_.expert_param_bytes, config_.gemm_flops_per_s);
   }
 
   const PolicyConfig config_;

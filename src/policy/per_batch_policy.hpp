@@ -28,6 +28,7 @@ class PerBatchPolicy : public Policy {
     demand_.resize(static_cast<size_t>(config_.topology.num_ranks()) * config_.num_experts);
     count_demand(batch, demand_);
     auto layout = plan(demand_);
+    count_replica_copies(*layout);
     assign(batch, exec_rank);
     return layout;
   }
@@ -37,6 +38,7 @@ class PerBatchPolicy : public Policy {
     const std::string policy_name = name();
     check_counts(counts, config_.topology.num_ranks(), config_.num_experts, policy_name.c_str());
     auto layout = plan(counts);
+    count_replica_copies(*layout);
     const auto loads = planned_rank_loads();
     std::copy(loads.begin(), loads.end(), rank_loads.begin());
     return layout;
@@ -51,6 +53,23 @@ class PerBatchPolicy : public Policy {
 
   PolicyConfig config_;
   std::vector<int64_t> demand_;  // Omega [G, E] of the current batch
+
+ private:
+  // The move counters of a per-batch policy: the replica copies this batch's layout needs from
+  // static EP (every expert's home, where its weights live between batches), classified as
+  // diff() classifies any layout change (one inter-node copy per (expert, node), NVLink copies
+  // within a node). Counted from the layout in force, so only replicas it holds count.
+  void count_replica_copies(const ExpertLayout& layout) {
+    if (!home_) {
+      home_ = std::make_unique<const ExpertLayout>(
+          ExpertLayout::static_ep(config_.topology, config_.num_experts, config_.slots_per_rank));
+    }
+    const LayoutDiff copies = diff(*home_, layout);
+    counters_.cross_node_moves += copies.num_cross_node;
+    counters_.intra_node_moves += copies.num_intra_node;
+  }
+
+  std::unique_ptr<const ExpertLayout> home_;  // static EP, made by the first batch
 };
 
 }  // namespace cobalt::policy

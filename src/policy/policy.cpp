@@ -36,6 +36,8 @@ void PolicyConfig::validate() const {
                    "policy: token bytes {} must be finite and > 0", token_bytes);
   COBALT_CHECK_ARG(std::isfinite(expert_param_bytes) && expert_param_bytes > 0,
                    "policy: expert parameter bytes {} must be finite and > 0", expert_param_bytes);
+  COBALT_CHECK_ARG(std::isfinite(gemm_flops_per_s) && gemm_flops_per_s > 0,
+                   "policy: GEMM FLOP/s {} must be finite and > 0", gemm_flops_per_s);
   COBALT_CHECK_ARG(num_threads >= 0, "policy: threads {} must be >= 0 (0 = all cores)",
                    num_threads);
   if (cost_model) cost_model->validate();

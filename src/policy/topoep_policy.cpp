@@ -7,7 +7,8 @@
 // load-only traces the quotas give the rank loads directly.
 //
 // Counters: max_solver_calls counts solver calls; planner_wall_ms is their total wall time (solve
-// plus building the ExpertLayout), so planner_wall_ms / max_solver_calls is the time per call.
+// plus building the ExpertLayout), so planner_wall_ms / max_solver_calls is the time per call;
+// the move counters are each batch's replica copies from static EP (per_batch_policy.hpp).
 #include <algorithm>
 
 #include "cobalt/core/error.hpp"
@@ -34,8 +35,6 @@ class TopoEpPolicy final : public PerBatchPolicy {
                             config_.token_bytes, config_.expert_param_bytes, demand};
     solver_.solve(input, plan_);
     counters_.max_solver_calls += 1;
-    counters_.intra_node_moves += plan_.stats.num_intra_node_replicas;
-    counters_.cross_node_moves += plan_.stats.num_inter_node_replicas;
     return std::make_shared<const ExpertLayout>(config_.topology, config_.num_experts,
                                                 config_.slots_per_rank, plan_.slots);
   }

@@ -8,7 +8,8 @@
 // (ULTRA_EP_QUOTA_MIN_TOKENS_PER_REPLICA, used when its fast oracle fails) is sized for production
 // microbatches — 1/64 of a rank's mean load at 8192 tokens per rank and top-8. Simulated steps are
 // much smaller, so the floor is that same fraction of this batch's mean rank load (at least 1).
-// All other knobs keep UltraEP's defaults.
+// All other knobs keep UltraEP's defaults. Weight sync, relays and gradient reduction are not
+// modelled beyond the move counters (each batch's replica copies from static EP).
 #include <algorithm>
 
 #include "cobalt/core/error.hpp"
@@ -44,7 +45,6 @@ class UltraEpPolicy final : public PerBatchPolicy {
         std::max<int64_t>(1, total / config_.topology.num_ranks() / kMeanLoadPerFloor);
     plan_ = plan::solve_ultraep(input);
     counters_.max_solver_calls += 1;
-    counters_.intra_node_moves += plan_.num_replicas;
     return std::make_shared<const ExpertLayout>(config_.topology, config_.num_experts,
                                                 config_.slots_per_rank, plan_.slots);
   }

@@ -46,6 +46,12 @@ int best_policy_index(const SimulationResult& result);
 std::vector<std::string> replica_cost_notes(const Scenario& scenario,
                                             const SimulationResult& result);
 
+// What the reports say of the planning term when it is in the modelled step time (planner
+// time scale > 0 and planning not fully overlapped): it is measured planner wall time on this
+// machine, so step times, speedups and the best policy vary between runs. Empty when the term is
+// left out (then every time is a pure function of the replay). One line, no trailing newline.
+std::string planning_time_note(const CostParams& cost);
+
 // {"scenario": {...}, "policies": [{"name", "cross_node_tokens", ...}]}
 std::string simulation_json(const Scenario& scenario, const SimulationResult& result);
 

@@ -9,7 +9,8 @@
 //                      each source rank's expert distribution p_r and the layer's p (0 = no
 //                      locality)
 // Trace-level values average the per-layer values over layers. Values that a trace cannot support
-// are absent (std::nullopt): Ochiai for load-only traces, churn with fewer than two non-empty
+// are absent (std::nullopt): Ochiai for load-only traces (and count-weighted Ochiai where no token
+// chooses two experts: 0/0), churn with fewer than two non-empty
 // steps, source locality without source ranks, static-EP imbalance without a rank count.
 #pragma once
 

@@ -13,8 +13,10 @@
 //            with a Shrink: on the least loaded rank t lacking h that holds an expert with >= 2
 //            replicas, the coldest such expert c (smallest load per replica, ties lower id) loses
 //            its replica on t and h takes the slot.
-//   Migrate  one replica moves from b to m (the one that minimises max(L_b, L_m) afterwards; ties
-//            lower id); when m is full, a replica of m moves back to b in exchange (swap).
+//   Migrate  one replica moves from b to m (the one that minimises max(L_b, L_m) afterwards; ties:
+//            the first in b's slot order, which is not id order once primitives have appended
+//            replicas); when m is full, a replica of m moves back to b in exchange (swap; ties:
+//            the first in b's slot order, then in m's).
 // The candidate with the smaller resulting busiest-rank load (then larger least-loaded rank load;
 // then Expand) is applied when it improves (max, -min) lexicographically; otherwise scheduling
 // stops.
@@ -22,7 +24,8 @@
 // Simplifications (named; docs/peers.md): FlexMoE's cost model (step-time gain vs. the primitive's
 // transfer time) is replaced by "apply only if the busiest rank gets lighter"; the port's
 // per-node replacement loop assumes every expert has a replica on every node, which the shared
-// replica budget does not give, so the paper's primitives are used directly.
+// replica budget does not give, so the paper's primitives are used directly; loads split evenly
+// over all replicas, where the port computes its ratio with same-node-first routing.
 #pragma once
 
 #include <span>

@@ -9,8 +9,9 @@
 
 namespace cobalt::plan {
 
-// Achievable dense BF16 GEMM throughput of one GPU used by the peers' models (about 40% of an
-// H800's 989 TFLOP/s peak; FasterMoE's own default, 11.5 TFLOP/s, is a V100's).
+// Achievable dense BF16 GEMM throughput of one GPU used by the peers' models when nothing says
+// otherwise (about 40% of an H800's 989 TFLOP/s peak; FasterMoE's own default, 11.5 TFLOP/s, is a
+// V100's). `cobalt simulate` passes its cluster preset's figure (PolicyConfig::gemm_flops_per_s).
 inline constexpr double kAchievableGemmFlopsPerS = 4.0e14;
 // Bytes per parameter of expert weights (BF16), used to turn parameter bytes into FLOPs.
 inline constexpr double kParamBytesPerElement = 2.0;
@@ -28,10 +29,12 @@ struct PeerCostParams {
   double compute_s_per_token() const { return flops_per_token() / gemm_flops_per_s; }
 
   static PeerCostParams from(const Topology& topology, double token_bytes,
-                             double expert_param_bytes) {
+                             double expert_param_bytes,
+                             double gemm_flops_per_s = kAchievableGemmFlopsPerS) {
     PeerCostParams p;
     p.token_bytes = token_bytes;
     p.expert_param_bytes = expert_param_bytes;
+    p.gemm_flops_per_s = gemm_flops_per_s;
     p.nvlink_bytes_per_s = topology.links().nvlink_bytes_per_s;
     p.net_bytes_per_s = topology.links().ib_bytes_per_s_per_node / topology.ranks_per_node();
     return p;

@@ -8,7 +8,9 @@
 // descending (ties: lower id first), go one by one to the rank with the smallest load among ranks
 // with a free slot (ties: lowest rank), except that an expert stays on its current rank when that
 // rank has a free slot and ties the smallest load (SmartMoE's rule to avoid needless moves).
-// Ranks hold at most S - |F| single replicas.
+// Ranks hold at most ceil((E - |F|) / G) single replicas: SmartMoE keeps the number of experts per
+// rank fixed (mapping.py: an expert goes to a worker only while it holds fewer than num_expert =
+// E / G), so slots beyond that stay empty rather than letting the greedy pile light experts up.
 //
 // plan_smartmoe tries F = the f hottest experts for every f from 0 to the most the budget allows,
 // f_max = max f with E - f <= G (S - f), keeps the f whose placement has the smallest predicted

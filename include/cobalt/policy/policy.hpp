@@ -16,6 +16,7 @@
 #include "cobalt/core/routing_batch.hpp"
 #include "cobalt/core/topology.hpp"
 #include "cobalt/eval/cost_model.hpp"
+#include "cobalt/plan/peer_cost.hpp"
 
 namespace cobalt::policy {
 
@@ -38,6 +39,11 @@ struct PolicyConfig {
   // its model preset.
   double token_bytes = 14336;
   double expert_param_bytes = 4.2e7;
+  // Achievable dense GEMM FLOP/s of one GPU, for the peers' own cost models (FasterMoE's shadowing
+  // rule, LAER-MoE's candidate choice; plan/peer_cost.hpp), which each system profiles on its
+  // cluster. Default: plan::kAchievableGemmFlopsPerS (an H800's); `cobalt simulate` sets it from
+  // its cluster preset (eval::CostParams::achievable_flops), so the peers see the modelled GPU.
+  double gemm_flops_per_s = plan::kAchievableGemmFlopsPerS;
   // The cluster and model as the simulator's cost model sees them. When set, cobalt+ prices its
   // candidate layouts in modelled step time (replica gradient sync and migration included) and
   // also plans with smaller replica budgets, keeping replicas only where they pay for themselves
@@ -49,11 +55,15 @@ struct PolicyConfig {
 };
 
 struct PolicyCounters {
-  double planner_wall_ms = 0;    // wall time spent deciding layouts (all stages, all calls;
-                                 // background plans by their own run time, not the wait)
-  double async_plan_ms = 0;      // part of planner_wall_ms: background plans' cost (thread CPU
-                                 // time with num_threads 1, else wall time)
-  int64_t num_global_plans = 0;  // global re-layouts applied
+  double planner_wall_ms = 0;  // wall time spent deciding layouts (all stages, all calls;
+                               // background plans by their own run time, not the wait)
+  double async_plan_ms = 0;    // part of planner_wall_ms: background plans' cost (thread CPU
+                               // time with num_threads 1, else wall time)
+  // Over every call (warm-up steps included). Layout-keeping policies count the replica copies
+  // of each layout change (diff() in core/expert_layout.hpp) and the changes; per-batch policies
+  // (topoep, ultraep) plan every batch afresh and count the copies each batch's layout needs
+  // from static EP, where the weights live between batches.
+  int64_t num_global_plans = 0;  // re-layouts applied (cobalt: global plans; peers: any change)
   int64_t intra_node_moves = 0;  // replica copies over NVLink
   int64_t cross_node_moves = 0;  // replica copies across nodes
   int64_t max_solver_calls = 0;  // per-batch solver calls (per-microbatch policies)

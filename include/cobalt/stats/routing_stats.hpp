@@ -71,7 +71,7 @@ class RoutingStats {
 
 // The two co-activation summaries of DESIGN.md §3.3 (plain mean over pairs is dominated by chance).
 struct OchiaiSummary {
-  double count_weighted = 0;  // sum_{i<j} c_ij Ochiai(i,j) / sum_{i<j} c_ij
+  double count_weighted = 0;  // sum_{i<j} c_ij Ochiai(i,j) / sum_{i<j} c_ij (0 without pairs)
   double top_partner = 0;     // sum_i w_i max_j Ochiai(i,j) / sum_i w_i
 };
 // Loads and co-activations must be finite and >= 0 (kInvalidArgument naming the first that is not).

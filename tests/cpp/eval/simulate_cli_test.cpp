@@ -47,7 +47,13 @@ TEST_F(SimulateCli, JsonFollowsTheSchema) {
   EXPECT_EQ(s["model"]["name"], "glm-4.5-air");  // E=128, K=8
   EXPECT_EQ(s["measured_steps"], nlohmann::json::array({1, 4}));
   EXPECT_TRUE(s["cost_model"]["note"].get<std::string>().find("modelled") != std::string::npos);
+  // The planning term is measured wall time (the default scale is 1): the outputs say so.
+  EXPECT_NE(s["cost_model"]["note"].get<std::string>().find("measured planner wall time"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("note: planning is measured planner wall time x 1,"), std::string::npos)
+      << r.out;
   ASSERT_EQ(j["policies"].size(), 2u);
+  EXPECT_GT(j["policies"][1]["num_global_plans"].get<int>(), 0);
   for (const auto& p : j["policies"]) {
     for (const char* key :
          {"name", "cross_node_tokens", "cross_node_bytes", "cross_node_reduction_vs_static",
@@ -195,6 +201,8 @@ TEST_F(SimulateCli, PlannerTimeScaleZeroMakesModelledTimesRepeat) {
   ASSERT_EQ(run(base + path("b.json") + " --threads 2").exit_code, 0);
   auto a = json("a.json"), b = json("b.json");
   EXPECT_EQ(a["scenario"]["cost_model"]["planner_time_scale"], 0.0);
+  EXPECT_EQ(a["scenario"]["cost_model"]["note"].get<std::string>().find("planner wall time"),
+            std::string::npos);
   for (auto* j : {&a, &b}) {
     for (auto& p : (*j)["policies"]) p.erase("planner_wall_ms");
   }
@@ -276,6 +284,18 @@ TEST_F(SimulateCli, LoadOnlyTraceSkipsTokenLevelPolicies) {
   EXPECT_TRUE(j["policies"][0]["cross_node_tokens"].is_null());
   EXPECT_TRUE(j["policies"][0]["imbalance_mean"].is_number());
   EXPECT_TRUE(j["policies"][1].contains("skipped"));
+  // A skipped policy's counts are null, not 0 (which would read as "ran and moved nothing").
+  for (const char* field : {"migrated_replicas_cross_node", "migrated_replicas_intra_node",
+                            "num_global_plans", "intra_node_moves", "cross_node_moves"}) {
+    EXPECT_TRUE(j["policies"][0][field].is_number()) << field;
+    EXPECT_TRUE(j["policies"][1][field].is_null()) << field;
+  }
+  // Counts, not tokens: no token count, and no planning-time note (there is no step time).
+  EXPECT_TRUE(j["scenario"]["num_tokens"].is_null());
+  EXPECT_NE(r.out.find("load-only counts"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("planner wall time"), std::string::npos) << r.out;
+  EXPECT_EQ(j["scenario"]["cost_model"]["note"].get<std::string>().find("planner wall time"),
+            std::string::npos);
 }
 
 bool can_create_in(const std::string& dir) {

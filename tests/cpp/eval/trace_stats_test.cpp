@@ -93,6 +93,22 @@ TEST(TraceStats, LoadOnlyTraceReportsWhatCountsSupport) {
   EXPECT_FALSE(s.ochiai_top_partner.has_value());
 }
 
+TEST(TraceStats, CountWeightedOchiaiIsAbsentWithoutPairs) {
+  // Top-1: no token chooses two experts, so the count-weighted mean is 0/0; every Ochiai is 0,
+  // so the top-partner mean is 0.
+  io::TraceData d;
+  d.num_experts = 4;
+  d.top_k = 1;
+  d.num_layers = 1;
+  d.num_tokens = 4;
+  d.topk_ids = {0, 1, 2, 2};
+  const auto s = compute_trace_stats(d);
+  EXPECT_FALSE(s.ochiai_count_weighted.has_value());
+  EXPECT_FALSE(s.layers[0].ochiai_count_weighted.has_value());
+  ASSERT_TRUE(s.ochiai_top_partner.has_value());
+  EXPECT_EQ(*s.ochiai_top_partner, 0.0);
+}
+
 TEST(TraceStats, RankOverrideAndHotCount) {
   TraceStatsOptions o;
   o.hot_count = 1;  // hottest: e0 then e2

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::plan {
@@ -37,6 +39,29 @@ TEST(SmartMoePlanner, GreedyPlacementByDescendingLoad) {
   const auto again = plan_smartmoe(layout, from_rank0(2, {7, 5, 4, 2}));
   EXPECT_FALSE(again.changed);
   EXPECT_EQ(again.placement.layout, layout);
+}
+
+TEST(SmartMoePlanner, RanksKeepAnEvenNumberOfSingleReplicas) {
+  // 2 ranks with 4 slots, 4 experts: SmartMoE keeps E / G = 2 experts per rank. Loads 10, 1, 1, 1:
+  // 10 -> r0, then r1 takes 1 and 1 and is full, so the last 1 goes to r0 (11), although r1
+  // has free slots (filling them would give 10 / 3).
+  const auto current = ExpertLayout::static_ep(Topology(1, 2), 4, 4);
+  const auto placed = smartmoe_greedy_placement(current, from_rank0(2, {10, 1, 1, 1}), 0);
+  for (RankId r = 0; r < 2; ++r) {
+    const auto slots = placed.layout.slots_of(r);
+    EXPECT_EQ(std::count_if(slots.begin(), slots.end(), [](ExpertId e) { return e != kEmptySlot; }),
+              2)
+        << "rank " << r;
+  }
+  EXPECT_DOUBLE_EQ(placed.max_rank_load, 11);
+  // With one full replica, ceil(3 / 2) = 2 singles per rank at most.
+  const auto with_full = smartmoe_greedy_placement(current, from_rank0(2, {10, 1, 1, 1}), 1);
+  for (RankId r = 0; r < 2; ++r) {
+    const auto slots = with_full.layout.slots_of(r);
+    EXPECT_LE(std::count_if(slots.begin(), slots.end(), [](ExpertId e) { return e != kEmptySlot; }),
+              3)
+        << "rank " << r;
+  }
 }
 
 TEST(SmartMoePlanner, TiesKeepExpertsWhereTheyAre) {

@@ -2,9 +2,11 @@
 // checked through the Policy interface on small hand-made batches.
 #include <gtest/gtest.h>
 
+#include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "cobalt/plan/replica_routing.hpp"
 #include "cobalt/policy/policy.hpp"
+#include "policy/peer_policy_base.hpp"
 #include "testing/random_inputs.hpp"
 
 namespace cobalt::policy {
@@ -41,6 +43,51 @@ testing::OwnedBatch drifting_batch(int step, int64_t tokens, int top_k, int expe
   auto b = testing::random_batch(100 + step, tokens, top_k, experts, ranks, 2.0);
   for (auto& e : b.topk_ids) e = (e + 5 * step) % experts;
   return b;
+}
+
+// A peer that proposes, at step s, the layout `proposals[s]`.
+class ScriptedPeer final : public LoadBasedPeerPolicy {
+ public:
+  ScriptedPeer(const PolicyConfig& config, std::vector<ExpertLayout> proposals)
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst),
+        proposals_(std::move(proposals)) {}
+  std::string name() const override { return "scripted"; }
+
+ private:
+  std::shared_ptr<const ExpertLayout> decide(int64_t step, int layer,
+                                             std::span<const int64_t>) override {
+    return install(layer, proposals_.at(step));
+  }
+  std::vector<ExpertLayout> proposals_;
+};
+
+// The same replicas in another slot order are no re-layout: the layout in force stays (the same
+// object) and nothing is counted; a real change is counted once with its copies.
+TEST(LoadBasedPeerPolicy, ASlotReorderIsNoRelayout) {
+  const Topology topo(2, 4);
+  const auto config = base_config(topo, 4, 1, 2);
+  // Static EP on 4 ranks with 2 slots: expert r on rank r, one free slot each.
+  const auto with_extra = [&](std::vector<std::vector<ExpertId>> lists) {
+    return ExpertLayout::from_rank_lists(topo, 4, 2, lists);
+  };
+  const ExpertLayout a = with_extra({{0, 1}, {1}, {2}, {3}});
+  const ExpertLayout a_reordered = with_extra({{1, 0}, {1}, {2}, {3}});
+  const ExpertLayout b = with_extra({{0}, {1}, {2}, {3, 0}});
+  ASSERT_FALSE(a == a_reordered);
+  ScriptedPeer policy(config, {a, a_reordered, b});
+  const auto batch = top1_batch({4, 4, 4, 4}, 4);
+  std::vector<RankId> exec(batch.topk_ids.size());
+  // do_run: Policy::run's shape check is set up by make_policy only.
+  const auto first = policy.do_run(0, 0, batch.view(), exec);
+  const auto second = policy.do_run(1, 0, batch.view(), exec);
+  EXPECT_EQ(first.get(), second.get());
+  EXPECT_TRUE(*second == a);
+  EXPECT_EQ(policy.counters().num_global_plans, 1);
+  EXPECT_EQ(policy.counters().intra_node_moves, 1);  // expert 1 onto rank 0, from rank 1
+  const auto third = policy.do_run(2, 0, batch.view(), exec);
+  EXPECT_TRUE(*third == b);
+  EXPECT_EQ(policy.counters().num_global_plans, 2);
+  EXPECT_EQ(policy.counters().cross_node_moves, 1);  // expert 0 onto rank 3, from node 0
 }
 
 TEST(SmartMoePolicy, RePlacesOnlyEveryPSteps) {
@@ -91,6 +138,14 @@ TEST(FasterMoePolicy, ShadowsExactlyWhenItsCostModelSaysSo) {
   EXPECT_EQ(layout->num_replicas_of(0), 1) << "gap 210 < 210.5: no shadow";
   EXPECT_EQ(*layout, ExpertLayout::static_ep(Topology(1, 4), 8, 3));
   EXPECT_EQ(policy->counters().max_solver_calls, 2);
+
+  // The model reads the configured GPU: at 4e13 FLOP/s comp = 2.5e-7 s and the threshold is
+  // 1e-4 / (7.5e-7 + 4e-7) = 87 tokens, so the gap of 210 is now worth a shadow.
+  config.gemm_flops_per_s = 4e13;
+  auto slower_gpu = make_policy("fastermoe", config);
+  EXPECT_EQ(slower_gpu->run(0, 0, below.view(), exec)->num_replicas_of(0), 4);
+  config.gemm_flops_per_s = 0;
+  EXPECT_THROW(make_policy("fastermoe", config), Error);
 }
 
 TEST(FlexMoePolicy, ExpandsTheOverloadedExpertWhileImbalanced) {

@@ -227,6 +227,30 @@ TEST(TopoEpEplbUltraEp, IdenticalForOneAndEightThreadsAndReportSolverTime) {
   }
 }
 
+// The per-batch policies' move counters: the replica copies each batch's layout needs from static
+// EP, as diff() counts them (what the batch would have to fetch), summed over batches.
+TEST(TopoEpUltraEp, MoveCountersAreEachBatchsCopiesFromStaticEp) {
+  const Topology topo(2, 16);
+  for (const char* name : {"topoep", "ultraep"}) {
+    const auto config = config_for(topo, 32, 4, 4);
+    auto policy = make_policy(name, config);
+    const auto home = ExpertLayout::static_ep(topo, 32, 4);
+    int64_t cross = 0, intra = 0;
+    for (int step = 0; step < 3; ++step) {
+      auto owned = testing::random_batch(60 + step, 3000, 4, 32, 16, 2.0);
+      std::vector<RankId> exec(owned.topk_ids.size());
+      const auto layout = policy->run(step, 0, owned.view(), exec);
+      const LayoutDiff copies = diff(home, *layout);
+      cross += copies.num_cross_node;
+      intra += copies.num_intra_node;
+    }
+    EXPECT_GT(cross + intra, 0) << name << ": the skewed batches get replicas";
+    EXPECT_EQ(policy->counters().cross_node_moves, cross) << name;
+    EXPECT_EQ(policy->counters().intra_node_moves, intra) << name;
+    EXPECT_EQ(policy->counters().num_global_plans, 0) << name;
+  }
+}
+
 TEST(TopoEpEplbUltraEp, RejectMismatchedInputs) {
   const Topology topo(2, 8);
   for (const char* name : {"topoep", "ultraep", "eplb"}) {
