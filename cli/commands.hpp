@@ -55,8 +55,8 @@ inline constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 inline constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 inline constexpr int kMaxThreads = 1024;             // --threads of every command
 inline constexpr double kMaxTimeLimitSeconds = 1e6;  // plan --time-limit (about 11.6 days)
-// A finite number in [lo, hi] ((lo, hi] when lo_open).
-CLI::Validator number_in(double lo, double hi, bool lo_open = false);
+// A finite decimal number in [lo, hi] ("(" when lo_open, ")" when hi_open).
+CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
 
 // Integer options: a decimal integer in [lo, hi] ("range_text" replaces "[lo, hi]" in messages).
 // CLI11 reads integers with strtoll(..., 0): "010" is octal 8, "0x10" hexadecimal, "08" an error.

@@ -386,7 +386,8 @@ void register_simulate_command(CLI::App& app) {
           ->transform(integer_in(0, kMaxInt));
   auto* holdout = cmd->add_option("--holdout", args->holdout,
                                   "plan on the first fraction F of the steps, measure the rest "
-                                  "(0 < F < 1; replaces --warmup-steps)");
+                                  "(0 < F < 1; replaces --warmup-steps)")
+                      ->check(number_in(0, 1, /*lo_open=*/true, /*hi_open=*/true));
   holdout->excludes(warmup);
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")

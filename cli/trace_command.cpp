@@ -222,7 +222,9 @@ void register_trace_commands(CLI::App& app) {
 
   auto info_args = std::make_shared<InfoArgs>();
   CLI::App* info = trace->add_subcommand("info", "Print a trace's shape and routing statistics");
-  info->add_option("file", info_args->file, "Trace file (cobalt-trace v1)")->required();
+  info->add_option("file", info_args->file, "Trace file (cobalt-trace v1)")
+      ->required()
+      ->check(non_empty_path());
   info->add_flag("--json", info_args->json, "Print JSON instead of text");
   info->add_option("--ranks", info_args->num_ranks,
                    "G for the static-EP imbalance (default: the trace's source ranks)")

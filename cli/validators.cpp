@@ -30,15 +30,32 @@ std::string printable_value(const std::string& text) {
   return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
-// The value as a double (NaN and infinities included), or nullopt when it is not a number.
+// The value as a double (NaN and infinities included), or nullopt when it is not a decimal number:
+// an optional sign, digits with an optional point and exponent (std::from_chars, so no hex such as
+// 0x10, which std::stod took, and no surrounding blanks, as for integer options). A value beyond
+// the double range is +-infinity (out of range below); one too small for a subnormal is 0.
 std::optional<double> as_number(const std::string& text) {
-  try {
-    size_t used = 0;
-    const double value = std::stod(text, &used);
-    if (used == text.size()) return value;
-  } catch (const std::exception&) {
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  const bool plus = begin != end && *begin == '+';
+  if (plus) ++begin;  // from_chars takes '-' only
+  if (begin == end || (plus && (*begin == '+' || *begin == '-'))) return std::nullopt;
+  double value = 0;
+  const auto [parsed_end, error] = std::from_chars(begin, end, value);
+  if (parsed_end != end) return std::nullopt;
+  if (error == std::errc::result_out_of_range) {
+    // from_chars leaves the value unset: tell huge from tiny by the exponent's sign.
+    const std::string_view digits(begin, end - begin);
+    const size_t exponent = digits.find_first_of("eE");
+    const bool tiny = exponent != std::string_view::npos && exponent + 1 < digits.size() &&
+                      digits[exponent + 1] == '-';
+    const bool negative = digits.front() == '-';
+    if (tiny) return negative ? -0.0 : 0.0;
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
   }
-  return std::nullopt;
+  if (error != std::errc()) return std::nullopt;
+  return value;
 }
 
 // "" when `text` is a finite number that `fits`; else the message naming `range`.
@@ -127,12 +144,14 @@ CLI::Validator integer_in(int64_t lo, uint64_t hi, const std::string& range_text
       "", kDecimalValidatorName);
 }
 
-CLI::Validator number_in(double lo, double hi, bool lo_open) {
-  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+CLI::Validator number_in(double lo, double hi, bool lo_open, bool hi_open) {
+  const std::string range =
+      fmt::format("{}{}, {}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   return CLI::Validator(
-      [lo, hi, lo_open, range](std::string& text) -> std::string {
-        return check_number(text, range,
-                            [&](double v) { return (lo_open ? v > lo : v >= lo) && v <= hi; });
+      [lo, hi, lo_open, hi_open, range](std::string& text) -> std::string {
+        return check_number(text, range, [&](double v) {
+          return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        });
       },
       fmt::format("NUMBER in {}", range));
 }

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <system_error>
@@ -73,6 +74,74 @@ std::optional<uint64_t> json_to_u63(const nlohmann::json& value) {
   }
   return std::nullopt;
 }
+
+// A first pass over the header text (nlohmann's SAX interface) that refuses what the DOM parse
+// must not see: nesting deeper than any safetensors header has (a DOM of 100,000 levels overflows
+// the stack when destroyed or printed) and a key twice in one object (the DOM would keep the
+// last). Linear in the header; nlohmann's parser callback, used before, rescanned each parent
+// object whenever a nested object closed, quadratic in the number of entries.
+class HeaderPrecheck {
+ public:
+  using json = nlohmann::json;
+  // A valid header nests 3 deep (root object, tensor entry, shape array).
+  static constexpr int kMaxDepth = 16;
+
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    keys_.emplace_back();
+    return enter();
+  }
+  bool end_object() {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) { return enter(); }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  bool key(json::string_t& key) {
+    if (keys_.back().insert(key).second) return true;
+    duplicate_ = key;
+    return false;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) {
+    error_ = error.what();
+    return false;
+  }
+
+  // Throws kInvalidArgument naming the first problem found.
+  void check(bool parsed, std::string_view context) const {
+    COBALT_CHECK_ARG(!too_deep_,
+                     "{}: header: JSON nested more than {} levels deep (a safetensors header has "
+                     "3: the header object, a tensor entry, its shape)",
+                     context, kMaxDepth);
+    COBALT_CHECK_ARG(!duplicate_, "{}: header: key {} appears twice in one JSON object", context,
+                     printable(duplicate_.value_or("")));
+    COBALT_CHECK_ARG(parsed && error_.empty(), "{}: header: invalid JSON: {}", context,
+                     printable(error_, 200));
+  }
+
+ private:
+  bool enter() {
+    if (++depth_ <= kMaxDepth) return true;
+    too_deep_ = true;
+    return false;
+  }
+
+  int depth_ = 0;
+  bool too_deep_ = false;
+  std::vector<std::set<std::string>> keys_;  // per open object
+  std::optional<std::string> duplicate_;
+  std::string error_;
+};
 
 TensorInfo parse_tensor_entry(const std::string& name, const nlohmann::json& entry,
                               uint64_t data_size, std::string_view context) {
@@ -274,31 +343,30 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
   const uint64_t data_size = file.size() - header.data_begin;
 
   const auto* json_begin = reinterpret_cast<const char*>(file.data() + 8);
-  nlohmann::json json;
-  // A key twice in one object would be read as whichever came last: refused (ambiguous file).
-  std::vector<std::set<std::string>> keys_seen;
-  std::string duplicate;
-  const nlohmann::json::parser_callback_t on_event = [&](int, nlohmann::json::parse_event_t event,
-                                                         nlohmann::json& parsed) {
-    using Event = nlohmann::json::parse_event_t;
-    if (event == Event::object_start) {
-      keys_seen.emplace_back();
-    } else if (event == Event::object_end && !keys_seen.empty()) {
-      keys_seen.pop_back();
-    } else if (event == Event::key && !keys_seen.empty() && duplicate.empty() &&
-               !keys_seen.back().insert(parsed.get<std::string>()).second) {
-      duplicate = parsed.get<std::string>();
-    }
-    return true;
-  };
+  const auto* json_end = json_begin + header_len;
+  // nlohmann's reader stops at a NUL byte, which would leave whatever follows unread.
+  if (const void* nul = std::memchr(json_begin, 0, header_len)) {
+    fail(ErrorCode::kInvalidArgument,
+         "{}: header: NUL byte at offset {} of the {}-byte JSON header (valid: UTF-8 JSON, padded "
+         "with spaces)",
+         context, static_cast<const char*>(nul) - json_begin, header_len);
+  }
+  HeaderPrecheck precheck;
+  bool prechecked = false;
   try {
-    json = nlohmann::json::parse(json_begin, json_begin + header_len, on_event);
+    prechecked = nlohmann::json::sax_parse(json_begin, json_end, &precheck);
   } catch (const nlohmann::json::exception& e) {
     fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
          printable(e.what(), 200));
   }
-  COBALT_CHECK_ARG(duplicate.empty(), "{}: header: key {} appears twice in one JSON object",
-                   context, printable(duplicate));
+  precheck.check(prechecked, context);
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(json_begin, json_end);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
+         printable(e.what(), 200));
+  }
   COBALT_CHECK_ARG(json.is_object(), "{}: header: JSON header is {}, expected an object", context,
                    json.type_name());
 

@@ -284,6 +284,10 @@ TEST_F(CliTest, ClearMessagesForOddInputs) {
     EXPECT_NE(r.err.find("is not a number (valid: (a finite number >= 0))"), std::string::npos)
         << value << ": " << r.err;
   }
+  // An empty trace path is a usage error like every other empty path (it was "cannot open").
+  r = run("trace info ''");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("empty path"), std::string::npos) << r.err;
   // An empty value is refused, not read as "the default" (bench refused it already).
   for (const std::string option : {"--cluster", "--cluster-preset", "--model"}) {
     r = run("simulate --preset uniform --steps 2 --tokens-per-step 64 " + option + " ''");

@@ -430,6 +430,28 @@ TEST_F(SimulateCli, IntegerOptionsAreDecimal) {
   }
 }
 
+// Real-valued options are decimal too: std::stod took hex (--rho 0x10 was 16) and called a
+// subnormal such as 1e-320 "not a number"; --holdout had no check, so '' was ignored.
+TEST_F(SimulateCli, RealOptionsAreDecimal) {
+  const std::string base =
+      "simulate --preset uniform --steps 4 --tokens-per-step 64 --cluster 2x2 --policies static ";
+  EXPECT_EQ(run(base + "--rho 1e-320").exit_code, 0);
+  EXPECT_EQ(run(base + "--rho +0.5 --eps .2").exit_code, 0);
+  for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
+           {"--rho 0x10", "--rho: value '0x10' is not a number (valid: (a finite number >= 0))"},
+           {"--rho +-1", "--rho: value '+-1' is not a number"},
+           {"--rho ' 1'", "--rho: value ' 1' is not a number"},
+           {"--rho 1e999", "--rho: value 1e999 out of range (a finite number >= 0)"},
+           {"--eps inf", "--eps: value inf out of range"},
+           {"--holdout ''", "--holdout: value '' is not a number (valid: (0, 1))"},
+           {"--holdout 1", "--holdout: value 1 out of range (0, 1)"},
+           {"--holdout abc", "--holdout: value 'abc' is not a number (valid: (0, 1))"}}) {
+    const auto r = run(base + args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 // An all-zero load-only trace was replayed (exit 0, every policy at imbalance 1.000): refused
 // like a token trace without measured tokens. `trace info` said "pass --ranks G" with G known.
 TEST_F(SimulateCli, ALoadOnlyTraceOfZerosIsRefused) {

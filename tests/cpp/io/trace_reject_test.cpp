@@ -1,4 +1,6 @@
 // cobalt-trace v1: one test per kind of malformed input.
+#include <fmt/format.h>
+
 #include <cerrno>
 
 #include "io/trace_fixtures.hpp"
@@ -106,7 +108,7 @@ TEST_F(TraceReject, TruncatedFile) {
 
 TEST_F(TraceReject, InvalidJson) {
   expect_rejected(raw_file("{\"__metadata__\": {", ""), "invalid JSON");
-  expect_rejected(raw_file(std::string("{\"a\0\": 1}", 9), ""), "invalid JSON");
+  expect_rejected(raw_file(std::string("{\"a\0\": 1}", 9), ""), "NUL byte at offset 3");
   expect_rejected(raw_file("{\"\xff\": 1}", ""), "invalid JSON");
 }
 
@@ -314,6 +316,54 @@ TEST_F(TraceReject, DuplicateHeaderKeys) {
   ASSERT_NE(at, std::string::npos);
   header.insert(at, "\"format\":\"cobalt-trace\",");
   expect_rejected(raw_file(header, data), "key format appears twice");
+}
+
+// A shape nested 100,000 levels deep crashed the reader (stack overflow printing it for the error
+// message); nesting is refused before the header is built.
+TEST_F(TraceReject, DeeplyNestedHeader) {
+  const std::string ok = build_file(trace_meta(), small_tensors());
+  uint64_t len = 0;
+  std::memcpy(&len, ok.data(), 8);
+  std::string header = ok.substr(8, len);
+  const std::string data = ok.substr(8 + len);
+  const auto at = header.find("\"shape\":[");
+  ASSERT_NE(at, std::string::npos);
+  const size_t open = at + std::string("\"shape\":[").size();
+  const int levels = 100000;
+  std::string nested = std::string(levels, '[') + "1" + std::string(levels, ']') + ",";
+  header.insert(open, nested);
+  expect_rejected(raw_file(header, data), "header: JSON nested more than 16 levels deep");
+  // Within the limit, a nested shape element is named in one line.
+  std::string shallow = ok.substr(8, len);
+  shallow.insert(shallow.find("\"shape\":[") + std::string("\"shape\":[").size(), "[[1]],");
+  expect_rejected(raw_file(shallow, data), "is not an integer in [0, 2^63)");
+}
+
+// nlohmann's reader ends at a NUL byte: what follows it was accepted unread.
+TEST_F(TraceReject, NulByteInHeader) {
+  const std::string ok = build_file(trace_meta(), small_tensors());
+  uint64_t len = 0;
+  std::memcpy(&len, ok.data(), 8);
+  std::string header = ok.substr(8, len);
+  const std::string data = ok.substr(8 + len);
+  header += std::string(1, '\0') + "garbage";
+  expect_rejected(raw_file(header, data), "NUL byte at offset " + std::to_string(len));
+}
+
+// A header of many entries: refused once parsed (the duplicate check used to make the parse
+// quadratic in the number of entries: minutes at 200,000).
+TEST_F(TraceReject, HeaderWithManyEntries) {
+  const std::string ok = build_file(trace_meta(), small_tensors());
+  uint64_t len = 0;
+  std::memcpy(&len, ok.data(), 8);
+  std::string header = ok.substr(8, len);
+  const std::string data = ok.substr(8 + len);
+  std::string extra;
+  for (int i = 0; i < 50000; ++i) {
+    extra += fmt::format("\"x{}\":{{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}},", i);
+  }
+  header.insert(1, extra);
+  expect_rejected(raw_file(header, data), "unknown tensor (valid names:");
 }
 
 TEST_F(TraceReject, ByteSizeMismatch) {
