@@ -27,6 +27,7 @@
 #include "cobalt/io/trace.hpp"
 #include "cobalt/workload/presets.hpp"
 #include "commands.hpp"
+#include "output_batch.hpp"
 #include "workload_input.hpp"
 
 namespace cobalt::cli {
@@ -338,19 +339,26 @@ void run_simulate(const SimulateArgs& args) {
   scenario.async_planning = args.async_planning;
   scenario.layout_pricing = args.layout_pricing;
   fmt::print("{}", eval::simulation_table(scenario, result));
-  // Each output is written completely or not at all (an existing file is kept on failure).
+  // Each output is written completely or not at all (an existing file is kept on failure), and
+  // one that fails does not cost the others: every output is tried, then the first failure is
+  // reported, naming the outputs that were written. The dump appears only now, complete (until
+  // here it is in a temporary directory; an earlier dump in the directory stays until this point).
+  OutputBatch outputs;
   if (!args.json_path.empty()) {
-    io::write_file_atomically(args.json_path, eval::simulation_json(scenario, result), "--json");
+    outputs.write("--json", [&] {
+      io::write_file_atomically(args.json_path, eval::simulation_json(scenario, result), "--json");
+    });
   }
   if (!args.report_path.empty()) {
-    const auto extras =
-        eval::collect_report_extras(source, 0, options.warmup_steps, topology.num_ranks());
-    io::write_file_atomically(args.report_path, eval::simulation_html(scenario, result, extras),
-                              "--report");
+    outputs.write("--report", [&] {
+      const auto extras =
+          eval::collect_report_extras(source, 0, options.warmup_steps, topology.num_ranks());
+      io::write_file_atomically(args.report_path, eval::simulation_html(scenario, result, extras),
+                                "--report");
+    });
   }
-  // The dump appears only now, complete (until here it is in a temporary directory, which an
-  // error on the way removes; an earlier dump in the directory stays until this point).
-  if (dump) dump->commit();
+  if (dump) outputs.write("--dump", [&] { dump->commit(); });
+  outputs.finish();
 }
 
 }  // namespace

@@ -179,7 +179,10 @@ void run_info(const InfoArgs& args) {
   options.hot_count = args.hot_count;
   options.num_ranks = args.num_ranks;
   options.num_threads = args.num_threads;
+  Progress progress("reading layers", trace.num_layers());
+  options.progress = [&progress](int, int) { progress.advance(); };
   const eval::TraceStats stats = eval::compute_trace_stats(trace, options);
+  progress.finish();
   if (args.json) {
     fmt::print(
         "{}\n",

@@ -1,12 +1,16 @@
 #include "cobalt/eval/dump.hpp"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -25,15 +29,53 @@ io::TensorToWrite tensor(std::string name, io::Dtype dtype, std::vector<int64_t>
                            std::as_bytes(std::span<const T>(data))};
 }
 
-// Creates a fresh directory named like `stem` plus a unique suffix, mode 0777 minus the umask (so
-// a dump renamed into place gets the permissions a new directory would have). Throws
-// kInvalidArgument when it cannot.
+// This host's name as it appears in temporary directory names: letters, digits and '_' only.
+std::string host_tag() {
+  std::array<char, 256> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return "host";
+  std::string tag(name.data());
+  for (char& c : tag) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return tag.empty() ? "host" : tag;
+}
+
+// Removes temporary directories `stem`.HOST-PID-... that a process of this host left behind when
+// it was killed (SIGKILL, Ctrl-C: it had no chance to remove its own; they can hold gigabytes).
+// Only directories of this host whose process no longer exists (kill(PID, 0) fails with ESRCH)
+// are removed, so a run in progress keeps its own; a name that does not parse is left alone.
+void remove_stale_temporary_directories(const std::filesystem::path& stem) {
+  namespace fs = std::filesystem;
+  const std::string prefix = stem.filename().string() + "." + host_tag() + "-";
+  std::error_code ec;
+  fs::directory_iterator it(stem.has_parent_path() ? stem.parent_path() : fs::path("."), ec);
+  if (ec) return;
+  for (const fs::directory_entry& entry : it) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
+    const std::string rest = name.substr(prefix.size());  // PID-COUNTER-CLOCK
+    pid_t pid = 0;
+    const auto [end, error] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (error != std::errc() || end == rest.data() + rest.size() || *end != '-' || pid <= 0) {
+      continue;
+    }
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
+// Creates a fresh directory named like `stem` plus a unique suffix (this host, the process id, a
+// counter and the clock), mode 0777 minus the umask (so a dump renamed into place gets the
+// permissions a new directory would have), after removing the ones killed runs left behind.
+// Throws kInvalidArgument when it cannot.
 std::string make_temporary_directory(const std::filesystem::path& stem, const std::string& dir) {
   static std::atomic<uint64_t> counter{0};
+  remove_stale_temporary_directories(stem);
+  const std::string host = host_tag();
   for (int attempt = 0; attempt < 100; ++attempt) {
     const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
-    const std::string candidate = fmt::format("{}.{}-{}-{:x}", stem.string(), ::getpid(), counter++,
-                                              static_cast<uint64_t>(clock) & 0xffffff);
+    const std::string candidate = fmt::format("{}.{}-{}-{}-{:x}", stem.string(), host, ::getpid(),
+                                              counter++, static_cast<uint64_t>(clock) & 0xffffff);
     if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
     COBALT_CHECK_ERRNO(errno == EEXIST, "--dump {}: cannot create the temporary directory {}: {}",
                        dir, candidate, std::strerror(errno));

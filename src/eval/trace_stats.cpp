@@ -293,6 +293,7 @@ TraceStats compute(const TraceSource& src, const TraceStatsOptions& options) {
     stats.layers.push_back(
         stats.load_only ? count_layer_stats(src, layer, stats.static_ep_ranks, options)
                         : token_layer_stats(src, layer, stats.static_ep_ranks, options, sources));
+    if (options.progress) options.progress(layer + 1, stats.num_layers);
   }
   double skew = 0, skew_step = 0;
   for (const auto& l : stats.layers) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct TraceStatsOptions {
   int hot_count = 8;  // H of the hot-set churn, >= 1; capped at E (TraceStats::hot_count is used)
   int num_ranks = 0;  // G of the static-EP imbalance; 0 => the trace's num_sources (absent if none)
   int num_threads = 1;  // for the co-activation counts; results do not depend on it
+  // Called after each layer with (layers done, layers): a layer costs O(T K^2 + E^2), so a trace
+  // of many layers and experts takes a while whatever its token count. Optional.
+  std::function<void(int, int)> progress;
 };
 
 struct LayerTraceStats {

@@ -2,7 +2,10 @@
 // an independent recomputation of every metric from them (recompute_metrics.py, numpy), the
 // routing file as a replayable trace, and the all-or-nothing replacement of an earlier dump.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cctype>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +226,60 @@ TEST_F(SimulateCli, AFailedRunKeepsTheEarlierDumpWhole) {
   EXPECT_EQ(after.size(), 3u);
   EXPECT_NE(after.at("routing.safetensors"), before.at("routing.safetensors"));
   EXPECT_TRUE(leftovers(dir_ / "d").empty());
+}
+
+// One output failing (the report, here on a full device) does not cost the others: the JSON and
+// the finished dump are written, and the error names what was written.
+TEST_F(SimulateCli, AFailedOutputKeepsTheOthers) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const auto r =
+      run("simulate --preset uniform --steps 3 --tokens-per-step 64 --cluster 2x2 --policies "
+          "static --json " +
+          path("o.json") + " --report /dev/full --dump " + path("d"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--report"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("; written: --json, --dump"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // one line
+  EXPECT_TRUE(fs::exists(dir_ / "o.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "static.safetensors"));
+}
+
+// This host's name as dump.cpp writes it into temporary directory names.
+std::string host_tag() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "host";
+  std::string tag(name);
+  for (char& c : tag) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return tag.empty() ? "host" : tag;
+}
+
+// A killed run leaves its temporary directory behind (as large as the dump); the next dump into
+// the same place removes those of processes that no longer exist, and only those.
+TEST_F(SimulateCli, ADumpRemovesTheTemporaryDirectoriesOfKilledRuns) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // `child` no longer exists
+  const std::string stem = ".d.cobalt-dump-tmp." + host_tag() + "-";
+  const fs::path stale = dir_ / (stem + std::to_string(child) + "-0-1");
+  const fs::path live = dir_ / (stem + std::to_string(::getpid()) + "-0-1");
+  const fs::path other_host =
+      dir_ / (".d.cobalt-dump-tmp.elsewhere-" + std::to_string(child) + "-0-1");
+  for (const fs::path& p : {stale, live, other_host}) {
+    fs::create_directories(p);
+    std::ofstream(p / "static.safetensors") << "partial";
+  }
+  const auto r =
+      run("simulate --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 "
+          "--policies static --dump " +
+          path("d"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_TRUE(fs::exists(other_host));
+  EXPECT_TRUE(fs::exists(dir_ / "d" / "routing.safetensors"));
 }
 
 }  // namespace

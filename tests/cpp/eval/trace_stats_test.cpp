@@ -8,6 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cobalt/core/error.hpp"
 
@@ -107,6 +109,18 @@ TEST(TraceStats, CountWeightedOchiaiIsAbsentWithoutPairs) {
   EXPECT_FALSE(s.layers[0].ochiai_count_weighted.has_value());
   ASSERT_TRUE(s.ochiai_top_partner.has_value());
   EXPECT_EQ(*s.ochiai_top_partner, 0.0);
+}
+
+TEST(TraceStats, ReportsProgressOncePerLayer) {
+  auto d = hand_trace();
+  d.num_layers = 2;
+  d.topk_ids.insert(d.topk_ids.end(), d.topk_ids.begin(), d.topk_ids.end());
+  std::vector<std::pair<int, int>> calls;
+  TraceStatsOptions o;
+  o.progress = [&calls](int done, int total) { calls.emplace_back(done, total); };
+  const auto s = compute_trace_stats(d, o);
+  EXPECT_EQ(calls, (std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}));
+  EXPECT_DOUBLE_EQ(s.load_max_mean, 4.0 / 3.0);  // the same layer twice
 }
 
 TEST(TraceStats, RankOverrideAndHotCount) {
