@@ -632,8 +632,14 @@ class CobaltPolicy final : public Policy {
       return PlannedLayout{false, std::move(layout), std::move(loads)};
     }
     // Every restart and the layout in force scored on the true objective; on one node ties are
-    // broken by the expected busiest rank; the layout in force wins full ties.
+    // broken by the expected busiest rank; the layout in force wins full ties. The plan must meet
+    // the (1 + eps) load cap (Eq. (3)), so a layout in force over it does not compete with
+    // restarts within it: where the loads moved (hot experts now gathered on one node) it would
+    // win on transfers alone and stay for good, since stage 2 moves replicas within a node only.
     auto best = best_restart(snap, input, result, snap.layout.get());
+    if (best && result.within_cap && !plan::check_node_plan(input, current).empty()) {
+      return PlannedLayout{false, std::move(best->layout), std::move(best->slot_loads)};
+    }
     const int64_t in_force = sampled_cost(snap, *snap.layout);
     if (!best || best->transfers > in_force ||
         (best->transfers == in_force &&

@@ -3,10 +3,12 @@
 //
 // Each restart: (1) minimum replica counts r_e = max(1, ceil(w_e / rank_cap)); (2) an initial
 // partition — restart 0 from METIS k-way partitioning of the co-activation graph (vertex weights
-// w_e and 1, edge weights c_ij), the others from a seeded greedy that places experts hottest-first
-// on the node with the largest co-activation gain under node slot and load caps; (3) fill spare
-// slots with the replicas that add the most co-activation; (4) local search with move, swap and
-// replace moves until no move improves. Expected load of an expert is split evenly over its
+// w_e, balanced within 1 + eps; edge weights c_ij; METIS's own seed fixed at 1, so this restart
+// does not depend on the configured seed), the others from a seeded greedy that places experts
+// hottest-first on the node with the largest co-activation gain under node slot and load caps;
+// (3) fill spare slots with the replicas that add the most co-activation; (4) local search with
+// move, swap and replace moves until no move improves or max_local_search_passes (50) passes
+// ran. Expected load of an expert is split evenly over its
 // replicas (u_en = x_en w_e / x_e). The best restart by the Eq. (3) objective wins (ties: lowest
 // restart index). Deterministic for a seed.
 #pragma once

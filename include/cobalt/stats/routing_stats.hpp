@@ -84,9 +84,11 @@ OchiaiSummary summarize_ochiai(std::span<const double> expert_load,
 double hot_set_churn(std::span<const double> prev_load, std::span<const double> next_load,
                      int hot_count);
 
-// EMA loads of replicas, keyed by (rank, slot) of the layout in force. Stage 2 of Cobalt reads
-// these. kInvalidArgument for G outside [1, 8192], S outside [1, 65536], a decay outside [0, 1),
-// a load that is not finite and >= 0 or a negative count.
+// EMA loads of replicas, keyed by (rank, slot) of the layout in force: the quantity Cobalt's
+// stage 2 balances (the `cobalt` policy keeps the same average in its own per-layer state; this
+// class serves callers outside a policy, e.g. the Python bindings). kInvalidArgument for G outside
+// [1, 8192], S outside [1, 65536], a decay outside [0, 1), a load that is not finite and >= 0 or a
+// negative count.
 class ReplicaLoads {
  public:
   ReplicaLoads(int num_ranks, int slots_per_rank, double decay);
