@@ -5,6 +5,7 @@
 
 #include "bindings_common.hpp"
 #include "cobalt/core/assignment.hpp"
+#include "cobalt/core/environment.hpp"
 #include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/memory.hpp"
 #include "cobalt/core/topology.hpp"
@@ -136,6 +137,10 @@ void bind_topology(py::module_& m) {
             }
           }));
 
+  m.def("reload_environment", &reload_environment,
+        "Reads COBALT_CPU_KERNEL and COBALT_MEMORY_LIMIT again. The library reads them when it "
+        "loads, never during a computation (getenv races with os.environ's writes on other "
+        "threads); call this after changing them in os.environ.");
   m.def("slots_for_rho", &slots_for_rho, py::arg("num_experts"), py::arg("num_ranks"),
         py::arg("rho"), "Cobalt's budget: slots per rank S = floor((1 + rho) E / G).");
   m.def("slots_for_extra", &slots_for_extra, py::arg("num_experts"), py::arg("num_ranks"),

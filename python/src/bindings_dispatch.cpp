@@ -33,7 +33,7 @@ struct DispatchWorkspace {
   int64_t max_tokens;
   int max_top_k;
   assign::DispatchLayout layout;
-  std::mutex mutex;  // one call at a time (the GIL is released while it runs)
+  std::mutex mutex;  // one call at a time (calls hold the GIL, so this only guards C++ misuse)
 };
 
 py::dict layout_dict(const assign::DispatchLayout& d, py::ssize_t t, py::ssize_t k,
@@ -97,7 +97,9 @@ void bind_dispatch(py::module_& m) {
           const void* slot_data = ws.layout.slot.data();
           const void* flag_data = ws.layout.token_in_rank.data();
           {
-            py::gil_scoped_release release;
+            // The GIL stays held (here and below): the call checks the caller's arrays and then
+            // indexes with their values, so no other thread may change them meanwhile, and the
+            // views returned must describe this call's result. O(T K): milliseconds.
             std::lock_guard lock(ws.mutex);
             assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology,
                                     ws.layout);
@@ -107,11 +109,8 @@ void bind_dispatch(py::module_& m) {
               "dispatch_layout: the workspace's buffers moved");
           return layout_dict(ws.layout, t, k, topology, workspace);
         }
-        assign::DispatchLayout d;
-        {
-          py::gil_scoped_release release;
-          d = assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology);
-        }
+        assign::DispatchLayout d =
+            assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology);
         const py::ssize_t g = topology.num_ranks(), n = topology.num_nodes();
         py::dict out;
         out["rank_counts"] = owned_array(std::move(d.rank_counts), {g});
@@ -147,12 +146,10 @@ void bind_dispatch(py::module_& m) {
                          topk_ids.shape(0), topk_ids.shape(1), exec_rank.shape(0),
                          exec_rank.shape(1), source_rank.shape(0));
         const int top_k = static_cast<int>(exec_rank.shape(1));
-        assign::RankExchangePlan plan;
-        {
-          py::gil_scoped_release release;
-          plan = assign::exchange_plan(span_of(topk_ids), span_of(exec_rank), span_of(source_rank),
-                                       top_k, topology, span_of(rank_slots), rank);
-        }
+        // With the GIL held, as dispatch_layout: the arrays are indexed with values checked first.
+        assign::RankExchangePlan plan =
+            assign::exchange_plan(span_of(topk_ids), span_of(exec_rank), span_of(source_rank),
+                                  top_k, topology, span_of(rank_slots), rank);
         py::dict out;
         const auto put = [&](const char* name, std::vector<int64_t>& v) {
           const auto n = static_cast<py::ssize_t>(v.size());

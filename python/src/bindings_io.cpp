@@ -1,6 +1,7 @@
 // io/: cobalt-trace v1 (TraceData, write_trace, TraceReader) and trace statistics of either.
 #include <pybind11/stl.h>
 
+#include <map>
 #include <optional>
 
 #include "bindings_common.hpp"
@@ -144,8 +145,11 @@ void bind_io(py::module_& m) {
   m.def(
       "write_trace",
       [](const std::string& path, const TraceData& d) {
+        // `metadata` is the one field Python can replace (the arrays are read-only views): copy
+        // it while the GIL is held, so another thread's assignment cannot free the map in use.
+        const std::map<std::string, std::string> metadata = d.metadata;
         py::gil_scoped_release release;
-        io::write_trace(path, d);
+        io::write_trace(path, d, metadata);
       },
       py::arg("path"), py::arg("data"),
       "Validates and writes cobalt-trace v1 atomically (temporary file + rename).");

@@ -178,8 +178,9 @@ void bind_plan(py::module_& m) {
                              static_cast<py::ssize_t>(layout.num_ranks()) * layout.slots_per_rank(),
                          "rebalance_intra_node: {} slot loads for {} x {} slots", slot_loads.size(),
                          layout.num_ranks(), layout.slots_per_rank());
+        const std::vector<double> owned_loads = vector_of(slot_loads);  // see swap_toward_floor
         py::gil_scoped_release release;
-        return plan::rebalance_intra_node(layout, span_of(slot_loads), min_gain);
+        return plan::rebalance_intra_node(layout, owned_loads, min_gain);
       },
       py::arg("layout"), py::arg("slot_loads"), py::arg("min_gain") = 0.01,
       "Cobalt stage 2: repack each node's replicas over its ranks (slot_loads [G, S]).");
@@ -209,9 +210,13 @@ void bind_plan(py::module_& m) {
         const int max_checks = int_arg(max_checks_in, "max_checks");
         const int max_exchange_checks = int_arg(max_exchange_checks_in, "max_exchange_checks");
         const int max_group_swaps = int_arg(max_group_swaps_in, "max_group_swaps");
+        // Private copies: the caller's arrays could change while the GIL is released, after they
+        // were checked (an expert count turned negative or an index out of range).
+        const std::vector<int64_t> owned_counts = vector_of(expert_counts);
+        const std::vector<double> owned_cost = vector_of(removal_cost);
         py::gil_scoped_release release;
         return plan::swap_toward_floor(
-            layout, span_of(expert_counts), span_of(removal_cost),
+            layout, owned_counts, owned_cost,
             {tolerance, max_swaps, max_checks, max_exchange_checks, max_group_swaps});
       },
       py::arg("layout"), py::arg("expert_counts"), py::arg("removal_cost"),

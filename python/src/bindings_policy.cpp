@@ -153,10 +153,13 @@ void bind_policy(py::module_& m) {
                              p.config.num_layers);
             std::vector<int64_t> loads(static_cast<size_t>(g));
             std::shared_ptr<const ExpertLayout> layout;
+            // A private copy: the caller's array could change while the GIL is released, after
+            // run_loads checked it.
+            const std::vector<int64_t> owned_counts = vector_of(counts);
             {
               py::gil_scoped_release release;
               const std::lock_guard<std::mutex> lock(*p.busy);
-              layout = p.impl->run_loads(step, layer, span_of(counts), loads);
+              layout = p.impl->run_loads(step, layer, owned_counts, loads);
             }
             return py::make_tuple(mutable_ptr(std::move(layout)),
                                   owned_array(std::move(loads), {g}));

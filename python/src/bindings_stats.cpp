@@ -45,7 +45,8 @@ void bind_stats(py::module_& m) {
           "update",
           [](RoutingStats& s, const PyRoutingBatch& b, PyInt num_threads_in) {
             const int num_threads = int_arg(num_threads_in, "num_threads");
-            py::gil_scoped_release release;
+            // With the GIL held: RoutingStats has no lock, and its scratch buffers would be
+            // resized under a concurrent update from another Python thread (heap corruption).
             s.update(b.batch, num_threads);
           },
           py::arg("batch"), py::arg("num_threads") = 1)

@@ -22,7 +22,9 @@ void bind_topoep(py::module_& m) {
         in.slots_per_rank = slots_per_rank;
         in.token_bytes = token_bytes;
         in.expert_param_bytes = expert_param_bytes;
-        in.demand = span_of(demand);
+        // A private copy: the caller's array could change while the GIL is released.
+        const std::vector<int64_t> owned_demand = vector_of(demand);
+        in.demand = owned_demand;
         plan::TopoEpPlan p;
         {
           py::gil_scoped_release release;

@@ -522,3 +522,21 @@ def test_one_policy_driven_from_two_threads() -> None:
     for key, ranks in expected.items():
         np.testing.assert_array_equal(got[key], ranks, err_msg=f"layer, step {key}")
     assert policy.counters.num_global_plans >= 2
+
+
+def test_environment_is_read_at_load_and_on_reload(monkeypatch) -> None:
+    # COBALT_CPU_KERNEL is read when the library loads and by reload_environment(), not per call:
+    # a call may run on worker threads, where getenv races with os.environ's writes.
+    topo = cobalt.Topology(2, 4)
+    layout = cobalt.ExpertLayout.static_ep(topo, 8, 2)
+    batch = cobalt.RoutingBatch(np.array([[0, 5]], np.int32), np.array([0], np.int32), 8, 4)
+    monkeypatch.setenv("COBALT_CPU_KERNEL", "bogus")
+    try:
+        cobalt.assign_node_cover(batch, layout)  # the snapshot: no error yet
+        cobalt.reload_environment()
+        with pytest.raises(cobalt.InvalidArgumentError, match="COBALT_CPU_KERNEL=bogus"):
+            cobalt.assign_node_cover(batch, layout)
+    finally:
+        monkeypatch.delenv("COBALT_CPU_KERNEL")
+        cobalt.reload_environment()
+    cobalt.assign_node_cover(batch, layout)

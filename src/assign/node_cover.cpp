@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "assign_inputs.hpp"
+#include "cobalt/core/environment.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/parallel.hpp"
 #include "cobalt/core/rng.hpp"
@@ -148,9 +149,9 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
     case CpuKernel::kPortable:
       return CpuKernel::kPortable;
     case CpuKernel::kAuto: {
-      // Read at every call (cheap next to an assignment), so a process can change it.
-      const char* env = std::getenv("COBALT_CPU_KERNEL");
-      const std::string_view choice = env != nullptr ? env : "";
+      // From the snapshot (core/environment.hpp): this may run on a worker or planning thread.
+      const std::optional<std::string> env = environment_settings().cpu_kernel;
+      const std::string_view choice = env ? std::string_view(*env) : std::string_view();
       COBALT_CHECK_ARG(choice.empty() || choice == "auto" || choice == "portable",
                        "assignment: COBALT_CPU_KERNEL={} is not a kernel choice; use auto or "
                        "portable (or leave it unset)",

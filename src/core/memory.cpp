@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string>
 
+#include "cobalt/core/environment.hpp"
 #include "cobalt/core/error.hpp"
 
 namespace cobalt {
@@ -18,9 +19,10 @@ constexpr double kKiB = 1024.0, kMiB = kKiB * 1024.0, kGiB = kMiB * 1024.0, kTiB
 
 // COBALT_MEMORY_LIMIT in bytes; 0 when unset or empty.
 double memory_limit_from_environment() {
-  const char* env = std::getenv("COBALT_MEMORY_LIMIT");
-  if (env == nullptr || *env == '\0') return 0.0;
-  const std::string text = env;
+  // From the snapshot (core/environment.hpp): budgets are checked on planning threads too.
+  const std::optional<std::string> env = environment_settings().memory_limit;
+  if (!env || env->empty()) return 0.0;
+  const std::string& text = *env;
   size_t used = 0;
   double value = 0;
   try {

@@ -212,7 +212,17 @@ bool is_reserved(std::string_view key) {
 // ---------------------------------------------------------------------------------------------------
 // Writer
 
+namespace {
+void validate_metadata(const std::map<std::string, std::string>& metadata,
+                       std::string_view context);
+}  // namespace
+
 void validate_trace_data(const TraceData& data, std::string_view context) {
+  validate_trace_data(data, data.metadata, context);
+}
+
+void validate_trace_data(const TraceData& data, const std::map<std::string, std::string>& metadata,
+                         std::string_view context) {
   COBALT_CHECK_ARG(data.num_experts >= 1 && data.num_experts <= kMaxExperts,
                    "{}: __metadata__: num_experts {} (valid range [1, {}])", context,
                    data.num_experts, kMaxExperts);
@@ -274,7 +284,13 @@ void validate_trace_data(const TraceData& data, std::string_view context) {
       check_source_ranks(data.source_rank, 0, data.num_sources, context);
     }
   }
-  for (const auto& [key, value] : data.metadata) {
+  validate_metadata(metadata, context);
+}
+
+namespace {
+void validate_metadata(const std::map<std::string, std::string>& metadata,
+                       std::string_view context) {
+  for (const auto& [key, value] : metadata) {
     COBALT_CHECK_ARG(!is_reserved(key) || key == "format" || key == "version",
                      "{}: __metadata__: key {} is reserved (set the TraceData field instead)",
                      context, printable(key));
@@ -286,12 +302,18 @@ void validate_trace_data(const TraceData& data, std::string_view context) {
                      kVersion);
   }
 }
+}  // namespace
 
 void write_trace(const std::string& path, const TraceData& data) {
-  const std::string context = context_of(path);
-  validate_trace_data(data, context);
+  write_trace(path, data, data.metadata);
+}
 
-  std::map<std::string, std::string> metadata = data.metadata;
+void write_trace(const std::string& path, const TraceData& data,
+                 const std::map<std::string, std::string>& user_metadata) {
+  const std::string context = context_of(path);
+  validate_trace_data(data, user_metadata, context);
+
+  std::map<std::string, std::string> metadata = user_metadata;
   metadata["format"] = kFormat;
   metadata["version"] = kVersion;
   metadata["num_experts"] = std::to_string(data.num_experts);

@@ -37,7 +37,8 @@ struct AssignKey {
 // The environment variable COBALT_CPU_KERNEL=portable makes kAuto choose kPortable (as oneDNN's
 // ONEDNN_MAX_CPU_ISA caps its ISA), e.g. on CPUs that lower their clock for 512-bit work: measure
 // both with `cobalt bench` (rows assign and assign_portable). Unset, empty or "auto": the default.
-// Any other value makes kAuto throw kInvalidArgument naming it.
+// Any other value makes kAuto throw kInvalidArgument naming it. The variable is read when the
+// library loads and by reload_environment() (core/environment.hpp), not at each call.
 enum class CpuKernel {
   kAuto,      // kAvx512 where it applies and the CPU has it, else kPortable
   kPortable,  // the loop compiled for the build's baseline target (x86-64-v2 by default)

@@ -21,7 +21,8 @@ inline constexpr double kMemoryBudgetShare = 0.75;
 // byte count, or a number with a K, M, G or T suffix in powers of 1024, e.g. "512M", "2.5G"; at
 // least 1 KiB), else
 // kMemoryBudgetShare x physical_memory_bytes(); 0 when unknown (no check). Throws
-// cobalt::Error(kInvalidArgument) when COBALT_MEMORY_LIMIT is set but is not such a size.
+// cobalt::Error(kInvalidArgument) when COBALT_MEMORY_LIMIT is set but is not such a size. The
+// variable is read when the library loads and by reload_environment() (core/environment.hpp).
 double memory_budget_bytes();
 
 // "1.5 GiB", "640 MiB", "12 KiB": a byte count for messages.

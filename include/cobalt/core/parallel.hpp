@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <exception>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -38,19 +39,26 @@ void parallel_chunks(int64_t n, int num_chunks, int num_threads, Fn&& fn) {
     return;
   }
   std::vector<std::exception_ptr> errors(num_chunks);
+  auto work = [&](int w) {
+    for (int c = w; c < num_chunks; c += num_threads) {
+      try {
+        fn(c, bounds(c), bounds(c + 1));
+      } catch (...) {
+        errors[c] = std::current_exception();
+      }
+    }
+  };
   std::vector<std::thread> workers;
   workers.reserve(num_threads);
-  for (int w = 0; w < num_threads; ++w) {
-    workers.emplace_back([&, w] {
-      for (int c = w; c < num_chunks; c += num_threads) {
-        try {
-          fn(c, bounds(c), bounds(c + 1));
-        } catch (...) {
-          errors[c] = std::current_exception();
-        }
-      }
-    });
+  int started = 0;
+  try {
+    for (; started < num_threads; ++started) workers.emplace_back(work, started);
+  } catch (const std::system_error&) {
+    // No more threads (a thread or process limit): this thread runs the workers that did not
+    // start (the same chunks, so the same results); the started ones must still be joined, as a
+    // joinable std::thread destroyed would terminate the process.
   }
+  for (int w = started; w < num_threads; ++w) work(w);
   for (auto& t : workers) t.join();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);

@@ -52,12 +52,20 @@ struct TraceData {
 // set format and version only to their fixed values. Throws kInvalidArgument "CONTEXT: tensor NAME:
 // problem".
 void validate_trace_data(const TraceData& data, std::string_view context);
+// The same with `metadata` in place of data.metadata.
+void validate_trace_data(const TraceData& data, const std::map<std::string, std::string>& metadata,
+                         std::string_view context);
 
 // Writes `data` as cobalt-trace v1 (topk_ids as I32). Validates first (same rules as the reader)
 // and throws cobalt::Error(kInvalidArgument) naming the problem; writes via a temporary file +
 // rename so a failed write never leaves a partial file behind. Always writes step_offsets ([0, T]
 // when empty) and, when positive (or derivable as max source_rank + 1), metadata num_sources.
 void write_trace(const std::string& path, const TraceData& data);
+// The same with `metadata` in place of data.metadata, for a caller that holds its own copy of the
+// map (the Python bindings copy it before they release the GIL: Python may replace the field
+// meanwhile).
+void write_trace(const std::string& path, const TraceData& data,
+                 const std::map<std::string, std::string>& metadata);
 
 class TraceReader {
  public:

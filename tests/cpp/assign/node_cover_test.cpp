@@ -10,6 +10,7 @@
 
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/core/assignment.hpp"
+#include "cobalt/core/environment.hpp"
 #include "cobalt/core/error.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "testing/random_inputs.hpp"
@@ -229,13 +230,20 @@ TEST(NodeCover, ResolvesTheKernelTheCpuRuns) {
 }
 
 // COBALT_CPU_KERNEL=portable turns kAuto's kernel off; explicit choices ignore it; a value that
-// names no choice is an error naming it.
+// names no choice is an error naming it. The library reads it when it loads and on
+// reload_environment() only (never on its worker threads), so a change needs a reload.
 TEST(NodeCover, EnvironmentCanKeepAutoOnThePortableLoop) {
   const CpuKernel detected = avx512_kernel_available() ? CpuKernel::kAvx512 : CpuKernel::kPortable;
   struct Unset {  // the other tests in this process see no override, whatever happens here
-    ~Unset() { ::unsetenv("COBALT_CPU_KERNEL"); }
+    ~Unset() {
+      ::unsetenv("COBALT_CPU_KERNEL");
+      reload_environment();
+    }
   } unset_at_exit;
+  const CpuKernel before = resolve_kernel({}, 4, 8);
   ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "portable", 1), 0);
+  EXPECT_EQ(resolve_kernel({}, 4, 8), before) << "read without a reload";
+  reload_environment();
   EXPECT_EQ(resolve_kernel({}, 4, 8), CpuKernel::kPortable);
   EXPECT_EQ(resolve_kernel({}, 16, 8), CpuKernel::kPortable);  // the subset search's set list
   EXPECT_EQ(resolve_kernel({CoverSearch::kAuto, 1, CpuKernel::kPortable}, 4, 8),
@@ -245,8 +253,10 @@ TEST(NodeCover, EnvironmentCanKeepAutoOnThePortableLoop) {
               CpuKernel::kAvx512);
   }
   ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "auto", 1), 0);
+  reload_environment();
   EXPECT_EQ(resolve_kernel({}, 4, 8), detected);
   ASSERT_EQ(::setenv("COBALT_CPU_KERNEL", "avx2", 1), 0);
+  reload_environment();
   try {
     resolve_kernel({}, 4, 8);
     ADD_FAILURE() << "no error for COBALT_CPU_KERNEL=avx2";
@@ -255,6 +265,7 @@ TEST(NodeCover, EnvironmentCanKeepAutoOnThePortableLoop) {
     EXPECT_NE(std::string(e.what()).find("COBALT_CPU_KERNEL=avx2"), std::string::npos);
   }
   ASSERT_EQ(::unsetenv("COBALT_CPU_KERNEL"), 0);
+  reload_environment();
   EXPECT_EQ(resolve_kernel({}, 4, 8), detected);
 }
 

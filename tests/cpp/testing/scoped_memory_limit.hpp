@@ -1,9 +1,11 @@
 // COBALT_MEMORY_LIMIT set for one scope (the earlier value restored), for tests of up-front memory
-// checks (core/memory.hpp).
+// checks (core/memory.hpp); the library's snapshot of the environment is reloaded both times.
 #pragma once
 
 #include <cstdlib>
 #include <string>
+
+#include "cobalt/core/environment.hpp"
 
 namespace cobalt::testing {
 
@@ -19,6 +21,7 @@ class ScopedMemoryLimit {
     } else {
       ::unsetenv("COBALT_MEMORY_LIMIT");
     }
+    reload_environment();
   }
   ~ScopedMemoryLimit() {
     if (had_) {
@@ -26,6 +29,7 @@ class ScopedMemoryLimit {
     } else {
       ::unsetenv("COBALT_MEMORY_LIMIT");
     }
+    reload_environment();
   }
   ScopedMemoryLimit(const ScopedMemoryLimit&) = delete;
   ScopedMemoryLimit& operator=(const ScopedMemoryLimit&) = delete;
