@@ -10,8 +10,8 @@ BUILD ?= build/release
 # python3 that may come first on PATH).
 PYTHON ?= /usr/bin/python3
 
-.PHONY: deps build build-debug build-python demo test test-release test-debug test-python bench \
-	format format-check clean
+.PHONY: deps build build-debug build-python demo test test-release test-debug test-tsan test-python \
+	bench format format-check clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -32,6 +32,13 @@ test-release: build
 
 test-debug: build-debug
 	ctest --preset debug -j $(JOBS)
+
+# The C++ suite under ThreadSanitizer (the parallel chunks, the asynchronous planning thread).
+# Not part of `make test`: about 10 minutes of build and 6 of tests on 2 cores; a report fails it.
+test-tsan: deps
+	cmake --preset tsan >/dev/null
+	cmake --build --preset tsan -j $(JOBS)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --preset tsan -j $(JOBS)
 
 # The release build with the pybind11 extension python/cobalt/_core*.so (not the ASan build: an
 # instrumented extension cannot be imported by an uninstrumented interpreter).

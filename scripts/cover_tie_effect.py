@@ -17,27 +17,11 @@ node's share of the tasks under both rules. Python's random module draws the nod
 so the "first" column matches the dump's statistics, not its exact ranks. Minutes on large dumps.
 """
 import argparse
-import json
 import random
-import struct
 
 import numpy as np
 
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    meta = header.pop("__metadata__", {})
-    dtypes = {"I32": "<i4", "I64": "<i8"}
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        arr = np.frombuffer(data[base + begin:base + end], dtype=dtypes[info["dtype"]])
-        tensors[name] = arr.reshape(info["shape"])
-    return meta, tensors
+from dump_files import file_name, read_safetensors
 
 
 def main() -> int:
@@ -47,7 +31,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     meta, routing = read_safetensors(f"{args.dump_dir}/routing.safetensors")
-    pmeta, dump = read_safetensors(f"{args.dump_dir}/{args.policy}.safetensors")
+    _, dump = read_safetensors(f"{args.dump_dir}/{file_name(args.policy)}")
     ids, src, offsets = routing["topk_ids"], routing["source_rank"], routing["step_offsets"]
     layouts, exec_rank = dump["layout"], dump["exec_rank"]
     num_layers, _, top_k = ids.shape

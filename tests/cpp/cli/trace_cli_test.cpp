@@ -182,8 +182,8 @@ TEST_F(CliTest, PlanWithAModelTooLargeForTheMilp) {
 // JSON and stderr now say why, and the heuristic's plan is the layout. (An address-space limit
 // makes the solver's allocations fail; AddressSanitizer cannot run under one.)
 TEST_F(CliTest, AMilpThatRunsOutOfMemorySaysWhy) {
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizer reserves more address space than the limit allows";
 #else
   const auto r = testing::run_shell(
       "ulimit -v 300000 && '" + std::string(COBALT_CLI_PATH) +

@@ -16,32 +16,15 @@ and requires exact agreement with REPORT.json (floating-point values summed in t
 order, so they agree bit for bit). Exits 1 listing every mismatch.
 """
 import json
-import struct
+import os
 import sys
 
 import numpy as np
 
-DTYPES = {"I32": "<i4", "I64": "<i8"}
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    base = 8 + n
-    meta = header.pop("__metadata__", {})
-    tensors = {}
-    for name, info in header.items():
-        begin, end = info["data_offsets"]
-        arr = np.frombuffer(data[base + begin:base + end], dtype=DTYPES[info["dtype"]])
-        tensors[name] = arr.reshape(info["shape"])
-    return meta, tensors
-
-
-def file_name(policy):
-    ok = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
-    return "".join(c if c in ok else "_" for c in policy) + ".safetensors"
+# The dump reader shared with scripts/cover_tie_effect.py (plain safetensors, no cobalt code).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "scripts"))
+from dump_files import file_name, read_safetensors  # noqa: E402
 
 
 def imbalance(counts, num_bins):

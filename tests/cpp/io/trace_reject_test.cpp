@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <utility>
 
 #include "io/trace_fixtures.hpp"
 
@@ -54,6 +55,13 @@ class TraceReject : public ::testing::Test {
   }
   std::vector<RawTensor> with_offsets(std::vector<int64_t> offsets) {
     return with({"step_offsets", "I64", {static_cast<int64_t>(offsets.size())}, bytes_of(offsets)});
+  }
+  // The small valid trace's JSON header text and data section, for edits of the raw text.
+  static std::pair<std::string, std::string> valid_header_and_data() {
+    const std::string ok = build_file(trace_meta(), small_tensors());
+    uint64_t len = 0;
+    std::memcpy(&len, ok.data(), 8);
+    return {ok.substr(8, len), ok.substr(8 + len)};
   }
   std::vector<RawTensor> with_ranks(std::vector<int32_t> ranks) {
     return with({"source_rank", "I32", {static_cast<int64_t>(ranks.size())}, bytes_of(ranks)});
@@ -306,11 +314,7 @@ TEST_F(TraceReject, BytesThatNoTensorOwns) {
 
 // A key twice in one JSON object would be read as whichever came last.
 TEST_F(TraceReject, DuplicateHeaderKeys) {
-  const std::string ok = build_file(trace_meta(), small_tensors());
-  uint64_t len = 0;
-  std::memcpy(&len, ok.data(), 8);
-  std::string header = ok.substr(8, len);
-  const std::string data = ok.substr(8 + len);
+  auto [header, data] = valid_header_and_data();
   // Repeat the metadata's "format" key (same value: still refused).
   const auto at = header.find("\"format\"");
   ASSERT_NE(at, std::string::npos);
@@ -321,11 +325,8 @@ TEST_F(TraceReject, DuplicateHeaderKeys) {
 // A shape nested 100,000 levels deep crashed the reader (stack overflow printing it for the error
 // message); nesting is refused before the header is built.
 TEST_F(TraceReject, DeeplyNestedHeader) {
-  const std::string ok = build_file(trace_meta(), small_tensors());
-  uint64_t len = 0;
-  std::memcpy(&len, ok.data(), 8);
-  std::string header = ok.substr(8, len);
-  const std::string data = ok.substr(8 + len);
+  auto [header, data] = valid_header_and_data();
+  const std::string shallow_base = header;
   const auto at = header.find("\"shape\":[");
   ASSERT_NE(at, std::string::npos);
   const size_t open = at + std::string("\"shape\":[").size();
@@ -334,18 +335,15 @@ TEST_F(TraceReject, DeeplyNestedHeader) {
   header.insert(open, nested);
   expect_rejected(raw_file(header, data), "header: JSON nested more than 16 levels deep");
   // Within the limit, a nested shape element is named in one line.
-  std::string shallow = ok.substr(8, len);
+  std::string shallow = shallow_base;
   shallow.insert(shallow.find("\"shape\":[") + std::string("\"shape\":[").size(), "[[1]],");
   expect_rejected(raw_file(shallow, data), "is not an integer in [0, 2^63)");
 }
 
 // nlohmann's reader ends at a NUL byte: what follows it was accepted unread.
 TEST_F(TraceReject, NulByteInHeader) {
-  const std::string ok = build_file(trace_meta(), small_tensors());
-  uint64_t len = 0;
-  std::memcpy(&len, ok.data(), 8);
-  std::string header = ok.substr(8, len);
-  const std::string data = ok.substr(8 + len);
+  auto [header, data] = valid_header_and_data();
+  const size_t len = header.size();
   header += std::string(1, '\0') + "garbage";
   expect_rejected(raw_file(header, data), "NUL byte at offset " + std::to_string(len));
 }
@@ -353,11 +351,7 @@ TEST_F(TraceReject, NulByteInHeader) {
 // A header of many entries: refused once parsed (the duplicate check used to make the parse
 // quadratic in the number of entries: minutes at 200,000).
 TEST_F(TraceReject, HeaderWithManyEntries) {
-  const std::string ok = build_file(trace_meta(), small_tensors());
-  uint64_t len = 0;
-  std::memcpy(&len, ok.data(), 8);
-  std::string header = ok.substr(8, len);
-  const std::string data = ok.substr(8 + len);
+  auto [header, data] = valid_header_and_data();
   std::string extra;
   for (int i = 0; i < 50000; ++i) {
     extra += fmt::format("\"x{}\":{{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0,0]}},", i);
