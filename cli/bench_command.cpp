@@ -228,7 +228,7 @@ void register_bench_command(CLI::App& app) {
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for the global planner")
       ->capture_default_str()
-      ->check(non_negative());
+      ->transform(non_negative());
   cmd->add_option("--model", args->model,
                   "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)")
       ->check(non_empty_value());
@@ -243,7 +243,7 @@ void register_bench_command(CLI::App& app) {
   cmd->add_option("--max-seconds", args->max_seconds,
                   "a row stops repeating once its timed runs took this long (at least one run)")
       ->capture_default_str()
-      ->check(number_in(1e-3, 1e6));
+      ->transform(number_in(1e-3, 1e6));
   cmd->add_option("--seed", args->seed, "seed for generation and the assignment's draws")
       ->capture_default_str()
       ->transform(seed_value());

@@ -43,7 +43,9 @@ auto as_usage_error(Fn&& fn) -> decltype(fn()) {
 }
 
 // Option validators with one-line messages naming the valid range (CLI11's NonNegativeNumber and
-// PositiveNumber print "in range 0.000000 to 1.79...e308", the latter even for 0).
+// PositiveNumber print "in range 0.000000 to 1.79...e308", the latter even for 0). The number
+// ones read decimal text only and rewrite an accepted value to its exact hex form, so attach them
+// with ->transform(): the option then stores exactly the double that was checked.
 const CLI::Validator& non_negative();         // a finite number >= 0
 const CLI::Validator& positive();             // a finite number > 0
 const CLI::Validator& non_empty_path();       // a path that is not "" (an empty --json was ignored)

@@ -31,7 +31,7 @@ void add_budget_options(CLI::App* cmd, double& rho, std::optional<int>& replica_
   auto* rho_option =
       cmd->add_option("--rho", rho, "replica budget: S = floor((1+rho) E / G) slots per rank")
           ->capture_default_str()
-          ->check(non_negative());
+          ->transform(non_negative());
   auto* extra = cmd->add_option("--replica-slots", replica_slots,
                                 "replica budget: S = ceil(E/G) + EXTRA slots per rank")
                     ->transform(integer_in(0, kMaxInt));

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <new>
+
 #include "cobalt/core/error.hpp"
 
 namespace cobalt::cli {
@@ -11,8 +13,13 @@ void OutputBatch::write(const std::string& option, const std::function<void()>& 
   try {
     write();
     written_.push_back(option);
-  } catch (const Error&) {
-    if (!first_error_) first_error_ = std::current_exception();
+  } catch (const std::exception& e) {  // cobalt::Error, and a filesystem_error or bad_alloc too
+    if (!first_error_) {
+      first_error_ = std::current_exception();
+    } else {
+      failed_.push_back(fmt::format("{} ({})", option, e.what()));
+      return;
+    }
     failed_.push_back(option);
   }
 }
@@ -22,7 +29,7 @@ void OutputBatch::finish() const {
   std::string outcome;
   if (failed_.size() > 1) {
     outcome +=
-        fmt::format("; also failed: {}", fmt::join(failed_.begin() + 1, failed_.end(), ", "));
+        fmt::format("; also failed: {}", fmt::join(failed_.begin() + 1, failed_.end(), "; "));
   }
   if (!written_.empty()) outcome += fmt::format("; written: {}", fmt::join(written_, ", "));
   try {
@@ -31,6 +38,10 @@ void OutputBatch::finish() const {
     throw IoError(e.what() + outcome, e.os_errno());
   } catch (const Error& e) {
     throw Error(e.code(), e.what() + outcome);
+  } catch (const std::bad_alloc&) {
+    throw;  // main's message for it needs no memory
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kInternal, e.what() + outcome);
   }
 }
 

@@ -11,13 +11,13 @@ namespace cobalt::cli {
 
 class OutputBatch {
  public:
-  // Runs write(), which writes the output `option` names completely or not at all. A
-  // cobalt::Error it throws is kept for finish(); the next outputs are still tried.
+  // Runs write(), which writes the output `option` names completely or not at all. An exception
+  // it throws is kept for finish(); the next outputs are still tried.
   void write(const std::string& option, const std::function<void()>& write);
 
-  // Throws the first kept error (its type and code: an I/O error stays one) with the outputs
-  // that were written and those that also failed appended to its message; returns when every
-  // output was written.
+  // Throws the first kept error (its type and code: an I/O error stays one; another exception
+  // becomes kInternal) with the outputs that also failed (each with its reason) and those that
+  // were written appended to its message; returns when every output was written.
   void finish() const;
 
  private:

@@ -172,17 +172,17 @@ void register_plan_command(CLI::App& app) {
       ->transform(integer_in(0, kMaxInt));
   cmd->add_option("--rho", args->rho, "replica budget rho")
       ->capture_default_str()
-      ->check(non_negative());
+      ->transform(non_negative());
   cmd->add_option("--eps", args->eps, "load tolerance eps")
       ->capture_default_str()
-      ->check(non_negative());
+      ->transform(non_negative());
   cmd->add_option("--backend", args->backend,
                   "heuristic | milp | both (MILP warm-started by the heuristic)")
       ->capture_default_str();
   cmd->add_option("--time-limit", args->time_limit_s,
                   "CBC time limit in seconds, in (0, 1e6] (a hard watchdog adds 50%+5 s)")
       ->capture_default_str()
-      ->check(number_in(0, kMaxTimeLimitSeconds, /*lo_open=*/true));
+      ->transform(number_in(0, kMaxTimeLimitSeconds, /*lo_open=*/true));
   cmd->add_option("--restarts", args->restarts, "heuristic restarts")
       ->capture_default_str()
       ->transform(integer_in(1, 100000));

@@ -386,7 +386,7 @@ void register_simulate_command(CLI::App& app) {
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")
       ->capture_default_str()
-      ->check(non_negative());
+      ->transform(non_negative());
   auto* warmup =
       cmd->add_option("--warmup-steps", args->warmup_steps,
                       "steps replayed but not measured (default 1, or 0 on a one-step trace; "
@@ -395,7 +395,7 @@ void register_simulate_command(CLI::App& app) {
   auto* holdout = cmd->add_option("--holdout", args->holdout,
                                   "plan on the first fraction F of the steps, measure the rest "
                                   "(0 < F < 1; replaces --warmup-steps)")
-                      ->check(number_in(0, 1, /*lo_open=*/true, /*hi_open=*/true));
+                      ->transform(number_in(0, 1, /*lo_open=*/true, /*hi_open=*/true));
   holdout->excludes(warmup);
   cmd->add_option("--steps-per-global-plan", args->steps_per_global_plan,
                   "Cobalt's global re-layout period P")
@@ -405,12 +405,12 @@ void register_simulate_command(CLI::App& app) {
   cmd->add_option("--overlap", args->overlap,
                   "cost model: fraction of min(compute, exchange) hidden by overlap, in [0, 1]")
       ->capture_default_str()
-      ->check(number_in(0.0, 1.0));
+      ->transform(number_in(0.0, 1.0));
   cmd->add_option("--planner-time-scale", args->planner_time_scale,
                   "cost model: factor on measured planner time, in [0, 1000] (0 leaves planning "
                   "out, so modelled times repeat exactly from run to run and machine to machine)")
       ->capture_default_str()
-      ->check(number_in(0, eval::kMaxPlannerTimeScale));
+      ->transform(number_in(0, eval::kMaxPlannerTimeScale));
   cmd->add_option("--seed", args->seed, "seed for generation and randomised choices")
       ->capture_default_str()
       ->transform(seed_value());

@@ -33,7 +33,7 @@ std::string printable_value(const std::string& text) {
 // The value as a double (NaN and infinities included), or nullopt when it is not a decimal number:
 // an optional sign, digits with an optional point and exponent (std::from_chars, so no hex such as
 // 0x10, which std::stod took, and no surrounding blanks, as for integer options). A value beyond
-// the double range is +-infinity (out of range below); one too small for a subnormal is 0.
+// the double range is +-infinity (out of range below); one too small for a subnormal is +-0.
 std::optional<double> as_number(const std::string& text) {
   const char* begin = text.data();
   const char* end = text.data() + text.size();
@@ -44,15 +44,9 @@ std::optional<double> as_number(const std::string& text) {
   const auto [parsed_end, error] = std::from_chars(begin, end, value);
   if (parsed_end != end) return std::nullopt;
   if (error == std::errc::result_out_of_range) {
-    // from_chars leaves the value unset: tell huge from tiny by the exponent's sign.
-    const std::string_view digits(begin, end - begin);
-    const size_t exponent = digits.find_first_of("eE");
-    const bool tiny = exponent != std::string_view::npos && exponent + 1 < digits.size() &&
-                      digits[exponent + 1] == '-';
-    const bool negative = digits.front() == '-';
-    if (tiny) return negative ? -0.0 : 0.0;
-    return negative ? -std::numeric_limits<double>::infinity()
-                    : std::numeric_limits<double>::infinity();
+    // from_chars leaves the value unset; strtod reads the same (already checked) decimal text as
+    // +-HUGE_VAL when huge and +-0 or a subnormal when tiny, whatever its digits and exponent.
+    return std::strtod(std::string(begin, end).c_str(), nullptr);
   }
   if (error != std::errc()) return std::nullopt;
   return value;
@@ -60,12 +54,18 @@ std::optional<double> as_number(const std::string& text) {
 
 // "" when `text` is a finite number that `fits`; else the message naming `range`.
 template <typename Fits>
-std::string check_number(const std::string& text, const std::string& range, Fits fits) {
+std::string check_number(std::string& text, const std::string& range, Fits fits) {
   const std::optional<double> value = as_number(text);
   if (!value.has_value()) {
     return fmt::format("value '{}' is not a number (valid: {})", printable_value(text), range);
   }
-  if (std::isfinite(*value) && fits(*value)) return {};
+  if (std::isfinite(*value) && fits(*value)) {
+    // Hand CLI11 the checked value exactly: it converts with strtold and then rounds to double,
+    // which can land elsewhere (0.99999999999999994... passed (0, 1) and was stored as 1). A hex
+    // float converts exactly; -0 becomes 0.
+    text = *value == 0 ? std::string("0") : fmt::format("{:a}", *value);
+    return {};
+  }
   return fmt::format("value {} out of range {}", printable_value(text), range);
 }
 

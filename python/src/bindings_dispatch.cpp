@@ -98,8 +98,10 @@ void bind_dispatch(py::module_& m) {
           const void* flag_data = ws.layout.token_in_rank.data();
           {
             // The GIL stays held (here and below): the call checks the caller's arrays and then
-            // indexes with their values, so no other thread may change them meanwhile, and the
-            // views returned must describe this call's result. O(T K): milliseconds.
+            // indexes with their values, so no Python thread may change them meanwhile (native
+            // code writing them from another thread, e.g. a torch op on shared memory, still must
+            // not: that is the caller's contract), and the views returned must describe this
+            // call's result. O(T K): milliseconds; copying the inputs would cost as much again.
             std::lock_guard lock(ws.mutex);
             assign::dispatch_layout(span_of(exec_rank), span_of(source_rank), top_k, topology,
                                     ws.layout);

@@ -530,13 +530,13 @@ def test_environment_is_read_at_load_and_on_reload(monkeypatch) -> None:
     topo = cobalt.Topology(2, 4)
     layout = cobalt.ExpertLayout.static_ep(topo, 8, 2)
     batch = cobalt.RoutingBatch(np.array([[0, 5]], np.int32), np.array([0], np.int32), 8, 4)
-    monkeypatch.setenv("COBALT_CPU_KERNEL", "bogus")
     try:
-        cobalt.assign_node_cover(batch, layout)  # the snapshot: no error yet
-        cobalt.reload_environment()
-        with pytest.raises(cobalt.InvalidArgumentError, match="COBALT_CPU_KERNEL=bogus"):
-            cobalt.assign_node_cover(batch, layout)
+        with monkeypatch.context() as env:
+            env.setenv("COBALT_CPU_KERNEL", "bogus")
+            cobalt.assign_node_cover(batch, layout)  # the snapshot: no error yet
+            cobalt.reload_environment()
+            with pytest.raises(cobalt.InvalidArgumentError, match="COBALT_CPU_KERNEL=bogus"):
+                cobalt.assign_node_cover(batch, layout)
     finally:
-        monkeypatch.delenv("COBALT_CPU_KERNEL")
-        cobalt.reload_environment()
+        cobalt.reload_environment()  # the environment as it was before the test
     cobalt.assign_node_cover(batch, layout)

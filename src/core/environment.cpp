@@ -22,8 +22,9 @@ struct Snapshot {
 };
 
 Snapshot& snapshot() {
-  static Snapshot instance;
-  return instance;
+  // Never destroyed: a thread still inside a call at process exit may read it.
+  static Snapshot* const instance = new Snapshot;
+  return *instance;
 }
 
 // Taken when the library is loaded (static initialisation, before main or when a module that

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -14,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "cobalt/core/error.hpp"
@@ -29,24 +29,34 @@ io::TensorToWrite tensor(std::string name, io::Dtype dtype, std::vector<int64_t>
                            std::as_bytes(std::span<const T>(data))};
 }
 
-// This host's name as it appears in temporary directory names: letters, digits and '_' only.
-std::string host_tag() {
-  std::array<char, 256> name{};
-  if (::gethostname(name.data(), name.size() - 1) != 0) return "host";
-  std::string tag(name.data());
-  for (char& c : tag) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+// Where this process's ids mean something: the kernel's boot id (random per boot, so per machine)
+// and the inode of its PID namespace, as "BOOT-NS" (hex and decimal digits). A process id names the
+// same process only for a caller with the same tag: another machine sharing the filesystem, or a
+// container with its own PID namespace (even under the same host name), has another one. Empty
+// when /proc does not say (then nothing is swept).
+std::string process_id_scope() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (!(boot >> boot_id)) return "";
+  std::string hex;
+  for (char c : boot_id) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) hex += c;
   }
-  return tag.empty() ? "host" : tag;
+  struct stat ns {};
+  if (hex.size() < 16 || ::stat("/proc/self/ns/pid", &ns) != 0) return "";
+  return fmt::format("{}-{}", hex.substr(0, 16), static_cast<uint64_t>(ns.st_ino));
 }
 
-// Removes temporary directories `stem`.HOST-PID-... that a process of this host left behind when
-// it was killed (SIGKILL, Ctrl-C: it had no chance to remove its own; they can hold gigabytes).
-// Only directories of this host whose process no longer exists (kill(PID, 0) fails with ESRCH)
-// are removed, so a run in progress keeps its own; a name that does not parse is left alone.
-void remove_stale_temporary_directories(const std::filesystem::path& stem) {
+// Removes temporary directories `stem`.BOOT-NS-PID-... that a process of this machine and PID
+// namespace left behind when it was killed (SIGKILL, Ctrl-C: it had no chance to remove its own;
+// they can hold gigabytes). Only directories whose process no longer exists (kill(PID, 0) fails
+// with ESRCH) are removed, so a run in progress keeps its own; a name that does not parse, or
+// carries another scope, is left alone.
+void remove_stale_temporary_directories(const std::filesystem::path& stem,
+                                        const std::string& scope) {
   namespace fs = std::filesystem;
-  const std::string prefix = stem.filename().string() + "." + host_tag() + "-";
+  if (scope.empty()) return;
+  const std::string prefix = stem.filename().string() + "." + scope + "-";
   std::error_code ec;
   fs::directory_iterator it(stem.has_parent_path() ? stem.parent_path() : fs::path("."), ec);
   if (ec) return;
@@ -64,18 +74,19 @@ void remove_stale_temporary_directories(const std::filesystem::path& stem) {
   }
 }
 
-// Creates a fresh directory named like `stem` plus a unique suffix (this host, the process id, a
-// counter and the clock), mode 0777 minus the umask (so a dump renamed into place gets the
-// permissions a new directory would have), after removing the ones killed runs left behind.
-// Throws kInvalidArgument when it cannot.
+// Creates a fresh directory named like `stem` plus a unique suffix (the process id's scope, the
+// process id, a counter and the clock), mode 0777 minus the umask (so a dump renamed into place
+// gets the permissions a new directory would have), after removing the ones killed runs left
+// behind. Throws kInvalidArgument when it cannot.
 std::string make_temporary_directory(const std::filesystem::path& stem, const std::string& dir) {
   static std::atomic<uint64_t> counter{0};
-  remove_stale_temporary_directories(stem);
-  const std::string host = host_tag();
+  const std::string scope = process_id_scope();
+  remove_stale_temporary_directories(stem, scope);
   for (int attempt = 0; attempt < 100; ++attempt) {
     const auto clock = std::chrono::steady_clock::now().time_since_epoch().count();
-    const std::string candidate = fmt::format("{}.{}-{}-{}-{:x}", stem.string(), host, ::getpid(),
-                                              counter++, static_cast<uint64_t>(clock) & 0xffffff);
+    const std::string candidate =
+        fmt::format("{}.{}-{}-{}-{:x}", stem.string(), scope.empty() ? "x" : scope, ::getpid(),
+                    counter++, static_cast<uint64_t>(clock) & 0xffffff);
     if (::mkdir(candidate.c_str(), 0777) == 0) return candidate;
     COBALT_CHECK_ERRNO(errno == EEXIST, "--dump {}: cannot create the temporary directory {}: {}",
                        dir, candidate, std::strerror(errno));

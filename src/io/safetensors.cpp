@@ -351,6 +351,13 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
          "with spaces)",
          context, static_cast<const char*>(nul) - json_begin, header_len);
   }
+  // nlohmann skips a UTF-8 byte order mark; safetensors readers do not (the header starts with
+  // '{').
+  COBALT_CHECK_ARG(
+      !(header_len >= 3 && static_cast<unsigned char>(json_begin[0]) == 0xEF &&
+        static_cast<unsigned char>(json_begin[1]) == 0xBB &&
+        static_cast<unsigned char>(json_begin[2]) == 0xBF),
+      "{}: header: starts with a UTF-8 byte order mark (valid: the JSON object itself)", context);
   HeaderPrecheck precheck;
   bool prechecked = false;
   try {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -434,14 +435,27 @@ TEST_F(SimulateCli, IntegerOptionsAreDecimal) {
 // subnormal such as 1e-320 "not a number"; --holdout had no check, so '' was ignored.
 TEST_F(SimulateCli, RealOptionsAreDecimal) {
   const std::string base =
-      "simulate --preset uniform --steps 4 --tokens-per-step 64 --cluster 2x2 --policies static ";
+      "simulate --preset uniform --steps 8 --tokens-per-step 64 --cluster 2x2 --policies static ";
   EXPECT_EQ(run(base + "--rho 1e-320").exit_code, 0);
   EXPECT_EQ(run(base + "--rho +0.5 --eps .2").exit_code, 0);
+  // The option stores exactly the value checked: CLI11 alone rounds twice (strtold, then to
+  // double), which turned a holdout just below 1 into 1; -0 is stored as 0.
+  const auto near_one = run(base + "--holdout 0.99999999999999994448884876874217 --json " +
+                            path("h.json") + " --rho -0");
+  EXPECT_EQ(near_one.exit_code, 0) << near_one.err;
+  const auto holdout = json("h.json")["scenario"];
+  EXPECT_LT(holdout["holdout"].get<double>(), 1.0);
+  EXPECT_FALSE(std::signbit(holdout["rho"].get<double>()));
+  // A huge value written with a negative exponent is huge, not 0.
+  const std::string huge = "1" + std::string(400, '0') + "e-5";
   for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
            {"--rho 0x10", "--rho: value '0x10' is not a number (valid: (a finite number >= 0))"},
            {"--rho +-1", "--rho: value '+-1' is not a number"},
            {"--rho ' 1'", "--rho: value ' 1' is not a number"},
            {"--rho 1e999", "--rho: value 1e999 out of range (a finite number >= 0)"},
+           {"--eps " + huge,
+            "--eps: value 1000000000000000000000000000000000000000... out of "
+            "range (a finite number >= 0)"},
            {"--eps inf", "--eps: value inf out of range"},
            {"--holdout ''", "--holdout: value '' is not a number (valid: (0, 1))"},
            {"--holdout 1", "--holdout: value 1 out of range (0, 1)"},

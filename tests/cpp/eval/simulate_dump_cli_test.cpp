@@ -2,6 +2,7 @@
 // an independent recomputation of every metric from them (recompute_metrics.py, numpy), the
 // routing file as a replayable trace, and the all-or-nothing replacement of an earlier dump.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -244,15 +245,18 @@ TEST_F(SimulateCli, AFailedOutputKeepsTheOthers) {
   EXPECT_TRUE(fs::exists(dir_ / "d" / "static.safetensors"));
 }
 
-// This host's name as dump.cpp writes it into temporary directory names.
-std::string host_tag() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "host";
-  std::string tag(name);
-  for (char& c : tag) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+// The process-id scope dump.cpp writes into temporary directory names: the first 16 hex digits of
+// the kernel's boot id, then the PID namespace's inode; empty when /proc does not say.
+std::string process_id_scope() {
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id, hex;
+  if (!(boot >> boot_id)) return "";
+  for (char c : boot_id) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) hex += c;
   }
-  return tag.empty() ? "host" : tag;
+  struct stat ns {};
+  if (hex.size() < 16 || ::stat("/proc/self/ns/pid", &ns) != 0) return "";
+  return hex.substr(0, 16) + "-" + std::to_string(static_cast<uint64_t>(ns.st_ino));
 }
 
 // A killed run leaves its temporary directory behind (as large as the dump); the next dump into
@@ -262,11 +266,14 @@ TEST_F(SimulateCli, ADumpRemovesTheTemporaryDirectoriesOfKilledRuns) {
   ASSERT_GE(child, 0);
   if (child == 0) ::_exit(0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // `child` no longer exists
-  const std::string stem = ".d.cobalt-dump-tmp." + host_tag() + "-";
+  const std::string scope = process_id_scope();
+  if (scope.empty()) GTEST_SKIP() << "no /proc boot id or PID namespace";
+  const std::string stem = ".d.cobalt-dump-tmp." + scope + "-";
   const fs::path stale = dir_ / (stem + std::to_string(child) + "-0-1");
   const fs::path live = dir_ / (stem + std::to_string(::getpid()) + "-0-1");
+  // Another machine or PID namespace: the same process id says nothing there.
   const fs::path other_host =
-      dir_ / (".d.cobalt-dump-tmp.elsewhere-" + std::to_string(child) + "-0-1");
+      dir_ / (".d.cobalt-dump-tmp.0123456789abcdef-1-" + std::to_string(child) + "-0-1");
   for (const fs::path& p : {stale, live, other_host}) {
     fs::create_directories(p);
     std::ofstream(p / "static.safetensors") << "partial";

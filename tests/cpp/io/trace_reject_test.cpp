@@ -340,6 +340,12 @@ TEST_F(TraceReject, DeeplyNestedHeader) {
   expect_rejected(raw_file(shallow, data), "is not an integer in [0, 2^63)");
 }
 
+// nlohmann skips a UTF-8 byte order mark, which no safetensors reader accepts.
+TEST_F(TraceReject, ByteOrderMarkBeforeHeader) {
+  auto [header, data] = valid_header_and_data();
+  expect_rejected(raw_file("\xEF\xBB\xBF" + header, data), "starts with a UTF-8 byte order mark");
+}
+
 // nlohmann's reader ends at a NUL byte: what follows it was accepted unread.
 TEST_F(TraceReject, NulByteInHeader) {
   auto [header, data] = valid_header_and_data();
