@@ -203,7 +203,16 @@ class CobaltPolicy final : public Policy {
                                     {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank,
                                     kSpillTolerance, &balanced_workspace_);
     } else {
-      assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, 0},
+      // Micro-batches of one step (the same step again, as under gradient accumulation) continue
+      // its token numbering, so their draws use distinct (seed, step, layer, token) keys, as the
+      // tokens of one batch would; before, every call started at token 0.
+      if (step != st.last_run_step) {
+        st.last_run_step = step;
+        st.step_tokens = 0;
+      }
+      const int64_t token_offset = st.step_tokens;
+      st.step_tokens += batch.num_tokens();
+      assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, token_offset},
                                 {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
     }
     // Statistics after the step (they feed the next plans). A step without tasks is no
@@ -239,6 +248,10 @@ class CobaltPolicy final : public Policy {
     // (the simulator applies it once per step to the step's final layout; they can differ when a
     // step has both a global plan and a stage-2 move).
     std::vector<RankId> mains;
+    // The step of the last call and the tokens its calls have had so far: micro-batches of one
+    // step number their tokens on from there (Algorithm 1's draw keys).
+    int64_t last_run_step = -1;
+    int64_t step_tokens = 0;
   };
 
   // Installs a new layout for the layer, moving main instances as eval::next_main_ranks does.

@@ -1,11 +1,13 @@
-// The `cobalt` policy's global plan keeps to the (1 + eps) load cap of Eq. (3): a layout in force
-// that the loads have pushed over the cap is replaced by a restart within it, even when it has
-// fewer cross-node transfers (it won on transfers alone before, and stayed for good).
+// The `cobalt` policy (src/policy/cobalt_policy.cpp): its global plan keeps to the (1 + eps) load
+// cap of Eq. (3) (a layout in force that the loads have pushed over the cap is replaced by a
+// restart within it, even when it has fewer cross-node transfers: it won on transfers alone
+// before, and stayed for good), and micro-batches of one step draw with distinct token keys.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "cobalt/assign/node_cover.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/policy/policy.hpp"
 #include "testing/random_inputs.hpp"
@@ -61,6 +63,32 @@ TEST(CobaltPolicy, ALayoutInForceOverTheLoadCapIsReplaced) {
   EXPECT_LT(a_on_node0, 4) << "group A still gathered on node 0";
   EXPECT_LT(last_imbalance, 1.5);
   EXPECT_GE(policy->counters().num_global_plans, 1);
+}
+
+// Two micro-batches of one step (the same step twice, as under gradient accumulation): the second
+// continues the step's token numbering, so its draws are those of tokens T1.. of the step, not a
+// repeat of the first micro-batch's (which every call starting at token 0 gave).
+TEST(CobaltPolicy, MicroBatchesOfAStepContinueItsTokenNumbering) {
+  PolicyConfig config;
+  config.topology = Topology(4, 16);
+  config.num_experts = 32;
+  config.top_k = 4;
+  config.slots_per_rank = 3;
+  config.seed = 11;
+  auto policy = make_policy("cobalt", config);
+  auto batch = testing::random_batch(5, 2000, 4, 32, 16, 1.0);
+  std::vector<RankId> first(batch.topk_ids.size()), second(batch.topk_ids.size());
+  policy->run(0, 0, batch.view(), first);
+  const auto again = policy->run(0, 0, batch.view(), second);
+  std::vector<RankId> expected(batch.topk_ids.size());
+  assign::assign_node_cover(batch.view(), *again, {config.seed, 0, 0, 2000}, {}, expected);
+  EXPECT_EQ(second, expected);
+  EXPECT_NE(second, first);
+  // A new step starts at token 0 again.
+  std::vector<RankId> next(batch.topk_ids.size()), fresh(batch.topk_ids.size());
+  const auto later = policy->run(1, 0, batch.view(), next);
+  assign::assign_node_cover(batch.view(), *later, {config.seed, 1, 0, 0}, {}, fresh);
+  EXPECT_EQ(next, fresh);
 }
 
 }  // namespace
