@@ -185,7 +185,7 @@ void register_plan_command(CLI::App& app) {
       ->transform(number_in(0, kMaxTimeLimitSeconds, /*lo_open=*/true));
   cmd->add_option("--restarts", args->restarts, "heuristic restarts")
       ->capture_default_str()
-      ->transform(integer_in(1, 100000));
+      ->transform(integer_in(1, plan::kMaxPlannerRestarts));
   cmd->add_option("--steps", args->steps, "steps to generate (presets)")
       ->transform(integer_in(1, kMaxInt));
   cmd->add_option("--tokens-per-step", args->tokens_per_step, "tokens per step (presets)")

@@ -25,9 +25,34 @@ namespace cobalt::py_bindings {
 namespace py = pybind11;
 
 // Input array of floating T, C-contiguous; converts (copies) only when the source is not already
-// that.
+// that. Only real numbers convert: a bool, complex, string or object array is a ValueError (a
+// plain forcecast read '1' as 1.0 and dropped imaginary parts); see the type_caster below.
 template <typename T>
-using FloatArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+class FloatArray : public py::array_t<T, py::array::c_style | py::array::forcecast> {
+  using Base = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+ public:
+  using Base::Base;
+  FloatArray() : Base() {}
+  explicit FloatArray(Base&& base) : Base(std::move(base)) {}
+
+  static FloatArray from(py::handle src) {
+    const bool given_array = py::isinstance<py::array>(src);
+    py::array array = given_array ? py::reinterpret_borrow<py::array>(src)
+                                  : py::array(py::module_::import("numpy").attr("asarray")(src));
+    if (array.size() > 0) {
+      const char kind = array.dtype().kind();
+      COBALT_CHECK_ARG(kind == 'f' || kind == 'i' || kind == 'u',
+                       "expected a real-valued numeric array, got dtype {}",
+                       std::string(py::str(array.dtype())));
+    }
+    FloatArray converted(Base::ensure(array));
+    COBALT_CHECK_ARG(converted.ptr() != nullptr,
+                     "expected a real-valued numeric array, got dtype {}",
+                     std::string(py::str(array.dtype())));
+    return converted;
+  }
+};
 
 // Input array of integral T, C-contiguous, zero-copy when the source already is that. Unlike a
 // plain forcecast it never changes a value: non-integer dtypes (float, bool, object) and values
@@ -408,6 +433,26 @@ struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
     return true;
   }
   static handle cast(const cobalt::py_bindings::IntArray<T>& src, return_value_policy, handle) {
+    return src.inc_ref();
+  }
+};
+
+// Loads FloatArray<T> arguments through FloatArray<T>::from, declining what IntArray declines.
+template <typename T>
+struct pyobject_caster<cobalt::py_bindings::FloatArray<T>> {
+  PYBIND11_TYPE_CASTER(cobalt::py_bindings::FloatArray<T>, const_name("numpy.ndarray"));
+
+  bool load(handle src, bool /*convert*/) {
+    static const handle numpy_scalar =
+        object(module_::import("numpy").attr("generic")).release();  // kept for the process
+    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr()) ||
+        isinstance(src, numpy_scalar)) {
+      return false;
+    }
+    value = cobalt::py_bindings::FloatArray<T>::from(src);
+    return true;
+  }
+  static handle cast(const cobalt::py_bindings::FloatArray<T>& src, return_value_policy, handle) {
     return src.inc_ref();
   }
 };

@@ -540,3 +540,36 @@ def test_environment_is_read_at_load_and_on_reload(monkeypatch) -> None:
     finally:
         cobalt.reload_environment()  # the environment as it was before the test
     cobalt.assign_node_cover(batch, layout)
+
+
+def test_float_arguments_take_real_numbers_only() -> None:
+    # A plain forcecast read the string '1' as 1.0 and dropped imaginary parts.
+    topo = cobalt.Topology(2, 8)
+    e = 16
+    for bad in (np.array(["1"] * e), np.ones(e, np.complex128), np.ones(e, bool),
+                np.array([object()] * e)):
+        with pytest.raises(cobalt.InvalidArgumentError, match="real-valued numeric array"):
+            cobalt.GlobalPlanInput(topo, e, 3, bad, np.zeros((e, e)))
+    # Integers and lists of numbers still convert.
+    cobalt.GlobalPlanInput(topo, e, 3, np.arange(e), [[0.0] * e] * e)
+
+
+def test_paths_with_a_nul_byte_are_refused(tmp_path) -> None:
+    # The kernel would read the path only up to the NUL: another file than the one named.
+    data = cobalt.TraceData(8, np.array([[[0, 1], [2, 3]]], np.int32))
+    with pytest.raises(cobalt.InvalidArgumentError, match="NUL byte"):
+        cobalt.write_trace(str(tmp_path / "a\x00b"), data)
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(cobalt.InvalidArgumentError, match="NUL byte"):
+        cobalt.TraceReader(str(tmp_path / "a\x00b"))
+
+
+def test_planner_restarts_are_bounded() -> None:
+    # 10^7 restarts ran for ever, 2^31 - 1 ran out of memory.
+    topo = cobalt.Topology(2, 8)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"out of range \[1, 4096\]"):
+        cobalt.make_policy("cobalt", cobalt.PolicyConfig(topo, 16, 2, slots_per_rank=3,
+                                                         planner_restarts=10**7))
+    gi = cobalt.GlobalPlanInput(topo, 16, 3, np.ones(16), np.zeros((16, 16)))
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"out of range \[1, 4096\]"):
+        cobalt.plan_global_heuristic(gi, num_restarts=2**31 - 1)

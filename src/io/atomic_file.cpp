@@ -55,6 +55,9 @@ int create_temporary(const std::string& target, mode_t mode, std::string& tmp_pa
 
 OutputTarget resolve_output_target(const std::string& path, std::string_view context) {
   COBALT_CHECK_ARG(!path.empty(), "{}: empty output path", context);
+  // The kernel would read the path only up to it: another file than the one named.
+  COBALT_CHECK_ARG(path.find('\0') == std::string::npos,
+                   "{}: output path contains a NUL byte (at {})", context, path.find('\0'));
   namespace fs = std::filesystem;
   std::error_code error;
   // The kernel follows links (also /proc's, such as /dev/stdout -> /proc/self/fd/1 -> pipe).

@@ -271,6 +271,8 @@ std::string printable(std::string_view text, size_t max_chars) {
 // MappedFile
 
 MappedFile::MappedFile(const std::string& path, std::string_view context) {
+  COBALT_CHECK_ARG(path.find('\0') == std::string::npos, "{}: path contains a NUL byte (at {})",
+                   context, path.find('\0'));
   // O_NONBLOCK so that opening a FIFO does not hang; it is then rejected as not a regular file.
   FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   COBALT_CHECK_ERRNO(fd.get() >= 0, "{}: cannot open: {}", context, errno_text(errno));

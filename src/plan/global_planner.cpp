@@ -147,8 +147,12 @@ void initial_placement(PlanState& s, const GlobalPlanInput& in, int restart, uin
 HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
                                       const HeuristicOptions& options) {
   input.validate();
-  COBALT_CHECK_ARG(options.num_restarts >= 1, "global plan: restarts {} must be >= 1",
-                   options.num_restarts);
+  COBALT_CHECK_ARG(options.num_restarts >= 1 && options.num_restarts <= kMaxPlannerRestarts,
+                   "global plan: restarts {} out of range [1, {}]", options.num_restarts,
+                   kMaxPlannerRestarts);
+  COBALT_CHECK_ARG(options.max_local_search_passes >= 0,
+                   "global plan: local search passes {} must be >= 0",
+                   options.max_local_search_passes);
   if (options.initial != nullptr) {
     require_plan_shape(input, *options.initial, "global plan: initial plan");
   }

@@ -7,6 +7,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/memory.hpp"
+#include "cobalt/plan/global_planner.hpp"
 #include "policy_registry.hpp"
 
 namespace cobalt::policy {
@@ -30,8 +31,9 @@ void PolicyConfig::validate() const {
                    steps_per_global_plan);
   COBALT_CHECK_ARG(ema_decay >= 0 && ema_decay < 1, "policy: EMA decay {} out of range [0, 1)",
                    ema_decay);
-  COBALT_CHECK_ARG(planner_restarts >= 1, "policy: planner restarts {} must be >= 1",
-                   planner_restarts);
+  COBALT_CHECK_ARG(planner_restarts >= 1 && planner_restarts <= plan::kMaxPlannerRestarts,
+                   "policy: planner restarts {} out of range [1, {}]", planner_restarts,
+                   plan::kMaxPlannerRestarts);
   COBALT_CHECK_ARG(std::isfinite(token_bytes) && token_bytes > 0,
                    "policy: token bytes {} must be finite and > 0", token_bytes);
   COBALT_CHECK_ARG(std::isfinite(expert_param_bytes) && expert_param_bytes > 0,

@@ -21,8 +21,12 @@
 
 namespace cobalt::plan {
 
+// The most restarts one plan takes: each is a full partition, fill and local search (tens of
+// milliseconds at E = 256), so more than this is a mistake, not a search budget.
+inline constexpr int kMaxPlannerRestarts = 4096;
+
 struct HeuristicOptions {
-  int num_restarts = 4;
+  int num_restarts = 4;  // [1, kMaxPlannerRestarts]
   uint64_t seed = 0;
   bool use_metis = true;  // restart 0 starts from a METIS partition
   int max_local_search_passes = 50;
