@@ -411,6 +411,17 @@ struct type_caster<cobalt::py_bindings::PyInt> {
   }
 };
 
+// None and plain Python numbers are not arrays: the array casters below decline them, so that
+// pybind11 tries the next overload (TraceData(E, top_k, counts) after TraceData(E, topk_ids, ...))
+// or reports the call's signatures. A numpy scalar (np.int64(2)) is a number too:
+// TraceData(8, np.int64(2), counts) took the token-trace overload with it as a 0-d array of ids.
+inline bool declined_as_array(handle src) {
+  static const handle numpy_scalar =
+      object(module_::import("numpy").attr("generic")).release();  // kept for the process
+  return src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr()) ||
+         isinstance(src, numpy_scalar);
+}
+
 // Loads IntArray<T> arguments through IntArray<T>::from (errors are ValueErrors, not "incompatible
 // function arguments"). pybind11 casts every py::object subclass through pyobject_caster.
 template <typename T>
@@ -418,17 +429,7 @@ struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
   PYBIND11_TYPE_CASTER(cobalt::py_bindings::IntArray<T>, const_name("numpy.ndarray"));
 
   bool load(handle src, bool /*convert*/) {
-    // None and plain Python numbers are not arrays: declined, so that pybind11 tries the next
-    // overload (TraceData(E, top_k, counts) after TraceData(E, topk_ids, ...)) or reports the
-    // call's signatures.
-    // A numpy scalar (np.int64(2)) is a number too: TraceData(8, np.int64(2), counts) took the
-    // token-trace overload with it as a 0-d array of ids.
-    static const handle numpy_scalar =
-        object(module_::import("numpy").attr("generic")).release();  // kept for the process
-    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr()) ||
-        isinstance(src, numpy_scalar)) {
-      return false;
-    }
+    if (declined_as_array(src)) return false;
     value = cobalt::py_bindings::IntArray<T>::from(src);
     return true;
   }
@@ -437,18 +438,13 @@ struct pyobject_caster<cobalt::py_bindings::IntArray<T>> {
   }
 };
 
-// Loads FloatArray<T> arguments through FloatArray<T>::from, declining what IntArray declines.
+// Loads FloatArray<T> arguments through FloatArray<T>::from (declining as IntArray's caster).
 template <typename T>
 struct pyobject_caster<cobalt::py_bindings::FloatArray<T>> {
   PYBIND11_TYPE_CASTER(cobalt::py_bindings::FloatArray<T>, const_name("numpy.ndarray"));
 
   bool load(handle src, bool /*convert*/) {
-    static const handle numpy_scalar =
-        object(module_::import("numpy").attr("generic")).release();  // kept for the process
-    if (src.is_none() || PyLong_Check(src.ptr()) || PyFloat_Check(src.ptr()) ||
-        isinstance(src, numpy_scalar)) {
-      return false;
-    }
+    if (declined_as_array(src)) return false;
     value = cobalt::py_bindings::FloatArray<T>::from(src);
     return true;
   }
