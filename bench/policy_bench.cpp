@@ -72,8 +72,8 @@ void run_balanced_cover(benchmark::State& state, const Topology& topo, int num_e
   const double spill_tolerance = state.range(1) ? 0.05 : -1.0;
   assign::BalancedCoverWorkspace workspace;
   for (auto _ : state) {
-    assign::assign_balanced_cover(batch, layout, {assign::CoverSearch::kAuto, num_threads}, exec,
-                                  spill_tolerance, keep_workspace ? &workspace : nullptr);
+    assign::assign_balanced_cover(batch, layout, {}, {assign::CoverSearch::kAuto, num_threads},
+                                  exec, spill_tolerance, keep_workspace ? &workspace : nullptr);
     benchmark::DoNotOptimize(exec.data());
   }
   state.SetItemsProcessed(state.iterations() * num_tokens);

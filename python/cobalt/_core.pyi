@@ -305,11 +305,13 @@ class BalancedCoverWorkspace:
 def assign_balanced_cover(batch: RoutingBatch, layout: ExpertLayout, spill_tolerance: float = -1.0,
                           search: CoverSearch = CoverSearch.AUTO, num_threads: int = 1,
                           out: Optional[np.ndarray] = None,
-                          workspace: Optional[BalancedCoverWorkspace] = None) -> I32:
+                          workspace: Optional[BalancedCoverWorkspace] = None, seed: int = 0,
+                          step: int = 0, layer: int = 0, token_offset: int = 0) -> I32:
     """cobalt+'s balanced assignment: exec_rank [T, K] int32 (Algorithm 1's cross-node transfers;
     spill_tolerance >= 0 then trades copies for balance, cobalt+ uses 0.05), written into `out`
     when given (as assign_node_cover's); `workspace` keeps the scratch memory across calls (same
-    ranks)."""
+    ranks); seed, step, layer and token_offset key the draw between tied minimum covers, as in
+    assign_node_cover."""
 def min_remote_cover_size(experts: ArrayLike, src_node: int, layout: ExpertLayout) -> int: ...
 class DispatchLayoutWorkspace:
     """Buffers for dispatch_layout(..., workspace=), sized once for batches of up to max_tokens

@@ -120,8 +120,12 @@ void bind_assign(py::module_& m) {
       "assign_balanced_cover",
       [](const PyRoutingBatch& b, const ExpertLayout& layout, double spill_tolerance,
          assign::CoverSearch search, PyInt num_threads_in, std::optional<py::object> out,
-         PyBalancedCoverWorkspace* kept) {
+         PyBalancedCoverWorkspace* kept, PyInt seed_in, PyInt step_in, PyInt layer_in,
+         PyInt token_offset_in) {
         const int num_threads = int_arg(num_threads_in, "num_threads");
+        const assign::AssignKey key{uint64_arg(seed_in, "seed"), int64_arg(step_in, "step"),
+                                    int_arg(layer_in, "layer"),
+                                    int64_arg(token_offset_in, "token_offset")};
         COBALT_CHECK_ARG(std::isfinite(spill_tolerance),
                          "assign_balanced_cover: spill_tolerance {} must be finite (< 0: no spill)",
                          spill_tolerance);
@@ -132,16 +136,18 @@ void bind_assign(py::module_& m) {
           py::gil_scoped_release release;
           std::unique_lock<std::mutex> lock;
           if (kept != nullptr) lock = std::unique_lock(kept->mutex);
-          assign::assign_balanced_cover(b.batch, layout, {search, num_threads}, dst,
+          assign::assign_balanced_cover(b.batch, layout, key, {search, num_threads}, dst,
                                         spill_tolerance, kept ? &kept->scratch : nullptr);
         }
         return exec;
       },
       py::arg("batch"), py::arg("layout"), py::arg("spill_tolerance") = -1.0,
       py::arg("search") = assign::CoverSearch::kAuto, py::arg("num_threads") = 1,
-      py::arg("out") = py::none(), py::arg("workspace") = py::none(),
+      py::arg("out") = py::none(), py::arg("workspace") = py::none(), py::arg("seed") = 0,
+      py::arg("step") = 0, py::arg("layer") = 0, py::arg("token_offset") = 0,
       "cobalt+'s assignment: Algorithm 1's covers with ranks chosen to balance load, [T, K] int32 "
-      "(the same cross-node transfers as assign_node_cover). spill_tolerance >= 0 (cobalt+ uses "
+      "(the same cross-node transfers as assign_node_cover; seed, step, layer and token_offset "
+      "key the draw between tied minimum covers, as there). spill_tolerance >= 0 (cobalt+ uses "
       "0.05) then moves tasks along chains of holders, adding cross-node copies where needed, "
       "until the busiest rank is within the largest whole load <= (1 + tolerance) x mean "
       "(balance_cap) or at the layout's floor. `out`: written into when given; `workspace`: a "

@@ -333,6 +333,27 @@ def test_balanced_assignment_and_floor_swaps() -> None:
         cobalt.swap_toward_floor(layout, counts, np.zeros((2, experts)), max_group_swaps=-1)
 
 
+def test_tied_covers_are_drawn_from_the_key() -> None:
+    """Expert 0 lives on nodes 1, 2 and 3 alone; tokens from node 0 reach one of them, drawn from
+    (seed, step, layer, token): both assignments draw the same covers, spread over the three."""
+    topo = cobalt.Topology(4, 8)
+    slots = np.full((8, 1), 1, dtype=np.int32)
+    slots[[2, 4, 6], 0] = 0
+    layout = cobalt.ExpertLayout(topo, 2, slots)
+    ids = np.zeros((3000, 1), dtype=np.int32)
+    batch = cobalt.RoutingBatch(ids, np.zeros(3000, dtype=np.int32), 2, 8)
+    for key in ({}, {"seed": 3, "step": 2, "layer": 1, "token_offset": 7}):
+        plain = cobalt.assign_node_cover(batch, layout, **key)
+        balanced = cobalt.assign_balanced_cover(batch, layout, **key)
+        assert np.array_equal(plain // 2, balanced // 2)  # the same node for every token
+        per_node = np.bincount(plain.ravel() // 2, minlength=4)
+        assert per_node[0] == 0 and all(abs(n - 1000) < 100 for n in per_node[1:])
+    other = cobalt.assign_balanced_cover(batch, layout, seed=4)
+    assert not np.array_equal(other, cobalt.assign_balanced_cover(batch, layout))
+    with pytest.raises(ValueError, match="seed"):
+        cobalt.assign_balanced_cover(batch, layout, seed=-1)
+
+
 def test_assignment_metrics_and_policies_agree() -> None:
     topo = cobalt.Topology(2, 8)
     batch = _batch()

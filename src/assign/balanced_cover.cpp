@@ -217,8 +217,9 @@ size_t BalancedCoverWorkspace::capacity_bytes() const {
 }
 
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
-                           const AssignOptions& options, std::span<RankId> exec_rank,
-                           double spill_tolerance, BalancedCoverWorkspace* workspace) {
+                           const AssignKey& key, const AssignOptions& options,
+                           std::span<RankId> exec_rank, double spill_tolerance,
+                           BalancedCoverWorkspace* workspace) {
   check_threads(options.num_threads, "assignment");
   COBALT_CHECK_ARG(static_cast<int64_t>(exec_rank.size()) == batch.num_tasks(),
                    "assignment: output holds {} ranks, batch has {} tasks", exec_rank.size(),
@@ -234,7 +235,7 @@ void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout
   scratch.per_token_.resize(batch.num_tokens());
   scratch.per_task_.resize(batch.num_tasks());
   const std::span<uint64_t> covers(scratch.per_token_.data(), batch.num_tokens());
-  remote_node_covers(batch, layout, options, covers);
+  remote_node_covers(batch, layout, key, options, covers);
 
   // Classes keyed by (expert, allowed node mask). Their ids do not matter for the result: the
   // water-filling order is a total order on (flexibility, count, expert, mask), and each class's

@@ -23,20 +23,59 @@ namespace {
 constexpr int kMaxTopK =
     kMaxNodeCoverTopK;  // the subset DP indexes uncovered experts with 16-bit sets
 
-// All N-bit masks ordered by (popcount, value): the first feasible one is the paper's answer
-// (minimum popcount, and among those the first in enumeration order).
-std::vector<uint64_t> masks_by_popcount(int num_nodes) {
-  std::vector<uint64_t> masks(size_t{1} << num_nodes);
-  for (size_t m = 0; m < masks.size(); ++m) masks[m] = m;
-  std::stable_sort(masks.begin(), masks.end(),
+// Per source node, its remote masks of >= 2 nodes in (popcount, value) order: the mask search's
+// list above 8 nodes (the ordered mask table serves N <= 8; single-node covers are found directly).
+std::vector<std::vector<uint64_t>> multi_node_masks(int num_nodes) {
+  std::vector<uint64_t> ordered(size_t{1} << num_nodes);
+  for (size_t m = 0; m < ordered.size(); ++m) ordered[m] = m;
+  std::stable_sort(ordered.begin(), ordered.end(),
                    [](uint64_t a, uint64_t b) { return std::popcount(a) < std::popcount(b); });
-  return masks;
+  std::vector<std::vector<uint64_t>> by_source(num_nodes);
+  for (NodeId n = 0; n < num_nodes; ++n) {
+    for (uint64_t b : ordered) {
+      if (std::popcount(b) >= 2 && !(b & (uint64_t{1} << n))) by_source[n].push_back(b);
+    }
+  }
+  return by_source;
 }
 
 // Picks the i-th set bit of `mask` (0-based).
 inline int nth_set_bit(uint64_t mask, uint32_t i) {
   for (; i > 0; --i) mask &= mask - 1;
   return std::countr_zero(mask);
+}
+
+// A single remote node holding every uncovered expert (`common`, nonzero), drawn uniformly among
+// them: the mask search's first popcount class, and the subset search's answer too.
+inline uint64_t drawn_single_node(uint64_t common, uint64_t token_h) {
+  const uint32_t count = static_cast<uint32_t>(std::popcount(common));
+  if (count == 1) return common;
+  return uint64_t{1} << nth_set_bit(common, uniform_below(cover_hash_from_token(token_h), count));
+}
+
+// The mask search above 8 nodes: among `masks` (multi_node_masks' list for the source node), the
+// feasible ones (meeting every uncovered expert's node mask) of the fewest nodes, one drawn
+// uniformly in list order. 0 when none is feasible (never: every expert has a replica).
+uint64_t drawn_multi_node_mask(const std::vector<uint64_t>& masks, const uint64_t* uncovered_masks,
+                               int num_uncovered, uint64_t token_h) {
+  const auto feasible = [&](uint64_t b) {
+    for (int i = 0; i < num_uncovered; ++i) {
+      if ((b & uncovered_masks[i]) == 0) return false;
+    }
+    return true;
+  };
+  size_t first = 0;
+  while (first < masks.size() && !feasible(masks[first])) ++first;
+  if (first == masks.size()) return 0;
+  const int size = std::popcount(masks[first]);
+  uint32_t count = 1;
+  for (size_t i = first + 1; i < masks.size() && std::popcount(masks[i]) == size; ++i)
+    count += feasible(masks[i]) ? 1 : 0;
+  if (count == 1) return masks[first];
+  uint32_t r = uniform_below(cover_hash_from_token(token_h), count);
+  for (size_t i = first;; ++i) {
+    if (feasible(masks[i]) && r-- == 0) return masks[i];
+  }
 }
 
 using TokenScratch = detail::SetCoverScratch;
@@ -97,9 +136,9 @@ namespace {
 
 using detail::AssignInputs;
 
-// Algorithm 1 for tokens [begin, end) on N <= 8 nodes, without data-dependent branches: the cover
-// is the lowest feasible position of the ordered mask table, and a task's node is a table lookup
-// (the i-th set bit of its option byte). Draws the same numbers as the reference.
+// Algorithm 1 for tokens [begin, end) on N <= 8 nodes, with few data-dependent branches: the
+// cover is drawn among the minimum feasible positions of the ordered mask table, and a task's node
+// is a table lookup (the i-th set bit of its option byte). Draws the same numbers as the reference.
 template <int kWords>
 void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTable& table,
                              const detail::SelectTable& select, int64_t begin, int64_t end) {
@@ -110,10 +149,10 @@ void assign_range_with_table(const AssignInputs& in, const detail::OrderedMaskTa
     RankId* out = in.exec_rank + t * top_k;
     const int src_node = in.node_of_rank[in.src[t]];
     for (int k = 0; k < top_k; ++k) masks[k] = in.node_mask[row[k]];
-    const uint64_t cover = table.first_cover<kWords>(masks.data(), top_k, src_node);
-    const uint64_t src_bit = uint64_t{1} << src_node;
     const uint64_t token_h =
         token_hash(in.prefix, static_cast<uint64_t>(in.token_offset) + static_cast<uint64_t>(t));
+    const uint64_t cover = table.drawn_cover<kWords>(masks.data(), top_k, src_node, token_h);
+    const uint64_t src_bit = uint64_t{1} << src_node;
     for (int k = 0; k < top_k; ++k) {
       // Its source node when local, else uniform within cover & mask; uniform_below(h, 1) == 0,
       // so single choices need no branch.
@@ -185,21 +224,11 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const int per_node = layout.topology().ranks_per_node();
   const bool use_masks = options.search == CoverSearch::kMaskEnumeration ||
                          (options.search == CoverSearch::kAuto && num_nodes <= 8);
-  // Per source node: the masks of >= 2 remote nodes in (popcount, value) order (N > 8; the ordered
-  // mask table serves N <= 8). Single-node covers are found directly (the lowest node holding every
-  // uncovered expert is the first such mask).
   check_mask_search(use_masks, num_nodes);
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
   const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
-  std::vector<std::vector<uint64_t>> multi_masks(use_masks && !use_table ? num_nodes : 0);
-  if (use_masks && !use_table) {
-    const auto ordered = masks_by_popcount(num_nodes);
-    for (NodeId n = 0; n < num_nodes; ++n) {
-      for (uint64_t b : ordered) {
-        if (std::popcount(b) >= 2 && !(b & (uint64_t{1} << n))) multi_masks[n].push_back(b);
-      }
-    }
-  }
+  const auto multi_masks =
+      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<std::vector<uint64_t>>{};
   const int top_k = batch.top_k();
   const ExpertId* ids = batch.topk_ids().data();
   const RankId* src = batch.source_rank().data();
@@ -262,17 +291,10 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       if (num_uncovered == 0) {
         cover = 0;
       } else if (common != 0) {
-        cover = common & (~common + 1);  // lowest node holding every uncovered expert
+        cover = drawn_single_node(common, token_h);
       } else if (use_masks) {
-        for (uint64_t b : multi_masks[src_node]) {
-          bool feasible = true;
-          for (int i = 0; i < num_uncovered && feasible; ++i)
-            feasible = (b & uncovered_masks[i]) != 0;
-          if (feasible) {
-            cover = b;
-            break;
-          }
-        }
+        cover = drawn_multi_node_mask(multi_masks[src_node], uncovered_masks.data(), num_uncovered,
+                                      token_h);
       } else {
         cover = choose_cover(uncovered_masks.data(), num_uncovered, use_avx512, scratch);
       }
@@ -294,7 +316,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   parallel_chunks(batch.num_tokens(), num_chunks, num_threads, run);
 }
 
-void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
+void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                         const AssignOptions& options, std::span<uint64_t> covers) {
   COBALT_CHECK_ARG(
       layout.num_experts() == batch.num_experts() && layout.num_ranks() == batch.num_ranks(),
@@ -315,8 +337,13 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
   const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   std::optional<detail::OrderedMaskTable> table;
   if (use_table) table.emplace(num_nodes);
-  const auto ordered =
-      use_masks && !use_table ? masks_by_popcount(num_nodes) : std::vector<uint64_t>{};
+  const auto multi_masks =
+      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<std::vector<uint64_t>>{};
+  const uint64_t prefix =
+      counter_prefix(key.seed, static_cast<uint64_t>(key.step), static_cast<uint64_t>(key.layer));
+  const auto token_hash_of = [&](int64_t t) {
+    return token_hash(prefix, static_cast<uint64_t>(key.token_offset) + static_cast<uint64_t>(t));
+  };
   const int top_k = batch.top_k();
   const int num_threads = resolve_threads(options.num_threads);
   const int num_chunks =
@@ -334,7 +361,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
       for (int64_t t = begin; t < end; ++t) {
         const ExpertId* row = ids + t * top_k;
         for (int k = 0; k < top_k; ++k) masks[k] = node_mask[row[k]];
-        out[t] = table->first_cover<kWords>(masks.data(), top_k, node_of_rank[src[t]]);
+        out[t] =
+            table->drawn_cover<kWords>(masks.data(), top_k, node_of_rank[src[t]], token_hash_of(t));
       }
     };
     parallel_chunks(batch.num_tokens(), num_chunks, num_threads,
@@ -354,7 +382,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
     TokenScratch scratch;
     std::array<uint64_t, kMaxTopK> masks;
     for (int64_t t = begin; t < end; ++t) {
-      const uint64_t src_bit = uint64_t{1} << (batch.source_of(t) / per_node);
+      const NodeId src_node = batch.source_of(t) / per_node;
+      const uint64_t src_bit = uint64_t{1} << src_node;
       int num_uncovered = 0;
       uint64_t common = ~uint64_t{0};
       for (ExpertId e : batch.experts_of(t)) {
@@ -368,17 +397,10 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
       if (num_uncovered == 0) {
         cover = 0;
       } else if (common != 0) {
-        cover = common & (~common + 1);
+        cover = drawn_single_node(common, token_hash_of(t));
       } else if (use_masks) {
-        for (uint64_t b : ordered) {
-          if (std::popcount(b) < 2 || (b & src_bit)) continue;
-          bool feasible = true;
-          for (int i = 0; i < num_uncovered && feasible; ++i) feasible = (b & masks[i]) != 0;
-          if (feasible) {
-            cover = b;
-            break;
-          }
-        }
+        cover = drawn_multi_node_mask(multi_masks[src_node], masks.data(), num_uncovered,
+                                      token_hash_of(t));
       } else {
         cover = choose_cover(masks.data(), num_uncovered, use_avx512, scratch);
       }
@@ -400,8 +422,9 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
     const NodeId src_node = layout.topology().node_of(batch.source_of(t));
     auto row = batch.experts_of(t);
     const uint64_t token = static_cast<uint64_t>(key.token_offset) + static_cast<uint64_t>(t);
-    // Step 1: the feasible remote-node mask with the fewest nodes, first in enumeration order.
-    uint64_t best = 0;
+    // Step 1: the feasible remote-node masks with the fewest nodes, in enumeration order; one
+    // drawn uniformly when several tie.
+    std::vector<uint64_t> minimum;
     int best_count = num_nodes + 1;
     for (uint64_t b = 0; b < (uint64_t{1} << num_nodes); ++b) {
       if (b & (uint64_t{1} << src_node)) continue;
@@ -410,11 +433,13 @@ void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& 
         const uint64_t m = layout.node_mask(e);
         if (!(m & (uint64_t{1} << src_node)) && !(m & b)) feasible = false;
       }
-      if (feasible && std::popcount(b) < best_count) {
-        best = b;
-        best_count = std::popcount(b);
-      }
+      if (!feasible || std::popcount(b) > best_count) continue;
+      if (std::popcount(b) < best_count) minimum.clear();
+      best_count = std::popcount(b);
+      minimum.push_back(b);
     }
+    const uint64_t best = minimum[uniform_below(cover_hash_from_token(token_hash(prefix, token)),
+                                                static_cast<uint32_t>(minimum.size()))];
     // Step 2: node (uniform within the mask), then rank (uniform within the node).
     for (int k = 0; k < batch.top_k(); ++k) {
       const ExpertId e = row[k];

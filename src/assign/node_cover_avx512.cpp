@@ -121,17 +121,17 @@ COBALT_AVX512 void assign_range(const AssignInputs& in, const OrderedMaskTable& 
       const ExpertId* row = ids_base + t * top_k;
       const int src_node = node_of_rank[src[t]];
       // Step 1 on scalar registers (the cover's inputs are a short chain of loads there),
-      // exactly OrderedMaskTable::first_cover; the vector step gathers the same masks.
+      // exactly OrderedMaskTable::drawn_cover; the vector step gathers the same masks.
       for (int k = 0; k < top_k; ++k) masks[k] = node_mask[row[k]];
-      const uint64_t cover = table.first_cover<kWords>(masks.data(), top_k, src_node);
+      const uint64_t token_h =
+          token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
+      const uint64_t cover = table.drawn_cover<kWords>(masks.data(), top_k, src_node, token_h);
 
       const __m256i ids = _mm256_maskz_loadu_epi32(lanes, row);
       const __m512i lane_masks = _mm512_mask_i32gather_epi64(zero, lanes, ids, node_mask, 8);
       const __m512i src_bit = splat(uint64_t{1} << src_node);
       const __mmask8 local = _mm512_mask_test_epi64_mask(lanes, lane_masks, src_bit);
       // Step 2: each task's node: its source node when local, else uniform within cover & mask.
-      const uint64_t token_h =
-          token_hash(prefix, static_cast<uint64_t>(token_offset) + static_cast<uint64_t>(t));
       const __m512i hash = mix64_x8(_mm512_xor_si512(splat(token_h), task_salt));
       const __m512i options =
           _mm512_mask_blend_epi64(local, _mm512_and_si512(splat(cover), lane_masks), src_bit);

@@ -1,5 +1,5 @@
 // Algorithm 1 (N <= 8 nodes, K <= 8) with one token's K tasks in the eight 64-bit lanes of an
-// AVX-512 register. The cover is found on scalar registers (OrderedMaskTable::first_cover); the
+// AVX-512 register. The cover is found on scalar registers (OrderedMaskTable::drawn_cover); the
 // node masks, the replica offsets and the chosen ranks are gathered, the counter-based hashes are
 // computed for all tasks at once (64-bit lane multiplies), and the multiply-shift draws use a
 // 32x32-bit decomposition of the 64-bit high product, which is exact. The result is bit for bit

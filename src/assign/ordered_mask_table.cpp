@@ -1,6 +1,7 @@
 #include "ordered_mask_table.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 
 #include "cobalt/core/error.hpp"
@@ -18,10 +19,12 @@ OrderedMaskTable::OrderedMaskTable(int num_nodes)
                    [](uint64_t a, uint64_t b) { return std::popcount(a) < std::popcount(b); });
   hits_.assign(static_cast<size_t>(num_masks) * num_words_, 0);
   without_node_.assign(static_cast<size_t>(num_nodes) * num_words_, 0);
+  classes_.assign(static_cast<size_t>(num_nodes + 1) * num_words_, 0);
   for (int position = 0; position < num_masks; ++position) {
     const uint64_t b = order_[position];
     const uint64_t bit = uint64_t{1} << (position % 64);
     const int word = position / 64;
+    classes_[static_cast<size_t>(std::popcount(b)) * num_words_ + word] |= bit;
     for (int m = 0; m < num_masks; ++m) {
       if (b & static_cast<uint64_t>(m)) hits_[static_cast<size_t>(m) * num_words_ + word] |= bit;
     }

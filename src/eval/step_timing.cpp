@@ -223,8 +223,9 @@ std::vector<TimedOperation> time_step_operations(const RoutingBatch& batch,
   ops.push_back(time_call(
       options, "assign_balanced", "assign_balanced_cover: cobalt+'s assignment, on the same layout",
       num_tokens, "tokens", [&] {
-        assign::assign_balanced_cover(batch, *layout, assign_options, balanced_exec,
-                                      kSpillTolerance, &balanced_workspace);
+        assign::assign_balanced_cover(
+            batch, *layout, {options.seed, options.step, options.layer, 0}, assign_options,
+            balanced_exec, kSpillTolerance, &balanced_workspace);
       }));
   ops.back().copy_ratio = copy_ms / ops.back().median_ms;
   ops.back().note = transfers_note(batch, balanced_exec, *layout);

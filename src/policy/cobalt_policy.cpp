@@ -198,22 +198,21 @@ class CobaltPolicy final : public Policy {
       if (variant_.floor_swaps && st.stats.num_updates() > 0) swap_toward_floor(st);
     }
     counters_.planner_wall_ms -= wait_ms;  // overlaps the background plan's run, counted above
+    // Micro-batches of one step (the same step again, as under gradient accumulation) continue
+    // its token numbering, so their draws use distinct (seed, step, layer, token) keys, as the
+    // tokens of one batch would; before, every call started at token 0.
+    if (step != st.last_run_step) {
+      st.last_run_step = step;
+      st.step_tokens = 0;
+    }
+    const assign::AssignKey key{config_.seed, step, layer, st.step_tokens};
+    st.step_tokens += batch.num_tokens();
+    const assign::AssignOptions options{assign::CoverSearch::kAuto, config_.num_threads};
     if (variant_.balanced_assignment) {
-      assign::assign_balanced_cover(batch, *st.layout,
-                                    {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank,
-                                    kSpillTolerance, &balanced_workspace_);
+      assign::assign_balanced_cover(batch, *st.layout, key, options, exec_rank, kSpillTolerance,
+                                    &balanced_workspace_);
     } else {
-      // Micro-batches of one step (the same step again, as under gradient accumulation) continue
-      // its token numbering, so their draws use distinct (seed, step, layer, token) keys, as the
-      // tokens of one batch would; before, every call started at token 0.
-      if (step != st.last_run_step) {
-        st.last_run_step = step;
-        st.step_tokens = 0;
-      }
-      const int64_t token_offset = st.step_tokens;
-      st.step_tokens += batch.num_tokens();
-      assign::assign_node_cover(batch, *st.layout, {config_.seed, step, layer, token_offset},
-                                {assign::CoverSearch::kAuto, config_.num_threads}, exec_rank);
+      assign::assign_node_cover(batch, *st.layout, key, options, exec_rank);
     }
     // Statistics after the step (they feed the next plans). A step without tasks is no
     // observation.
@@ -459,7 +458,8 @@ class CobaltPolicy final : public Policy {
   std::vector<RankId> assign_sample(const RoutingBatch& sample, const ExpertLayout& layout) const {
     std::vector<RankId> exec(sample.num_tasks());
     if (variant_.balanced_assignment) {
-      assign::assign_balanced_cover(sample, layout, {}, exec, kSpillTolerance);
+      assign::assign_balanced_cover(sample, layout, {config_.seed, -1, 0, 0}, {}, exec,
+                                    kSpillTolerance);
     } else {
       assign::assign_node_cover(sample, layout, {config_.seed, -1, 0, 0}, {}, exec);
     }

@@ -2,7 +2,8 @@
 // Algorithm 1 — every token reaches exactly the nodes of its minimum remote cover — but the ranks
 // are chosen to balance load instead of uniformly at random:
 //
-//   1. covers: Algorithm 1's step 1 per token (remote_node_covers).
+//   1. covers: Algorithm 1's step 1 per token (remote_node_covers with `key`: ties between minimum
+//      covers drawn as assign_node_cover draws them; the only use of the key).
 //   2. classes: task (t, e) may run on any rank holding e on a node of A = ({src} u cover_t) n
 //   nodes(e)
 //      at no extra cross-node cost (the token travels to those nodes anyway). Tasks are grouped by
@@ -54,8 +55,9 @@ class BalancedCoverWorkspace {
   size_t capacity_bytes() const;
 
  private:
-  friend void assign_balanced_cover(const RoutingBatch&, const ExpertLayout&, const AssignOptions&,
-                                    std::span<RankId>, double, BalancedCoverWorkspace*);
+  friend void assign_balanced_cover(const RoutingBatch&, const ExpertLayout&, const AssignKey&,
+                                    const AssignOptions&, std::span<RankId>, double,
+                                    BalancedCoverWorkspace*);
   std::vector<uint64_t> per_token_;  // [T] covers, then the spill's token reach
   std::vector<uint32_t> per_task_;   // [T K] task classes, then the spill's task lists
   std::unique_ptr<detail::CoverClassScratch> classes_;  // made by the first call
@@ -75,8 +77,8 @@ class BalancedCoverWorkspace {
 // workspace: scratch kept by the caller (see above); nullptr allocates it for this call only. The
 // result does not depend on it.
 void assign_balanced_cover(const RoutingBatch& batch, const ExpertLayout& layout,
-                           const AssignOptions& options, std::span<RankId> exec_rank,
-                           double spill_tolerance = -1.0,
+                           const AssignKey& key, const AssignOptions& options,
+                           std::span<RankId> exec_rank, double spill_tolerance = -1.0,
                            BalancedCoverWorkspace* workspace = nullptr);
 
 }  // namespace cobalt::assign

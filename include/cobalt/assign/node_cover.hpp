@@ -5,6 +5,18 @@
 // that set holding it (uniform), then on a rank uniformly sampled from R_{e,n}. Every draw comes
 // from the counter-based RNG keyed by (seed, step, layer, token_offset + t, k), so any token
 // subset, thread count or device reproduces the same ranks.
+//
+// When several minimum covers tie, the paper does not say which to take. Taking the first in
+// (popcount, value) order, as earlier versions did, sends the ties to the lowest node ids (node 0
+// carried 1.2-1.36x its share on 4-node clusters; docs/cobalt-improvements.md). The cover is
+// instead drawn uniformly among the tied ones:
+//   - the mask search (kMaskEnumeration, and kAuto on N <= 8): the minimum feasible remote masks
+//     in value order, the r-th taken, r = uniform_below(cover_hash_from_token(token hash), count)
+//     (core/rng.hpp; no draw when one cover is minimum);
+//   - the subset search (kSubsetDp, and kAuto above 8 nodes): the same draw when one node covers
+//     U_t (among the nodes that do); above that its own order (the first minimum combination of
+//     the distinct, non-dominated node sets at their lowest nodes), which is not uniform.
+// The number of remote nodes per token, and so every cross-node transfer, does not depend on it.
 #pragma once
 
 #include <cstdint>
@@ -71,15 +83,17 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
                        const AssignOptions& options, std::span<RankId> exec_rank);
 
 // Step 1 of Algorithm 1 alone: the remote nodes chosen for each token, covers [T] as node masks (0
-// when every expert of the token is on its source node). The same covers assign_node_cover uses;
-// options.kernel is resolved (and rejected) as there, and as there the mask search is refused
-// above 20 nodes and a layout whose E or G differ from the batch's is rejected.
-void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout,
+// when every expert of the token is on its source node). The same covers assign_node_cover uses
+// with the same key (ties drawn as there); options.kernel is resolved (and rejected) as there, and
+// as there the mask search is refused above 20 nodes and a layout whose E or G differ from the
+// batch's is rejected.
+void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout, const AssignKey& key,
                         const AssignOptions& options, std::span<uint64_t> covers);
 
 // The simple reference of the faithful variant (what kMaskEnumeration must reproduce bit for bit):
-// per token, enumerate every node mask in numeric order and keep the first with the fewest nodes;
-// single-threaded, N <= 20. For tests and for checking other implementations (GPU kernels).
+// per token, enumerate every node mask in numeric order, collect the feasible ones with the fewest
+// nodes and draw one as above; single-threaded, N <= 20. For tests and for checking other
+// implementations (GPU kernels).
 void assign_node_cover_reference(const RoutingBatch& batch, const ExpertLayout& layout,
                                  const AssignKey& key, std::span<RankId> exec_rank);
 

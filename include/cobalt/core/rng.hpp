@@ -48,6 +48,13 @@ constexpr COBALT_HD uint64_t task_hash(uint64_t prefix, uint64_t token, uint64_t
   return task_hash_from_token(token_hash(prefix, token), k);
 }
 
+// Algorithm 1's draw among a token's minimum remote covers when several tie (node_cover.hpp): the
+// token's hash salted with an index no task uses (k < 2^32 for every task draw).
+inline constexpr uint64_t kCoverDrawIndex = uint64_t{1} << 32;
+constexpr COBALT_HD uint64_t cover_hash_from_token(uint64_t token_h) {
+  return task_hash_from_token(token_h, kCoverDrawIndex);
+}
+
 // Uniform integer in [0, n) from a 64-bit hash (multiply-shift; bias < n / 2^64).
 constexpr COBALT_HD uint32_t uniform_below(uint64_t hash, uint32_t n) {
   return static_cast<uint32_t>((static_cast<unsigned __int128>(hash) * n) >> 64);

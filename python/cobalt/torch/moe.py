@@ -338,7 +338,8 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
             layout = self.last_layout
             if layout is None or not np.array_equal(np.asarray(layout.slots), in_force):
                 layout = cobalt.ExpertLayout(ep.topology, self.num_experts, in_force)
-            return layout, cobalt.assign_balanced_cover(batch, layout)
+            return layout, cobalt.assign_balanced_cover(batch, layout, step=self.runtime.step,
+                                                        layer=self.layer)
         layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
         if not isinstance(layout, cobalt.ExpertLayout):
             raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "

@@ -4,14 +4,17 @@
 // bitwise identical to the CPU:
 //   * local experts: a rank of the source node, replica uniform_below(mix64(h_k), count) (no draw
 //     when the node holds one replica), h_k = task_hash_from_token(token_hash(prefix, token), k);
-//   * uncovered experts: the cover is the lowest node holding all of them when there is one, else
-//     - kMasks (the paper's enumeration): the first feasible remote mask in (popcount, value)
-//       order: for N <= 8 the lowest set bit of a bitset AND over the uncovered experts (per
-//       popcount class), above that enumerated per popcount with Gosper's hack over the N-1
-//       remote nodes (bit-deposit around the source bit keeps numeric order), or
+//   * uncovered experts: the cover is a node holding all of them when there is one (drawn
+//     uniformly among those nodes, below), else
+//     - kMasks (the paper's enumeration): the feasible remote masks of the fewest nodes, in value
+//       order, one drawn uniformly: for N <= 8 the set bits of the smallest popcount class of a
+//       bitset AND over the uncovered experts, above that enumerated per popcount with Gosper's
+//       hack over the N-1 remote nodes (bit-deposit around the source bit keeps numeric order), or
 //     - kSubsetDp (the scalable exact variant): min_node_cover of set_cover.cpp (non-dominated
 //       distinct node covers in ascending node order, lexicographic combinations when there are
 //       <= 12, else the DP over subsets of the uncovered experts with the same tie-break);
+//     ties among minimum covers drawn as the CPU draws them: the r-th in value order,
+//     r = uniform_below(cover_hash_from_token(token_h), count), no draw when count is 1;
 //     then node uniform_below(h_k, |cover & mask_e|)-th set bit, rank uniform_below(mix64(h_k), .).
 #pragma once
 
@@ -47,26 +50,51 @@ COBALT_HD inline int32_t pick_replica(const AssignTables& tab, int32_t e, int n,
   return tab.replica_ranks[first + uniform_below(mix64(task_hash_from_token(token_h, k)), count)];
 }
 
-// kMasks: the first remote node mask (source bit clear, >= 2 nodes) in (popcount, value) order that
-// meets every uncovered expert's mask. `uncovered` has bit k set for uncovered task k.
+// kMasks: the remote node masks (source bit clear, >= 2 nodes) that meet every uncovered expert's
+// mask, with the fewest nodes, in value order; the r-th taken, r drawn from the token's cover hash
+// (two walks of that popcount class when several tie). `uncovered` has bit k set for uncovered
+// task k.
 template <int kMaxK>
-COBALT_HD inline uint64_t first_feasible_mask(int num_nodes, int src_node, const uint64_t* mask,
-                                              uint32_t uncovered, int top_k) {
+COBALT_HD inline bool meets_uncovered(uint64_t b, const uint64_t* mask, uint32_t uncovered,
+                                      int top_k) {
+  bool feasible = true;
+  COBALT_UNROLL
+  for (int k = 0; k < kMaxK; ++k) {
+    if (k < top_k && ((uncovered >> k) & 1u) && (b & mask[k]) == 0) feasible = false;
+  }
+  return feasible;
+}
+
+template <int kMaxK>
+COBALT_HD inline uint64_t drawn_feasible_mask(int num_nodes, int src_node, const uint64_t* mask,
+                                              uint32_t uncovered, int top_k, uint64_t token_h) {
   const int remote = num_nodes - 1;
   const uint64_t low = (uint64_t{1} << src_node) - 1;
   const uint64_t limit = uint64_t{1} << remote;
   for (int p = 2; p <= remote; ++p) {
-    uint64_t c = (uint64_t{1} << p) - 1;  // p-subsets of the remote nodes, ascending
-    while (c < limit) {
-      const uint64_t b = (c & low) | ((c & ~low) << 1);  // re-insert the source node's bit (0)
-      bool feasible = true;
-      COBALT_UNROLL
-      for (int k = 0; k < kMaxK; ++k) {
-        if (k < top_k && ((uncovered >> k) & 1u) && (b & mask[k]) == 0) feasible = false;
+    // Walk 0 counts the feasible p-subsets of the remote nodes (ascending), walk 1 takes the
+    // drawn one; no walk 1 when none or one is feasible.
+    uint32_t count = 0, target = 0;
+    uint64_t first = 0;
+    for (int walk = 0; walk < 2; ++walk) {
+      uint32_t seen = 0;
+      uint64_t c = (uint64_t{1} << p) - 1;
+      while (c < limit) {
+        const uint64_t b = (c & low) | ((c & ~low) << 1);  // re-insert the source node's bit (0)
+        if (meets_uncovered<kMaxK>(b, mask, uncovered, top_k)) {
+          if (walk == 1 && seen == target) return b;
+          if (seen == 0) first = b;
+          ++seen;
+        }
+        const uint64_t t = c | (c - 1);  // Gosper's hack: next larger value with p bits
+        c = (t + 1) | (((~t & (t + 1)) - 1) >> (ctz64(c) + 1));
       }
-      if (feasible) return b;
-      const uint64_t t = c | (c - 1);  // Gosper's hack: next larger value with p bits
-      c = (t + 1) | (((~t & (t + 1)) - 1) >> (ctz64(c) + 1));
+      if (walk == 0) {
+        count = seen;
+        if (count == 0) break;  // no cover of p nodes: the next size
+        if (count == 1) return first;
+        target = uniform_below(cover_hash_from_token(token_h), count);
+      }
     }
   }
   return 0;  // unreachable: every expert has a replica, so all remote nodes cover U_t
@@ -137,38 +165,48 @@ constexpr bool popcount_class_words_hold() {
 static_assert(popcount_class_words_hold());
 #endif
 
-// Requires num_nodes <= kBitsetMaxNodes. One word at a time (fewer live registers than all four
-// at N = 8): the first word holding a mask of the smallest popcount class wins, and words come in
-// value order, so ties keep the lowest mask.
+// Requires num_nodes <= kBitsetMaxNodes. The feasible masks of all words (up to four), then the
+// smallest popcount class >= 2 holding one, then the r-th of that class in value order (words come
+// in value order), r drawn from the token's cover hash when several tie.
 template <int kMaxK>
-COBALT_HD inline uint64_t first_feasible_mask_bitset(int num_nodes, int src_node,
+COBALT_HD inline uint64_t drawn_feasible_mask_bitset(int num_nodes, int src_node,
                                                      const uint64_t* mask, uint32_t uncovered,
-                                                     int top_k) {
+                                                     int top_k, uint64_t token_h) {
   const int num_words = num_nodes <= 6 ? 1 : 1 << (num_nodes - 6);
   const uint64_t valid =
       num_nodes >= 6 ? ~uint64_t{0} : (uint64_t{1} << (1 << num_nodes)) - 1;  // masks < 2^N
-  uint64_t best = 0;
+  uint64_t feasible[4];
   int best_popcount = num_nodes + 1;
   for (int w = 0; w < num_words; ++w) {
-    uint64_t feasible = masks_without_node(src_node, w) & valid;
+    uint64_t f = masks_without_node(src_node, w) & valid;
     COBALT_UNROLL
     for (int k = 0; k < kMaxK; ++k) {
       if (k < top_k && ((uncovered >> k) & 1u)) {
         uint64_t misses = ~uint64_t{0};  // masks that meet none of expert k's nodes
         for (uint64_t m = mask[k]; m; m &= m - 1) misses &= masks_without_node(ctz64(m), w);
-        feasible &= ~misses;
+        f &= ~misses;
       }
     }
+    feasible[w] = f;
     for (int p = 2; p < best_popcount; ++p) {
-      const uint64_t x = feasible & popcount_class_word(p - popc32(static_cast<uint32_t>(w)));
-      if (x != 0) {
-        best = static_cast<uint64_t>(w) * 64 + static_cast<uint64_t>(ctz64(x));
+      if ((f & popcount_class_word(p - popc32(static_cast<uint32_t>(w)))) != 0) {
         best_popcount = p;
         break;
       }
     }
   }
-  return best;  // never 0: every expert has a replica, so all remote nodes cover U_t
+  uint32_t count = 0;
+  for (int w = 0; w < num_words; ++w) {
+    feasible[w] &= popcount_class_word(best_popcount - popc32(static_cast<uint32_t>(w)));
+    count += static_cast<uint32_t>(popc64(feasible[w]));
+  }
+  uint32_t r = count > 1 ? uniform_below(cover_hash_from_token(token_h), count) : 0;
+  for (int w = 0; w < num_words; ++w) {
+    const uint32_t in_word = static_cast<uint32_t>(popc64(feasible[w]));
+    if (r < in_word) return static_cast<uint64_t>(w) * 64 + nth_set_bit(feasible[w], r);
+    r -= in_word;
+  }
+  return 0;  // unreachable: every expert has a replica, so all remote nodes cover U_t
 }
 
 // kSubsetDp: set_cover.cpp's min_node_cover over the compacted uncovered masks. best_table holds
@@ -286,11 +324,17 @@ COBALT_HD inline bool assign_token(const AssignTables& tab, const int32_t* ids, 
   if (uncovered == 0) return true;
   uint64_t cover;
   if (common != 0) {
-    cover = common & (~common + 1);  // lowest node holding every uncovered expert
+    // A node holding every uncovered expert, drawn uniformly among them (both modes).
+    const uint32_t count = static_cast<uint32_t>(popc64(common));
+    cover = count == 1 ? common
+                       : uint64_t{1} << nth_set_bit(
+                             common, uniform_below(cover_hash_from_token(token_h), count));
   } else if (mode == CoverMode::kMasks) {
-    cover = tab.num_nodes <= kBitsetMaxNodes
-                ? first_feasible_mask_bitset<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k)
-                : first_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k);
+    cover =
+        tab.num_nodes <= kBitsetMaxNodes
+            ? drawn_feasible_mask_bitset<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k,
+                                                token_h)
+            : drawn_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k, token_h);
   } else {
     uint64_t compact[kMaxK];
     int num_uncovered = 0;

@@ -71,7 +71,7 @@ TEST_P(BalancedCoverAllocations, AWarmCallAllocatesNothingOfTheBatchSize) {
     std::vector<RankId> exec_rank(batch.num_tasks());
     // Tolerance 0: the skewed batch leaves ranks above the cap, so the spill runs too.
     tallies.push_back(warm_call_tally([&] {
-      assign::assign_balanced_cover(batch, layout, options, exec_rank, 0.0, &workspace);
+      assign::assign_balanced_cover(batch, layout, {}, options, exec_rank, 0.0, &workspace);
     }));
   }
   const int64_t small_batch_bytes = (int64_t{1} << 10) * 8 * sizeof(RankId);

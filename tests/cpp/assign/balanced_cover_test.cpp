@@ -28,7 +28,7 @@ namespace {
 std::vector<RankId> balanced_cover_reference(const RoutingBatch& batch,
                                              const ExpertLayout& layout) {
   std::vector<uint64_t> covers(batch.num_tokens());
-  remote_node_covers(batch, layout, {}, covers);
+  remote_node_covers(batch, layout, {}, {}, covers);
   const int per_node = layout.topology().ranks_per_node();
   const auto allowed_of = [&](TokenIdx t, ExpertId e) {
     return (covers[t] | uint64_t{1} << (batch.source_of(t) / per_node)) & layout.node_mask(e);
@@ -97,8 +97,8 @@ TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
     const int64_t optimum = testing::optimal_max_load(batch, layout);
     for (double tolerance : {0.0, 0.05, 0.3}) {
       std::vector<RankId> plain(batch.num_tasks()), spilled(batch.num_tasks());
-      assign_balanced_cover(batch, layout, {}, plain);
-      assign_balanced_cover(batch, layout, {}, spilled, tolerance);
+      assign_balanced_cover(batch, layout, {}, {}, plain);
+      assign_balanced_cover(batch, layout, {}, {}, spilled, tolerance);
       validate_assignment(batch, layout, spilled);
       const auto plain_loads = eval::rank_loads(plain, topo.num_ranks());
       const auto loads = eval::rank_loads(spilled, topo.num_ranks());
@@ -110,7 +110,7 @@ TEST(BalancedCover, SpillReachesTheOptimumAboveTheCapOnSmallInstances) {
           << optimum << " without spill " << plain_max;
       // Same result again (deterministic).
       std::vector<RankId> again(batch.num_tasks());
-      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 3}, again, tolerance);
+      assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 3}, again, tolerance);
       EXPECT_EQ(again, spilled);
     }
   }
@@ -128,12 +128,12 @@ TEST(BalancedCover, SameCrossNodeTransfersAsAlgorithmOneAndNoWorseBalance) {
     auto owned = testing::random_batch(seed * 3, 3000, 4, experts, topo.num_ranks(), 1.0);
     auto batch = owned.view();
     std::vector<RankId> balanced(batch.num_tasks()), uniform(batch.num_tasks());
-    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 1}, balanced);
+    assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 1}, balanced);
     assign_node_cover(batch, layout, {seed, 0, 0, 0}, {CoverSearch::kAuto, 1}, uniform);
     validate_assignment(batch, layout, balanced);
     // Every token reaches exactly its cover: V equals the sum of cover sizes, as for Algorithm 1.
     std::vector<uint64_t> covers(batch.num_tokens());
-    remote_node_covers(batch, layout, {}, covers);
+    remote_node_covers(batch, layout, {}, {}, covers);
     int64_t cover_total = 0;
     for (uint64_t c : covers) cover_total += std::popcount(c);
     EXPECT_EQ(eval::cross_node_transfers(batch, balanced, topo).dedup, cover_total);
@@ -142,7 +142,7 @@ TEST(BalancedCover, SameCrossNodeTransfersAsAlgorithmOneAndNoWorseBalance) {
     sum_uniform += eval::imbalance(eval::rank_loads(uniform, topo.num_ranks()));
     // Deterministic and thread-independent.
     std::vector<RankId> again(batch.num_tasks());
-    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 4}, again);
+    assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 4}, again);
     EXPECT_EQ(balanced, again);
   }
   EXPECT_LT(sum_balanced, sum_uniform);
@@ -156,7 +156,7 @@ TEST(BalancedCover, WaterFillsReplicasOfOneExpert) {
   std::vector<RankId> src(10, 0);
   RoutingBatch batch(ids, src, 1, 1, 4);
   std::vector<RankId> exec(10);
-  assign_balanced_cover(batch, layout, {}, exec);
+  assign_balanced_cover(batch, layout, {}, {}, exec);
   EXPECT_EQ(exec, (std::vector<RankId>{0, 0, 0, 1, 1, 1, 2, 2, 3, 3}));
 }
 
@@ -171,7 +171,7 @@ TEST(BalancedCover, AnUnevenLastLevelFavoursTheRanksLeastLoadedBeforeTheClass) {
   std::vector<RankId> src(5, 0);
   RoutingBatch batch(ids, src, 1, 2, 2);
   std::vector<RankId> exec(5);
-  assign_balanced_cover(batch, layout, {}, exec);
+  assign_balanced_cover(batch, layout, {}, {}, exec);
   EXPECT_EQ(exec, (std::vector<RankId>{0, 0, 1, 1, 1}));
 }
 
@@ -192,8 +192,8 @@ TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
   std::vector<RankId> src(10, 0);
   RoutingBatch batch(ids, src, 2, 2, 2);
   std::vector<RankId> plain(20), spilled(20);
-  assign_balanced_cover(batch, layout, {}, plain);
-  assign_balanced_cover(batch, layout, {}, spilled, 0.0);
+  assign_balanced_cover(batch, layout, {}, {}, plain);
+  assign_balanced_cover(batch, layout, {}, {}, spilled, 0.0);
   EXPECT_EQ(eval::rank_loads(plain, 2), (std::vector<int64_t>{20, 0}));
   EXPECT_EQ(eval::rank_loads(spilled, 2), (std::vector<int64_t>{10, 10}));
   EXPECT_EQ(eval::cross_node_transfers(batch, plain, topo).dedup, 0);
@@ -202,7 +202,7 @@ TEST(BalancedCover, SpillTradesCrossNodeCopiesForBalance) {
   // A cap at or above every task (a huge, infinite or NaN tolerance) spills nothing.
   for (double tolerance :
        {1e300, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
-    assign_balanced_cover(batch, layout, {}, spilled, tolerance);
+    assign_balanced_cover(batch, layout, {}, {}, spilled, tolerance);
     EXPECT_EQ(spilled, plain) << tolerance;
   }
 }
@@ -218,8 +218,8 @@ TEST(BalancedCover, SpillFollowsChainsOfHolders) {
   std::vector<RankId> src{0, 0, 0, 0, 0, 0, 1, 1, 1};
   RoutingBatch batch(ids, src, 1, 2, 3);
   std::vector<RankId> plain(9), spilled(9);
-  assign_balanced_cover(batch, layout, {}, plain);
-  assign_balanced_cover(batch, layout, {}, spilled, 0.0);
+  assign_balanced_cover(batch, layout, {}, {}, plain);
+  assign_balanced_cover(batch, layout, {}, {}, spilled, 0.0);
   EXPECT_EQ(plain, (std::vector<RankId>{0, 0, 0, 0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(spilled, (std::vector<RankId>{1, 1, 1, 0, 0, 0, 2, 2, 2}));
   EXPECT_EQ(eval::cross_node_transfers(batch, spilled, topo).dedup, 6);
@@ -238,7 +238,7 @@ TEST(BalancedCover, QuotasAreTakenInTokenOrderAcrossChunks) {
   std::fill(expected.begin() + num_tokens / 2, expected.end(), 1);
   for (int threads : {1, 2, 3}) {
     std::vector<RankId> exec(num_tokens);
-    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, threads}, exec);
+    assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, threads}, exec);
     EXPECT_EQ(exec, expected) << threads << " threads";
   }
 }
@@ -265,7 +265,7 @@ TEST(BalancedCover, MatchesThePlainReference) {
     const std::vector<RankId> expected = balanced_cover_reference(batch, layout);
     for (int threads : {1, 3}) {
       std::vector<RankId> exec(batch.num_tasks());
-      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, threads}, exec);
+      assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, threads}, exec);
       ASSERT_EQ(exec, expected) << "seed " << seed << ", " << nodes << " nodes, " << threads
                                 << " threads";
     }
@@ -285,13 +285,13 @@ TEST(BalancedCover, SameResultForAnyChunkingAndBothClassPaths) {
     auto batch = owned.view();
     for (double tolerance : {-1.0, 0.05}) {
       std::vector<RankId> one(batch.num_tasks()), three(batch.num_tasks());
-      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 1}, one, tolerance);
-      assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 3}, three, tolerance);
+      assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 1}, one, tolerance);
+      assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 3}, three, tolerance);
       EXPECT_EQ(one, three) << nodes << " nodes, tolerance " << tolerance;
       validate_assignment(batch, layout, one);
       if (tolerance < 0) {
         std::vector<uint64_t> covers(batch.num_tokens());
-        remote_node_covers(batch, layout, {}, covers);
+        remote_node_covers(batch, layout, {}, {}, covers);
         int64_t cover_total = 0;
         for (uint64_t c : covers) cover_total += std::popcount(c);
         EXPECT_EQ(eval::cross_node_transfers(batch, one, topo).dedup, cover_total);
@@ -335,8 +335,8 @@ TEST(BalancedCover, KeptWorkspaceGivesTheSameAssignment) {
     auto batch = owned.view();
     const double tolerance = rng.below(2) ? 0.05 : -1.0;
     std::vector<RankId> own(batch.num_tasks()), kept(batch.num_tasks());
-    assign_balanced_cover(batch, layout, {}, own, tolerance);
-    assign_balanced_cover(batch, layout, {}, kept, tolerance, &workspace);
+    assign_balanced_cover(batch, layout, {}, {}, own, tolerance);
+    assign_balanced_cover(batch, layout, {}, {}, kept, tolerance, &workspace);
     EXPECT_EQ(own, kept) << "seed " << seed;
   }
   // A batch of several token chunks on two threads (the parallel class pass and mapping), after
@@ -347,8 +347,8 @@ TEST(BalancedCover, KeptWorkspaceGivesTheSameAssignment) {
     auto owned = testing::random_batch(10, num_tokens, 4, 40, topo.num_ranks(), 1.5);
     auto batch = owned.view();
     std::vector<RankId> own(batch.num_tasks()), kept(batch.num_tasks());
-    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 2}, own, 0.05);
-    assign_balanced_cover(batch, layout, {CoverSearch::kAuto, 2}, kept, 0.05, &workspace);
+    assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 2}, own, 0.05);
+    assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, 2}, kept, 0.05, &workspace);
     EXPECT_EQ(own, kept) << num_tokens << " tokens";
   }
   EXPECT_GT(workspace.capacity_bytes(), 0u);

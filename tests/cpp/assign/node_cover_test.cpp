@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/environment.hpp"
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/rng.hpp"
 #include "cobalt/eval/metrics.hpp"
 #include "testing/random_inputs.hpp"
 
@@ -114,13 +116,14 @@ TEST(NodeCover, MaskSearchMatchesTheReferenceForEveryNodeCount) {
       assign_node_cover(batch, layout, key, {CoverSearch::kMaskEnumeration, 1}, fast);
       assign_node_cover_reference(batch, layout, key, ref);
       ASSERT_EQ(fast, ref) << "nodes " << nodes << " K " << top_k;
-      // The covers alone (cobalt+'s balanced assignment uses them): the remote node set with the
-      // fewest nodes, first in value order, by brute force.
+      // The covers alone (cobalt+'s balanced assignment uses them): by brute force, the remote
+      // node sets with the fewest nodes in value order, and the one the key's draw picks.
       std::vector<uint64_t> covers(batch.num_tokens());
-      remote_node_covers(batch, layout, {CoverSearch::kMaskEnumeration, 1}, covers);
+      remote_node_covers(batch, layout, key, {CoverSearch::kMaskEnumeration, 1}, covers);
+      const uint64_t prefix = counter_prefix(key.seed, key.step, key.layer);
       for (int64_t t = 0; t < batch.num_tokens(); ++t) {
         const uint64_t src_bit = uint64_t{1} << topo.node_of(batch.source_of(t));
-        uint64_t best = 0;
+        std::vector<uint64_t> minimum;
         int best_size = nodes + 1;
         for (uint64_t b = 0; b < (uint64_t{1} << nodes); ++b) {
           if (b & src_bit) continue;
@@ -129,11 +132,14 @@ TEST(NodeCover, MaskSearchMatchesTheReferenceForEveryNodeCount) {
             const uint64_t m = layout.node_mask(e);
             feasible = feasible && ((m & src_bit) || (m & b));
           }
-          if (feasible && std::popcount(b) < best_size) {
-            best = b;
-            best_size = std::popcount(b);
-          }
+          if (!feasible || std::popcount(b) > best_size) continue;
+          if (std::popcount(b) < best_size) minimum.clear();
+          best_size = std::popcount(b);
+          minimum.push_back(b);
         }
+        const uint64_t token_h = token_hash(prefix, static_cast<uint64_t>(key.token_offset + t));
+        const uint64_t best = minimum[uniform_below(cover_hash_from_token(token_h),
+                                                    static_cast<uint32_t>(minimum.size()))];
         ASSERT_EQ(covers[t], best) << "nodes " << nodes << " K " << top_k << " token " << t;
       }
     }
@@ -348,8 +354,8 @@ TEST(NodeCover, SubsetSearchKernelsAgreeBitForBit) {
         assign_node_cover(batch, layout, key, portable, exec_portable);
         ASSERT_EQ(exec_avx, exec_portable) << "N " << nodes << " K " << top_k << " fill " << fill;
         std::vector<uint64_t> covers_avx(batch.num_tokens()), covers_portable(batch.num_tokens());
-        remote_node_covers(batch, layout, avx512, covers_avx);
-        remote_node_covers(batch, layout, portable, covers_portable);
+        remote_node_covers(batch, layout, {}, avx512, covers_avx);
+        remote_node_covers(batch, layout, {}, portable, covers_portable);
         ASSERT_EQ(covers_avx, covers_portable) << "N " << nodes << " K " << top_k;
         for (uint64_t c : covers_avx) num_multi_node_covers += std::popcount(c) >= 2;
       }
@@ -388,7 +394,7 @@ TEST(NodeCover, IdenticalForAnyThreadCountAndTokenSubset) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("threads -1 must be >= 0"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(assign_balanced_cover(batch, layout, {CoverSearch::kAuto, -2}, other), Error);
+  EXPECT_THROW(assign_balanced_cover(batch, layout, {}, {CoverSearch::kAuto, -2}, other), Error);
 }
 
 // remote_node_covers checks what assign_node_cover checks: the mask search above 20 nodes (2^N
@@ -400,20 +406,21 @@ TEST(NodeCover, CoversRejectWhatTheAssignmentRejects) {
   std::vector<uint64_t> covers(owned.view().num_tokens());
   std::vector<RankId> exec(owned.view().num_tasks());
   const AssignOptions masks{CoverSearch::kMaskEnumeration, 1};
-  EXPECT_THROW(remote_node_covers(owned.view(), layout, masks, covers), Error);
+  EXPECT_THROW(remote_node_covers(owned.view(), layout, {}, masks, covers), Error);
   EXPECT_THROW(assign_node_cover(owned.view(), layout, {}, masks, exec), Error);
-  EXPECT_NO_THROW(remote_node_covers(owned.view(), layout, {}, covers));
+  EXPECT_NO_THROW(remote_node_covers(owned.view(), layout, {}, {}, covers));
   auto wider = testing::random_batch(9, 20, 4, 96, 24);  // E = 96 against the layout's 48
   std::vector<uint64_t> wider_covers(wider.view().num_tokens());
   try {
-    remote_node_covers(wider.view(), layout, {}, wider_covers);
+    remote_node_covers(wider.view(), layout, {}, {}, wider_covers);
     ADD_FAILURE() << "no error for a batch of E = 96 on a layout of E = 48";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("E=48"), std::string::npos) << e.what();
   }
   // Negative threads are an error here as in the assignment (they ran one per core).
-  EXPECT_THROW(remote_node_covers(owned.view(), layout, {CoverSearch::kAuto, -1}, covers), Error);
+  EXPECT_THROW(remote_node_covers(owned.view(), layout, {}, {CoverSearch::kAuto, -1}, covers),
+               Error);
 }
 
 // min_remote_cover_size checks its ids (an expert of 100000 read past the layout: a crash; -5
@@ -450,6 +457,72 @@ TEST(NodeCover, ScalesToSixtyFourNodes) {
   EXPECT_EQ(eval::cross_node_transfers(batch, exec, topo).dedup, expected);
   EXPECT_THROW(assign_node_cover(batch, layout, {}, {CoverSearch::kMaskEnumeration, 1}, exec),
                Error);
+}
+
+// Ties between minimum covers are drawn uniformly (the paper leaves them open; the first in value
+// order sent them all to the lowest node ids). Single-node ties: expert 0 on nodes 1, 2 and 3;
+// two-node ties: expert 0 on nodes {1, 2}, expert 1 on {3, 4} (four covers). Every search and
+// kernel, on a node count of the bitset table (5) and of the plain enumeration (10).
+TEST(NodeCover, TiedMinimumCoversAreDrawnUniformly) {
+  for (int nodes : {5, 10}) {
+    const Topology topo(nodes, 2 * nodes);
+    std::vector<std::vector<ExpertId>> lists(topo.num_ranks());
+    for (int n : {1, 2}) lists[2 * n].push_back(0);
+    for (int n : {3, 4}) lists[2 * n].push_back(1);
+    lists[2 * 3 + 1].push_back(0);  // node 3 holds expert 0 too (the single-node ties)
+    for (auto& list : lists) {
+      if (list.empty()) list.push_back(2);
+    }
+    const auto layout = ExpertLayout::from_rank_lists(topo, 3, 1, lists);
+    constexpr int kTokens = 24000;
+    // Half the tokens choose expert 0 alone (covers {1}, {2}, {3}), half choose 0 and 1 (covers
+    // {3}: node 3 holds both, so the minimum is one node, no tie).
+    std::vector<ExpertId> single_ids(kTokens, 0);
+    std::vector<RankId> src(kTokens, 0);
+    const RoutingBatch single(single_ids, src, 1, 3, topo.num_ranks());
+    // Pairs where no node holds both: expert 0 on {1, 2} only when node 3 does not hold it, so a
+    // second layout without rank 7's replica of expert 0.
+    auto pair_lists = lists;
+    pair_lists[7] = {2};
+    const auto pair_layout = ExpertLayout::from_rank_lists(topo, 3, 1, pair_lists);
+    std::vector<ExpertId> pair_ids;
+    for (int t = 0; t < kTokens; ++t) pair_ids.insert(pair_ids.end(), {0, 1});
+    const RoutingBatch pairs(pair_ids, src, 2, 3, topo.num_ranks());
+    std::vector<AssignOptions> options = {{CoverSearch::kMaskEnumeration, 1},
+                                          {CoverSearch::kSubsetDp, 1},
+                                          {CoverSearch::kAuto, 2, CpuKernel::kPortable}};
+    if (avx512_kernel_available()) options.push_back({CoverSearch::kAuto, 1, CpuKernel::kAvx512});
+    for (const AssignOptions& option : options) {
+      std::vector<uint64_t> covers(kTokens);
+      remote_node_covers(single, layout, {5, 2, 1, 0}, option, covers);
+      std::map<uint64_t, int> count;
+      for (uint64_t c : covers) ++count[c];
+      ASSERT_EQ(count.size(), 3u) << nodes << " nodes";
+      for (uint64_t c : {0b10u, 0b100u, 0b1000u}) {
+        EXPECT_NEAR(count[c], kTokens / 3, kTokens / 30) << nodes << " nodes, cover " << c;
+      }
+      // The subset search draws single-node ties only (docs: its own order above that).
+      if (option.search == CoverSearch::kSubsetDp ||
+          (option.search == CoverSearch::kAuto && nodes > 8)) {
+        continue;
+      }
+      remote_node_covers(pairs, pair_layout, {5, 2, 1, 0}, option, covers);
+      count.clear();
+      for (uint64_t c : covers) ++count[c];
+      ASSERT_EQ(count.size(), 4u) << nodes << " nodes";
+      for (uint64_t c : {0b01010u, 0b10010u, 0b01100u, 0b10100u}) {
+        EXPECT_NEAR(count[c], kTokens / 4, kTokens / 40) << nodes << " nodes, cover " << c;
+      }
+      // The assignment follows its covers: every task on the node of its token's cover.
+      std::vector<RankId> exec(pairs.num_tasks());
+      assign_node_cover(pairs, pair_layout, {5, 2, 1, 0}, option, exec);
+      for (int64_t t = 0; t < kTokens; ++t) {
+        for (int k = 0; k < 2; ++k) {
+          EXPECT_TRUE((covers[t] >> topo.node_of(exec[2 * t + k])) & 1) << t;
+        }
+      }
+    }
+  }
 }
 
 TEST(NodeCover, UniformWithinNode) {

@@ -66,9 +66,9 @@ TEST(BalanceFloor, NoAssignmentGoesBelowIt) {
     assign::assign_node_cover(batch, layout, {seed, 0, 0, 0}, {}, exec);
     const auto loads = rank_loads(exec, topo.num_ranks());
     EXPECT_LE(floor_load, *std::max_element(loads.begin(), loads.end())) << "seed " << seed;
-    assign::assign_balanced_cover(batch, layout, {}, exec);
+    assign::assign_balanced_cover(batch, layout, {}, {}, exec);
     const auto plain = rank_loads(exec, topo.num_ranks());
-    assign::assign_balanced_cover(batch, layout, {}, exec, 0.0);
+    assign::assign_balanced_cover(batch, layout, {}, {}, exec, 0.0);
     const auto balanced = rank_loads(exec, topo.num_ranks());
     const int64_t cap = (batch.num_tasks() + topo.num_ranks() - 1) / topo.num_ranks();
     EXPECT_EQ(*std::max_element(balanced.begin(), balanced.end()),
