@@ -23,20 +23,18 @@ namespace {
 constexpr int kMaxTopK =
     kMaxNodeCoverTopK;  // the subset DP indexes uncovered experts with 16-bit sets
 
-// Per source node, its remote masks of >= 2 nodes in (popcount, value) order: the mask search's
-// list above 8 nodes (the ordered mask table serves N <= 8; single-node covers are found directly).
-std::vector<std::vector<uint64_t>> multi_node_masks(int num_nodes) {
-  std::vector<uint64_t> ordered(size_t{1} << num_nodes);
-  for (size_t m = 0; m < ordered.size(); ++m) ordered[m] = m;
+// The node masks of >= 2 nodes in (popcount, value) order: the mask search's list above 8 nodes
+// (the ordered mask table serves N <= 8; single-node covers are found directly). One list for every
+// source node (8 MiB at N = 20), each token skipping the masks with its source node.
+std::vector<uint64_t> multi_node_masks(int num_nodes) {
+  std::vector<uint64_t> ordered;
+  ordered.reserve((size_t{1} << num_nodes) - num_nodes - 1);
+  for (uint64_t m = 0; m < (uint64_t{1} << num_nodes); ++m) {
+    if (std::popcount(m) >= 2) ordered.push_back(m);
+  }
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](uint64_t a, uint64_t b) { return std::popcount(a) < std::popcount(b); });
-  std::vector<std::vector<uint64_t>> by_source(num_nodes);
-  for (NodeId n = 0; n < num_nodes; ++n) {
-    for (uint64_t b : ordered) {
-      if (std::popcount(b) >= 2 && !(b & (uint64_t{1} << n))) by_source[n].push_back(b);
-    }
-  }
-  return by_source;
+  return ordered;
 }
 
 // Picks the i-th set bit of `mask` (0-based).
@@ -53,12 +51,14 @@ inline uint64_t drawn_single_node(uint64_t common, uint64_t token_h) {
   return uint64_t{1} << nth_set_bit(common, uniform_below(cover_hash_from_token(token_h), count));
 }
 
-// The mask search above 8 nodes: among `masks` (multi_node_masks' list for the source node), the
-// feasible ones (meeting every uncovered expert's node mask) of the fewest nodes, one drawn
-// uniformly in list order. 0 when none is feasible (never: every expert has a replica).
-uint64_t drawn_multi_node_mask(const std::vector<uint64_t>& masks, const uint64_t* uncovered_masks,
-                               int num_uncovered, uint64_t token_h) {
+// The mask search above 8 nodes: among `masks` (multi_node_masks' list) without the source node
+// `src_bit`, the feasible ones (meeting every uncovered expert's node mask) of the fewest nodes,
+// one drawn uniformly in list order. 0 when none is feasible (never: every expert has a replica).
+uint64_t drawn_multi_node_mask(const std::vector<uint64_t>& masks, uint64_t src_bit,
+                               const uint64_t* uncovered_masks, int num_uncovered,
+                               uint64_t token_h) {
   const auto feasible = [&](uint64_t b) {
+    if (b & src_bit) return false;
     for (int i = 0; i < num_uncovered; ++i) {
       if ((b & uncovered_masks[i]) == 0) return false;
     }
@@ -207,7 +207,7 @@ CpuKernel resolve_kernel(const AssignOptions& options, int num_nodes, int top_k)
                        detail::kAvx512MaxTopK, detail::OrderedMaskTable::kMaxNodes, num_nodes,
                        top_k);
       COBALT_CHECK(detail::avx512_kernel_supported(), kFailedPrecondition,
-                   "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW, "
+                   "assignment: the AVX-512 kernel needs AVX-512 F, DQ, VL and BW and BMI2, "
                    "which this CPU or build lacks; use CpuKernel::kAuto or kPortable");
       return CpuKernel::kAvx512;
   }
@@ -228,7 +228,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
   const bool use_table = use_masks && num_nodes <= detail::OrderedMaskTable::kMaxNodes;
   const bool use_avx512 = resolve_kernel(options, num_nodes, batch.top_k()) == CpuKernel::kAvx512;
   const auto multi_masks =
-      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<std::vector<uint64_t>>{};
+      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<uint64_t>{};
   const int top_k = batch.top_k();
   const ExpertId* ids = batch.topk_ids().data();
   const RankId* src = batch.source_rank().data();
@@ -293,7 +293,7 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
       } else if (common != 0) {
         cover = drawn_single_node(common, token_h);
       } else if (use_masks) {
-        cover = drawn_multi_node_mask(multi_masks[src_node], uncovered_masks.data(), num_uncovered,
+        cover = drawn_multi_node_mask(multi_masks, src_bit, uncovered_masks.data(), num_uncovered,
                                       token_h);
       } else {
         cover = choose_cover(uncovered_masks.data(), num_uncovered, use_avx512, scratch);
@@ -338,7 +338,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout, c
   std::optional<detail::OrderedMaskTable> table;
   if (use_table) table.emplace(num_nodes);
   const auto multi_masks =
-      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<std::vector<uint64_t>>{};
+      use_masks && !use_table ? multi_node_masks(num_nodes) : std::vector<uint64_t>{};
   const uint64_t prefix =
       counter_prefix(key.seed, static_cast<uint64_t>(key.step), static_cast<uint64_t>(key.layer));
   const auto token_hash_of = [&](int64_t t) {
@@ -399,7 +399,7 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout, c
       } else if (common != 0) {
         cover = drawn_single_node(common, token_hash_of(t));
       } else if (use_masks) {
-        cover = drawn_multi_node_mask(multi_masks[src_node], masks.data(), num_uncovered,
+        cover = drawn_multi_node_mask(multi_masks, src_bit, masks.data(), num_uncovered,
                                       token_hash_of(t));
       } else {
         cover = choose_cover(masks.data(), num_uncovered, use_avx512, scratch);

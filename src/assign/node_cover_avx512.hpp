@@ -18,8 +18,8 @@
 
 namespace cobalt::assign::detail {
 
-// True when this build has the kernel and this CPU and OS run AVX-512 F, DQ, VL and BW (the OS
-// saving the zmm state included). Computed once.
+// True when this build has the kernel and this CPU and OS run AVX-512 F, DQ, VL and BW and BMI2
+// (which every AVX-512 CPU has; the OS saving the zmm state included). Computed once.
 bool avx512_kernel_supported();
 
 // Largest K the kernel takes: one token's tasks fill at most one register of eight lanes.

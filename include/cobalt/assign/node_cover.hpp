@@ -68,7 +68,7 @@ struct AssignOptions {
 };
 
 // True when this build has the AVX-512 assignment kernel and this CPU and OS run it (AVX-512 F,
-// DQ, VL and BW, and the OS saves the zmm state).
+// DQ, VL and BW, BMI2, and the OS saves the zmm state).
 bool avx512_kernel_available();
 
 // The kernel assign_node_cover runs for `options` on N = num_nodes, K = top_k: kPortable or

@@ -102,10 +102,10 @@ COBALT_HD inline uint64_t drawn_feasible_mask(int num_nodes, int src_node, const
 
 // The same answer for N <= 8 without enumeration: node masks as bit positions of at most four
 // 64-bit words (bit b of word w stands for mask 64 w + b), the feasible masks as an AND of
-// per-expert words, then the lowest set bit of the smallest popcount class >= 2. The CPU does the
-// same with precomputed words (src/assign/ordered_mask_table.hpp); here every word comes from the
-// constants below, so no table is needed. Gosper's walk above visits up to 247 masks at N = 8,
-// with lanes of a warp stopping at different ones.
+// per-expert words, then the set bits of the smallest popcount class >= 2, one drawn as above. The
+// CPU does the same with precomputed words (src/assign/ordered_mask_table.hpp); here every word
+// comes from the constants below, so no table is needed. Gosper's walk above visits up to 247 masks
+// at N = 8, with lanes of a warp stopping at different ones.
 inline constexpr int kBitsetMaxNodes = 8;
 
 // Masks among 64 w .. 64 w + 63 that leave node n out.
@@ -167,46 +167,61 @@ static_assert(popcount_class_words_hold());
 
 // Requires num_nodes <= kBitsetMaxNodes. The feasible masks of all words (up to four), then the
 // smallest popcount class >= 2 holding one, then the r-th of that class in value order (words come
-// in value order), r drawn from the token's cover hash when several tie.
+// in value order), r drawn from the token's cover hash (uniform_below(h, 1) == 0: no branch on a
+// tie). The word loops are unrolled over the four possible words, so `feasible` is indexed by
+// constants and can stay in registers.
 template <int kMaxK>
 COBALT_HD inline uint64_t drawn_feasible_mask_bitset(int num_nodes, int src_node,
                                                      const uint64_t* mask, uint32_t uncovered,
                                                      int top_k, uint64_t token_h) {
+  constexpr int kMaxWords = 1 << (kBitsetMaxNodes - 6);
   const int num_words = num_nodes <= 6 ? 1 : 1 << (num_nodes - 6);
   const uint64_t valid =
       num_nodes >= 6 ? ~uint64_t{0} : (uint64_t{1} << (1 << num_nodes)) - 1;  // masks < 2^N
-  uint64_t feasible[4];
+  uint64_t feasible[kMaxWords];
   int best_popcount = num_nodes + 1;
-  for (int w = 0; w < num_words; ++w) {
-    uint64_t f = masks_without_node(src_node, w) & valid;
-    COBALT_UNROLL
-    for (int k = 0; k < kMaxK; ++k) {
-      if (k < top_k && ((uncovered >> k) & 1u)) {
-        uint64_t misses = ~uint64_t{0};  // masks that meet none of expert k's nodes
-        for (uint64_t m = mask[k]; m; m &= m - 1) misses &= masks_without_node(ctz64(m), w);
-        f &= ~misses;
+  COBALT_UNROLL
+  for (int w = 0; w < kMaxWords; ++w) {
+    uint64_t f = 0;
+    if (w < num_words) {
+      f = masks_without_node(src_node, w) & valid;
+      COBALT_UNROLL
+      for (int k = 0; k < kMaxK; ++k) {
+        if (k < top_k && ((uncovered >> k) & 1u)) {
+          uint64_t misses = ~uint64_t{0};  // masks that meet none of expert k's nodes
+          for (uint64_t m = mask[k]; m; m &= m - 1) misses &= masks_without_node(ctz64(m), w);
+          f &= ~misses;
+        }
+      }
+      for (int p = 2; p < best_popcount; ++p) {
+        if ((f & popcount_class_word(p - popc32(static_cast<uint32_t>(w)))) != 0) {
+          best_popcount = p;
+          break;
+        }
       }
     }
     feasible[w] = f;
-    for (int p = 2; p < best_popcount; ++p) {
-      if ((f & popcount_class_word(p - popc32(static_cast<uint32_t>(w)))) != 0) {
-        best_popcount = p;
-        break;
-      }
-    }
   }
   uint32_t count = 0;
-  for (int w = 0; w < num_words; ++w) {
+  COBALT_UNROLL
+  for (int w = 0; w < kMaxWords; ++w) {
     feasible[w] &= popcount_class_word(best_popcount - popc32(static_cast<uint32_t>(w)));
     count += static_cast<uint32_t>(popc64(feasible[w]));
   }
-  uint32_t r = count > 1 ? uniform_below(cover_hash_from_token(token_h), count) : 0;
-  for (int w = 0; w < num_words; ++w) {
+  uint32_t r = uniform_below(cover_hash_from_token(token_h), count);
+  uint64_t cover = 0;
+  bool found = false;
+  COBALT_UNROLL
+  for (int w = 0; w < kMaxWords; ++w) {
     const uint32_t in_word = static_cast<uint32_t>(popc64(feasible[w]));
-    if (r < in_word) return static_cast<uint64_t>(w) * 64 + nth_set_bit(feasible[w], r);
-    r -= in_word;
+    if (!found && r < in_word) {
+      cover = static_cast<uint64_t>(w) * 64 + static_cast<uint64_t>(nth_set_bit(feasible[w], r));
+      found = true;
+    } else if (!found) {
+      r -= in_word;
+    }
   }
-  return 0;  // unreachable: every expert has a replica, so all remote nodes cover U_t
+  return cover;  // never 0: every expert has a replica, so all remote nodes cover U_t
 }
 
 // kSubsetDp: set_cover.cpp's min_node_cover over the compacted uncovered masks. best_table holds

@@ -475,13 +475,12 @@ TEST(NodeCover, TiedMinimumCoversAreDrawnUniformly) {
     }
     const auto layout = ExpertLayout::from_rank_lists(topo, 3, 1, lists);
     constexpr int kTokens = 24000;
-    // Half the tokens choose expert 0 alone (covers {1}, {2}, {3}), half choose 0 and 1 (covers
-    // {3}: node 3 holds both, so the minimum is one node, no tie).
+    // Tokens from node 0 choosing expert 0 alone: three single-node covers {1}, {2}, {3}.
     std::vector<ExpertId> single_ids(kTokens, 0);
     std::vector<RankId> src(kTokens, 0);
     const RoutingBatch single(single_ids, src, 1, 3, topo.num_ranks());
-    // Pairs where no node holds both: expert 0 on {1, 2} only when node 3 does not hold it, so a
-    // second layout without rank 7's replica of expert 0.
+    // Tokens choosing experts 0 and 1 where no node holds both: a second layout without rank 7's
+    // replica of expert 0 (expert 0 on nodes {1, 2}, expert 1 on {3, 4}: four two-node covers).
     auto pair_lists = lists;
     pair_lists[7] = {2};
     const auto pair_layout = ExpertLayout::from_rank_lists(topo, 3, 1, pair_lists);
@@ -513,12 +512,15 @@ TEST(NodeCover, TiedMinimumCoversAreDrawnUniformly) {
       for (uint64_t c : {0b01010u, 0b10010u, 0b01100u, 0b10100u}) {
         EXPECT_NEAR(count[c], kTokens / 4, kTokens / 40) << nodes << " nodes, cover " << c;
       }
-      // The assignment follows its covers: every task on the node of its token's cover.
-      std::vector<RankId> exec(pairs.num_tasks());
+      // Both assignments follow these covers (the same key): every task on a node of its
+      // token's cover.
+      std::vector<RankId> exec(pairs.num_tasks()), balanced(pairs.num_tasks());
       assign_node_cover(pairs, pair_layout, {5, 2, 1, 0}, option, exec);
+      assign_balanced_cover(pairs, pair_layout, {5, 2, 1, 0}, option, balanced);
       for (int64_t t = 0; t < kTokens; ++t) {
         for (int k = 0; k < 2; ++k) {
-          EXPECT_TRUE((covers[t] >> topo.node_of(exec[2 * t + k])) & 1) << t;
+          ASSERT_TRUE((covers[t] >> topo.node_of(exec[2 * t + k])) & 1) << t;
+          ASSERT_TRUE((covers[t] >> topo.node_of(balanced[2 * t + k])) & 1) << t;
         }
       }
     }
