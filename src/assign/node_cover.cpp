@@ -104,6 +104,33 @@ uint64_t choose_cover(const uint64_t* uncovered_masks, int num_uncovered, bool a
   return detail::min_node_cover(full, cover, candidates, scratch);
 }
 
+// Node n relabelled as (n - shift) mod num_nodes, 0 <= shift < num_nodes <= 64.
+inline uint64_t rotate_nodes(uint64_t mask, int shift, int num_nodes) {
+  if (shift == 0) return mask;
+  const uint64_t all = num_nodes == 64 ? ~uint64_t{0} : (uint64_t{1} << num_nodes) - 1;
+  return ((mask >> shift) | (mask << (num_nodes - shift))) & all;
+}
+
+// The subset search's cover of a token that no single node covers, its ties broken without
+// favouring low node ids: the nodes are relabelled cyclically from a remote node drawn uniformly
+// (start = src + 1 + uniform_below(cover_hash_from_token(token_h), N - 1)), the search runs on the
+// relabelled masks (its own order: the first minimum combination of the distinct, non-dominated
+// node sets), and the cover is mapped back. Not uniform among the minimum covers as the mask search
+// is, but every remote node is equally likely to come first. N >= 3 here (a token with two nodes
+// is always covered by its one remote node).
+uint64_t rotated_subset_cover(const uint64_t* uncovered_masks, int num_uncovered, int num_nodes,
+                              int src_node, uint64_t token_h, bool avx512, TokenScratch& scratch) {
+  const int start = static_cast<int>(
+      (static_cast<uint32_t>(src_node) + 1 +
+       uniform_below(cover_hash_from_token(token_h), static_cast<uint32_t>(num_nodes - 1))) %
+      static_cast<uint32_t>(num_nodes));
+  std::array<uint64_t, kMaxTopK> rotated;
+  for (int i = 0; i < num_uncovered; ++i)
+    rotated[i] = rotate_nodes(uncovered_masks[i], start, num_nodes);
+  const uint64_t cover = choose_cover(rotated.data(), num_uncovered, avx512, scratch);
+  return rotate_nodes(cover, (num_nodes - start) % num_nodes, num_nodes);
+}
+
 }  // namespace
 
 namespace {
@@ -296,7 +323,8 @@ void assign_node_cover(const RoutingBatch& batch, const ExpertLayout& layout, co
         cover = drawn_multi_node_mask(multi_masks, src_bit, uncovered_masks.data(), num_uncovered,
                                       token_h);
       } else {
-        cover = choose_cover(uncovered_masks.data(), num_uncovered, use_avx512, scratch);
+        cover = rotated_subset_cover(uncovered_masks.data(), num_uncovered, num_nodes, src_node,
+                                     token_h, use_avx512, scratch);
       }
       // Pass 2: every task's node (its source node when local, else uniform within cover & mask)
       // and replica. uniform_below(h, 1) == 0, so single choices need no branch and draw the same
@@ -402,7 +430,8 @@ void remote_node_covers(const RoutingBatch& batch, const ExpertLayout& layout, c
         cover = drawn_multi_node_mask(multi_masks, src_bit, masks.data(), num_uncovered,
                                       token_hash_of(t));
       } else {
-        cover = choose_cover(masks.data(), num_uncovered, use_avx512, scratch);
+        cover = rotated_subset_cover(masks.data(), num_uncovered, num_nodes, src_node,
+                                     token_hash_of(t), use_avx512, scratch);
       }
       covers[t] = cover;
     }

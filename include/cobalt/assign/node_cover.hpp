@@ -15,7 +15,10 @@
 //     (core/rng.hpp; no draw when one cover is minimum);
 //   - the subset search (kSubsetDp, and kAuto above 8 nodes): the same draw when one node covers
 //     U_t (among the nodes that do); above that its own order (the first minimum combination of
-//     the distinct, non-dominated node sets at their lowest nodes), which is not uniform.
+//     the distinct, non-dominated node sets at their lowest nodes) on node ids relabelled
+//     cyclically from a remote node drawn with the same hash (start = src + 1 +
+//     uniform_below(h, N - 1)), so no node is favoured, though the draw is not uniform among the
+//     minimum covers.
 // The number of remote nodes per token, and so every cross-node transfer, does not depend on it.
 #pragma once
 

@@ -12,7 +12,8 @@
 //       hack over the N-1 remote nodes (bit-deposit around the source bit keeps numeric order), or
 //     - kSubsetDp (the scalable exact variant): min_node_cover of set_cover.cpp (non-dominated
 //       distinct node covers in ascending node order, lexicographic combinations when there are
-//       <= 12, else the DP over subsets of the uncovered experts with the same tie-break);
+//       <= 12, else the DP over subsets of the uncovered experts with the same tie-break), on the
+//       node ids relabelled cyclically from a remote node drawn with the cover hash (as the CPU);
 //     ties among minimum covers drawn as the CPU draws them: the r-th in value order,
 //     r = uniform_below(cover_hash_from_token(token_h), count), no draw when count is 1;
 //     then node uniform_below(h_k, |cover & mask_e|)-th set bit, rank uniform_below(mix64(h_k), .).
@@ -224,6 +225,13 @@ COBALT_HD inline uint64_t drawn_feasible_mask_bitset(int num_nodes, int src_node
   return cover;  // never 0: every expert has a replica, so all remote nodes cover U_t
 }
 
+// Node i relabelled as (i - shift) mod num_nodes, 0 <= shift < num_nodes <= 64.
+COBALT_HD inline uint64_t rotate_nodes(uint64_t mask, int shift, int num_nodes) {
+  if (shift == 0) return mask;
+  const uint64_t all = num_nodes == 64 ? ~uint64_t{0} : (uint64_t{1} << num_nodes) - 1;
+  return ((mask >> shift) | (mask << (num_nodes - shift))) & all;
+}
+
 // kSubsetDp: set_cover.cpp's min_node_cover over the compacted uncovered masks. best_table holds
 // 2^dp_bits bytes; returns kCoverDeferred when the DP is needed for more uncovered experts than
 // that (the caller retries with a bigger table).
@@ -351,13 +359,24 @@ COBALT_HD inline bool assign_token(const AssignTables& tab, const int32_t* ids, 
                                                 token_h)
             : drawn_feasible_mask<kMaxK>(tab.num_nodes, src_node, mask, uncovered, top_k, token_h);
   } else {
+    // The nodes relabelled cyclically from a remote node drawn uniformly, as the CPU's
+    // rotated_subset_cover (src/assign/node_cover.cpp) does; mapped back after the search.
+    const int n = tab.num_nodes;
+    int start = src_node + 1 +
+                static_cast<int>(
+                    uniform_below(cover_hash_from_token(token_h), static_cast<uint32_t>(n - 1)));
+    if (start >= n) start -= n;  // src + 1 + j <= 2 n - 2
     uint64_t compact[kMaxK];
     int num_uncovered = 0;
     for (int k = 0; k < top_k; ++k) {
       if ((uncovered >> k) & 1u) compact[num_uncovered++] = mask[k];
     }
+    // A separate pass: rotating inside the compaction loop above made cicc (CUDA 13.0.88) crash
+    // with a segmentation fault when compiling for compute_100.
+    for (int i = 0; i < num_uncovered; ++i) compact[i] = rotate_nodes(compact[i], start, n);
     cover = min_cover_subset_dp(compact, num_uncovered, dp_table, dp_bits);
     if (cover == kCoverDeferred) return false;
+    cover = rotate_nodes(cover, start == 0 ? 0 : n - start, n);
   }
   COBALT_UNROLL
   for (int k = 0; k < kMaxK; ++k) {

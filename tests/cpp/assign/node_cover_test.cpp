@@ -2,13 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdlib>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "assign/set_cover.hpp"
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/environment.hpp"
@@ -525,6 +529,68 @@ TEST(NodeCover, TiedMinimumCoversAreDrawnUniformly) {
       }
     }
   }
+}
+
+// The subset search favours no node: on a layout symmetric under a rotation of the node ids (expert
+// e on nodes e and e + 5 mod 12), with sources on every node, every node is in nearly the same
+// share of the covers. The same search on the original ids (detail::min_node_cover, the lowest
+// ids first, what the subset search did before session 34) is not.
+TEST(NodeCover, SubsetSearchFavoursNoNode) {
+  constexpr int kNodes = 12, kTokens = 24000, kTopK = 4;
+  const Topology topo(kNodes, kNodes);
+  std::vector<std::vector<ExpertId>> lists(kNodes);
+  for (int e = 0; e < kNodes; ++e) {
+    lists[e].push_back(e);
+    lists[(e + 5) % kNodes].push_back(e);
+  }
+  const auto layout = ExpertLayout::from_rank_lists(topo, kNodes, 2, lists);
+  SplitMix64 rng(11);
+  std::vector<ExpertId> ids;
+  std::vector<RankId> src(kTokens);
+  for (int t = 0; t < kTokens; ++t) {
+    std::vector<ExpertId> row;
+    while (static_cast<int>(row.size()) < kTopK) {
+      const auto e = static_cast<ExpertId>(rng.below(kNodes));
+      if (std::find(row.begin(), row.end(), e) == row.end()) row.push_back(e);
+    }
+    ids.insert(ids.end(), row.begin(), row.end());
+    src[t] = static_cast<RankId>(rng.below(kNodes));
+  }
+  const RoutingBatch batch(ids, src, kTopK, kNodes, kNodes);
+  std::vector<uint64_t> covers(kTokens);
+  remote_node_covers(batch, layout, {3, 1, 0, 0}, {CoverSearch::kSubsetDp, 1}, covers);
+  std::vector<int64_t> share(kNodes, 0), lowest_first_share(kNodes, 0);
+  detail::SetCoverScratch scratch;
+  for (int t = 0; t < kTokens; ++t) {
+    const uint64_t src_bit = uint64_t{1} << src[t];
+    std::array<uint32_t, kMaxNodes> sets{};
+    uint64_t candidates = 0;
+    int num_uncovered = 0;
+    for (ExpertId e : batch.experts_of(t)) {
+      if (layout.node_mask(e) & src_bit) continue;
+      for (uint64_t m = layout.node_mask(e); m; m &= m - 1) {
+        sets[std::countr_zero(m)] |= uint32_t{1} << num_uncovered;
+      }
+      candidates |= layout.node_mask(e);
+      ++num_uncovered;
+    }
+    const uint64_t lowest_first =
+        num_uncovered == 0
+            ? 0
+            : detail::min_node_cover((uint32_t{1} << num_uncovered) - 1, sets, candidates, scratch);
+    ASSERT_EQ(std::popcount(covers[t]), std::popcount(lowest_first)) << t;
+    for (int n = 0; n < kNodes; ++n) {
+      share[n] += (covers[t] >> n) & 1;
+      lowest_first_share[n] += (lowest_first >> n) & 1;
+    }
+  }
+  const auto spread = [](const std::vector<int64_t>& v) {
+    const double mean = static_cast<double>(std::accumulate(v.begin(), v.end(), int64_t{0})) /
+                        static_cast<double>(v.size());
+    return static_cast<double>(*std::max_element(v.begin(), v.end())) / mean;
+  };
+  EXPECT_LT(spread(share), 1.05);
+  EXPECT_GT(spread(lowest_first_share), 1.15);  // what the relabelling removes
 }
 
 TEST(NodeCover, UniformWithinNode) {
