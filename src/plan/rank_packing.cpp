@@ -47,13 +47,17 @@ ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
     std::vector<Replica> replicas;
     for (ExpertId e = 0; e < input.num_experts; ++e) {
       const int x = plan.x(e, n);
-      COBALT_CHECK_INTERNAL(x >= 0 && x <= per_node, "pack: expert {} has {} replicas on node {}",
-                            e, x, n);
+      COBALT_CHECK_ARG(
+          x >= 0 && x <= per_node,
+          "pack: the plan puts {} replicas of expert {} on node {}, which has {} ranks "
+          "(range [0, {}]; was the plan made for another input?)",
+          x, e, n, per_node, per_node);
       for (int i = 0; i < x; ++i) replicas.push_back({e, plan.u(e, n) / x});
     }
-    COBALT_CHECK_INTERNAL(static_cast<int>(replicas.size()) <= per_node * slots,
-                          "pack: node {} has {} replicas for {} slots", n, replicas.size(),
-                          per_node * slots);
+    COBALT_CHECK_ARG(static_cast<int>(replicas.size()) <= per_node * slots,
+                     "pack: the plan puts {} replicas on node {}, which has {} slots ({} ranks x "
+                     "{}; was the plan made for another input?)",
+                     replicas.size(), n, per_node * slots, per_node, slots);
     std::stable_sort(replicas.begin(), replicas.end(),
                      [](const Replica& a, const Replica& b) { return a.load > b.load; });
     const RankId first = topo.first_rank_of(n);

@@ -69,7 +69,8 @@ HeuristicResult plan_global_heuristic(const GlobalPlanInput& input,
 // the plan bounds each node's load, and packing a node's replicas onto its ranks by greedy bin
 // packing (or the fallback, which ignores loads) can leave a rank above (1 + eps) W / G; stage 2
 // and the assignment work from the real loads. Throws kInvalidArgument for a plan of another
-// shape (require_plan_shape).
+// shape (require_plan_shape), more replicas of an expert on a node than its ranks, or more
+// replicas on a node than its slots (a plan made for another input).
 ExpertLayout pack_ranks(const GlobalPlanInput& input, const NodePlan& plan,
                         const ExpertLayout* previous, std::vector<double>* slot_loads);
 

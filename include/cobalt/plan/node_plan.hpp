@@ -28,7 +28,8 @@ struct GlobalPlanInput {
   int slots_per_rank = 0;
   double eps = 0.15;                     // load tolerance: rank cap (1 + eps) * W / G
   std::span<const double> expert_load;   // w_e [E] (EMA task counts)
-  std::span<const double> coactivation;  // c_ij [E, E] symmetric (EMA tokens choosing both)
+  std::span<const double> coactivation;  // c_ij [E, E] symmetric (EMA tokens choosing both);
+                                         // the diagonal is ignored
   // Optional source anchoring (cobalt+, not in the paper): d_ne [N, E] = tokens from node n's ranks
   // choosing e. Each node is treated as a pseudo-expert fixed on itself, co-activated with e d_ne
   // times, so the objective gains source_weight * d_ne for every (e, n) with e on n. Empty => Eq.
@@ -37,8 +38,9 @@ struct GlobalPlanInput {
   double source_weight = 0.0;
 
   // Throws cobalt::Error when sizes disagree, a load, co-activation, source demand or the source
-  // weight is negative or not finite, the co-activation is not symmetric, or the budget cannot
-  // hold E experts.
+  // weight is negative or not finite, the loads, the co-activation (above the diagonal) or the
+  // weighted source demand sum to infinity, the co-activation is not symmetric, or the budget
+  // cannot hold E experts.
   void validate() const;
   double total_load() const;
   double rank_load_cap() const;  // (1 + eps) * W / G

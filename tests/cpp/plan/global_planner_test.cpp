@@ -227,6 +227,25 @@ TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
                   "source weight -1");
   EXPECT_NO_THROW(plan_global_heuristic(
       GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, demand, 1.0}, {}));
+  // Finite entries whose sums are not: the cap and the objective would be inf or nan.
+  const std::vector<double> huge_loads(8, 1e308);
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, huge_loads, inst.c},
+                  "the expert loads sum to inf");
+  std::vector<double> huge_c(8 * 8, 1e308);
+  for (int i = 0; i < 8; ++i) huge_c[i * 8 + i] = 0;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, huge_c},
+                  "the co-activation counts sum to inf");
+  const std::vector<double> huge_demand(2 * 8, 1e308);
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, huge_demand, 1.0},
+                  "the source demand sums to inf");
+  // The diagonal is ignored: a token choosing an expert twice does not exist.
+  auto with_diagonal = inst.c;
+  for (int i = 0; i < 8; ++i) with_diagonal[i * 8 + i] = 1e6;
+  EXPECT_EQ(
+      plan_global_heuristic(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c}, {})
+          .plan.replicas,
+      plan_global_heuristic(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, with_diagonal}, {})
+          .plan.replicas);
 }
 
 TEST(IntraNodeRebalance, LowersMaxLoadAndKeepsNodeContents) {
@@ -412,6 +431,20 @@ TEST(GlobalPlanner, PlansOfAnotherShapeAreRejected) {
     EXPECT_NE(check_node_plan(in, *bad).find("does not match E=16 N=4"), std::string::npos);
   }
   EXPECT_NO_THROW(pack_ranks(in, good, nullptr, nullptr));
+  // A plan of the right shape made for another input: more replicas on a node than its ranks or
+  // its slots is the caller's error, named as such (it was an internal error).
+  for (int replicas : {9, 3}) {
+    NodePlan crowded = good;
+    for (int e = 0; e < 16; ++e) crowded.x(e, 0) = replicas == 9 ? (e == 0 ? 9 : 1) : 3;
+    try {
+      pack_ranks(in, crowded, nullptr, nullptr);
+      ADD_FAILURE() << "no error for " << replicas;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("made for another input"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // Small instances (E close to N, skewed loads) made METIS print "Cannot bisect a graph with 0
