@@ -6,6 +6,7 @@
 #include "bindings_common.hpp"
 #include "cobalt/assign/dispatch_layout.hpp"
 #include "cobalt/assign/exchange_plan.hpp"
+#include "cobalt/core/memory.hpp"
 
 namespace cobalt::py_bindings {
 namespace {
@@ -22,6 +23,12 @@ struct DispatchWorkspace {
     COBALT_CHECK_ARG(top_k >= 1 && top_k <= 1024,
                      "dispatch workspace: max_top_k {} out of range [1, 1024]", top_k);
     const auto g = static_cast<size_t>(topo.num_ranks());
+    // The [T, G] flags and [T, K] slots dominate (a bare std::bad_alloc MemoryError before).
+    const double t = static_cast<double>(tokens), gd = static_cast<double>(g);
+    require_memory(
+        t * gd + 4.0 * t * top_k + 8.0 * gd * gd,
+        fmt::format("dispatch workspace: {} tokens x {} ranks (top-k {})", tokens, g, top_k),
+        "size it for the largest batch a step has, not more");
     layout.rank_counts.reserve(g);
     layout.node_counts.reserve(static_cast<size_t>(topo.num_nodes()));
     layout.rank_offsets.reserve(g + 1);

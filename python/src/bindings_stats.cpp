@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings_common.hpp"
+#include "cobalt/core/memory.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "py_routing_batch.hpp"
 
@@ -14,6 +15,9 @@ void bind_stats(py::module_& m) {
       [](const PyRoutingBatch& b, PyInt num_threads_in) {
         const int num_threads = int_arg(num_threads_in, "num_threads");
         const auto e = static_cast<size_t>(b.batch.num_experts());
+        // The [E, E] output (a bare std::bad_alloc MemoryError before, at E = 65536: 32 GiB).
+        require_memory(8.0 * static_cast<double>(e) * static_cast<double>(e),
+                       fmt::format("count_routing: the {} x {} co-activation matrix", e, e));
         std::vector<int64_t> loads(e), coact(e * e);
         {
           py::gil_scoped_release release;

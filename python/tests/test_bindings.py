@@ -563,6 +563,29 @@ def test_environment_is_read_at_load_and_on_reload(monkeypatch) -> None:
     cobalt.assign_node_cover(batch, layout)
 
 
+def test_outputs_sized_by_the_input_are_checked_against_the_memory_budget(monkeypatch) -> None:
+    """count_routing's [E, E] matrix and a dispatch workspace's [T, G] flags: a one-line error
+    naming the size, not a bare MemoryError from std::bad_alloc."""
+    ids = np.array([[0, 1]], np.int32)
+    batch = cobalt.RoutingBatch(ids, np.array([0], np.int32), 4096, 4)
+    topo = cobalt.Topology(2, 16)
+    try:
+        with monkeypatch.context() as env:
+            env.setenv("COBALT_MEMORY_LIMIT", "64M")  # the 4096 x 4096 matrix needs 128 MiB
+            cobalt.reload_environment()
+            with pytest.raises(cobalt.FailedPreconditionError,
+                               match="count_routing: the 4096 x 4096 co-activation matrix needs"):
+                cobalt.count_routing(batch)
+            with pytest.raises(cobalt.FailedPreconditionError,
+                               match="dispatch workspace: 8388608 tokens x 16 ranks"):
+                cobalt.DispatchLayoutWorkspace(topo, 2**23, 8)
+    finally:
+        cobalt.reload_environment()
+    loads, coact = cobalt.count_routing(batch)
+    assert loads[:2].tolist() == [1, 1] and coact[0, 1] == 1
+    assert cobalt.DispatchLayoutWorkspace(topo, 1024, 8).max_tokens == 1024
+
+
 def test_float_arguments_take_real_numbers_only() -> None:
     # A plain forcecast read the string '1' as 1.0 and dropped imaginary parts.
     topo = cobalt.Topology(2, 8)
