@@ -55,6 +55,15 @@ void bind_stats(py::module_& m) {
           },
           py::arg("batch"), py::arg("num_threads") = 1)
       .def(
+          "fold_into_last_update",
+          [](RoutingStats& s, const PyRoutingBatch& b, PyInt num_threads_in) {
+            const int num_threads = int_arg(num_threads_in, "num_threads");
+            s.fold_into_last_update(b.batch, num_threads);  // the GIL held, as update()
+          },
+          py::arg("batch"), py::arg("num_threads") = 1,
+          "Adds a micro-batch's counts to the last update's observation (the step's), as update() "
+          "with the step's micro-batches concatenated would; the same as update() before any.")
+      .def(
           "update_counts",
           [](RoutingStats& s, InArray<int64_t> counts, InArray<int64_t> coact) {
             const auto e = static_cast<size_t>(s.num_experts());

@@ -407,6 +407,20 @@ def test_step_timing_rows_match_the_policies() -> None:
         cobalt.time_step_operations(batch, topo, slots_per_rank=3, reps=0)
 
 
+def test_micro_batches_fold_into_their_step() -> None:
+    rng = np.random.default_rng(5)
+    ids = np.argsort(rng.random((400, 16)), axis=1)[:, :4].astype(np.int32)
+    src = rng.integers(0, 8, 400, dtype=np.int32)
+    whole, halves = cobalt.RoutingStats(16, 0.5), cobalt.RoutingStats(16, 0.5)
+    for _ in range(2):
+        whole.update(cobalt.RoutingBatch(ids, src, 16, 8))
+        halves.update(cobalt.RoutingBatch(ids[:150], src[:150], 16, 8))
+        halves.fold_into_last_update(cobalt.RoutingBatch(ids[150:], src[150:], 16, 8))
+    assert halves.num_updates == whole.num_updates == 2
+    assert np.array_equal(halves.coactivation, whole.coactivation)  # decay 0.5: exact sums
+    assert np.array_equal(halves.expert_load, whole.expert_load)
+
+
 def test_stats_planner_and_rebalance() -> None:
     topo = cobalt.Topology(2, 8)
     batch = _batch(num_tokens=256)

@@ -136,6 +136,58 @@ class CobaltPolicy final : public Policy {
     COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                      "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
     LayerState& st = layers_[layer];
+    // A call for the step of the layer's last call is another micro-batch of that step (gradient
+    // accumulation, as the PyTorch runtime calls it): the layout decisions are made once per step,
+    // at its first call, and the later micro-batches fold their counts into the step's
+    // observation (below). A background plan that lands meanwhile waits for the next step.
+    const bool same_step = step == st.last_run_step;
+    if (!same_step) {
+      st.last_run_step = step;
+      st.step_tokens = 0;
+      st.step_observed = false;
+      decide_layout(st, step, batch);
+    }
+    // Algorithm 1's draws continue the step's token numbering across its micro-batches, so they
+    // use distinct (seed, step, layer, token) keys, as the tokens of one batch would.
+    const assign::AssignKey key{config_.seed, step, layer, st.step_tokens};
+    st.step_tokens += batch.num_tokens();
+    const assign::AssignOptions options{assign::CoverSearch::kAuto, config_.num_threads};
+    if (variant_.balanced_assignment) {
+      assign::assign_balanced_cover(batch, *st.layout, key, options, exec_rank, kSpillTolerance,
+                                    &balanced_workspace_);
+    } else {
+      assign::assign_node_cover(batch, *st.layout, key, options, exec_rank);
+    }
+    // Statistics after the step (they feed the next plans). A batch without tasks is no
+    // observation; a micro-batch after the step's first observation is folded into it.
+    if (batch.num_tasks() == 0) return st.layout;
+    const bool fold = st.step_observed;
+    if (fold) {
+      st.stats.fold_into_last_update(batch, config_.num_threads);
+    } else {
+      st.stats.update(batch, config_.num_threads);
+      // The first observation initialises the EMAs below (as RoutingStats does): started from
+      // zero they stay biased low for ~1 / (1 - decay) steps, which layout pricing compares
+      // against copy costs in absolute terms.
+      st.step_keep = st.stats.num_updates() <= 1 ? 0.0 : config_.ema_decay;
+      st.step_observed = true;
+    }
+    const double keep = fold ? 1.0 : st.step_keep;
+    const double add = 1.0 - st.step_keep;
+    const auto counts = replica_task_counts(batch, *st.layout, exec_rank);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      st.slot_loads[i] = keep * st.slot_loads[i] + add * static_cast<double>(counts[i]);
+    }
+    if (variant_.select_by_true_cost) remember_sample(st, batch, fold);
+    if (variant_.source_weight > 0) update_source_demand(st, batch, keep, add);
+    return st.layout;
+  }
+
+ private:
+  struct LayerState;
+
+  // Stages 1, 2 and 2b for the first call of a step, timed as planner work.
+  void decide_layout(LayerState& st, int64_t step, const RoutingBatch& batch) {
     double wait_ms = 0;
     // The step's tasks per expert, for stage 2b: the router's histogram (on a GPU the routing
     // statistics kernel), counted outside the planner's timer as the EMA statistics are.
@@ -198,37 +250,6 @@ class CobaltPolicy final : public Policy {
       if (variant_.floor_swaps && st.stats.num_updates() > 0) swap_toward_floor(st);
     }
     counters_.planner_wall_ms -= wait_ms;  // overlaps the background plan's run, counted above
-    // Micro-batches of one step (the same step again, as under gradient accumulation) continue
-    // its token numbering, so their draws use distinct (seed, step, layer, token) keys, as the
-    // tokens of one batch would; before, every call started at token 0.
-    if (step != st.last_run_step) {
-      st.last_run_step = step;
-      st.step_tokens = 0;
-    }
-    const assign::AssignKey key{config_.seed, step, layer, st.step_tokens};
-    st.step_tokens += batch.num_tokens();
-    const assign::AssignOptions options{assign::CoverSearch::kAuto, config_.num_threads};
-    if (variant_.balanced_assignment) {
-      assign::assign_balanced_cover(batch, *st.layout, key, options, exec_rank, kSpillTolerance,
-                                    &balanced_workspace_);
-    } else {
-      assign::assign_node_cover(batch, *st.layout, key, options, exec_rank);
-    }
-    // Statistics after the step (they feed the next plans). A step without tasks is no
-    // observation.
-    if (batch.num_tasks() == 0) return st.layout;
-    st.stats.update(batch, config_.num_threads);
-    const auto counts = replica_task_counts(batch, *st.layout, exec_rank);
-    // The first observation initialises the replica EMA loads (as RoutingStats does): started
-    // from zero they stay biased low for ~1 / (1 - decay) steps, which layout pricing compares
-    // against copy costs in absolute terms.
-    const double keep = st.stats.num_updates() <= 1 ? 0.0 : config_.ema_decay;
-    for (size_t i = 0; i < counts.size(); ++i) {
-      st.slot_loads[i] = keep * st.slot_loads[i] + (1.0 - keep) * static_cast<double>(counts[i]);
-    }
-    if (variant_.select_by_true_cost) remember_sample(st, batch);
-    if (variant_.source_weight > 0) update_source_demand(st, batch);
-    return st.layout;
   }
 
  private:
@@ -248,9 +269,13 @@ class CobaltPolicy final : public Policy {
     // step has both a global plan and a stage-2 move).
     std::vector<RankId> mains;
     // The step of the last call and the tokens its calls have had so far: micro-batches of one
-    // step number their tokens on from there (Algorithm 1's draw keys).
+    // step number their tokens on from there (Algorithm 1's draw keys). Whether the step has an
+    // observation yet (later micro-batches fold into it), and the EMA weight of the history at
+    // that observation (0 at the first, else ema_decay).
     int64_t last_run_step = -1;
     int64_t step_tokens = 0;
+    bool step_observed = false;
+    double step_keep = 0.0;
   };
 
   // Installs a new layout for the layer, moving main instances as eval::next_main_ranks does.
@@ -391,7 +416,9 @@ class CobaltPolicy final : public Policy {
                                amortisation_steps, *config_.cost_model);
   }
 
-  void update_source_demand(LayerState& st, const RoutingBatch& batch) const {
+  // d_ne = keep * d_ne + add * (this batch's tokens from node n choosing e).
+  void update_source_demand(LayerState& st, const RoutingBatch& batch, double keep,
+                            double add) const {
     const int num_experts = config_.num_experts, per_node = config_.topology.ranks_per_node();
     std::vector<double> counts(st.source_demand.size(), 0.0);
     for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
@@ -399,19 +426,34 @@ class CobaltPolicy final : public Policy {
           counts.data() + static_cast<size_t>(batch.source_of(t) / per_node) * num_experts;
       for (ExpertId e : batch.experts_of(t)) row[e] += 1.0;
     }
-    const bool first = st.stats.num_updates() <= 1;
-    const double keep = first ? 0.0 : config_.ema_decay;
     for (size_t i = 0; i < counts.size(); ++i) {
-      st.source_demand[i] = keep * st.source_demand[i] + (1.0 - keep) * counts[i];
+      st.source_demand[i] = keep * st.source_demand[i] + add * counts[i];
     }
   }
 
   // Keeps an evenly strided sample of the last kSampleSteps steps (up to kSampleTokens tokens each,
   // every source rank represented) for scoring candidate layouts on the true objective. Several
   // steps keep the choice from overfitting one batch.
-  void remember_sample(LayerState& st, const RoutingBatch& batch) {
+  // A later micro-batch of a step (`fold`) adds its own strided sample to the step's, up to
+  // kSampleSteps x kSampleTokens tokens per step.
+  void remember_sample(LayerState& st, const RoutingBatch& batch, bool fold) {
     constexpr int64_t kSampleTokens = 4096;
     constexpr size_t kSampleSteps = 4;
+    if (fold && !st.sample_sizes.empty()) {
+      const int64_t room =
+          static_cast<int64_t>(kSampleSteps) * kSampleTokens - st.sample_sizes.back();
+      const int64_t n = std::min({kSampleTokens, batch.num_tokens(), room});
+      if (n <= 0) return;
+      st.sample_sizes.back() += n;
+      st.sample_batch_tokens.back() += batch.num_tokens();
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = i * batch.num_tokens() / n;
+        auto row = batch.experts_of(t);
+        st.sample_ids.insert(st.sample_ids.end(), row.begin(), row.end());
+        st.sample_src.push_back(batch.source_of(t));
+      }
+      return;
+    }
     const int64_t n = std::min<int64_t>(kSampleTokens, batch.num_tokens());
     if (st.sample_sizes.size() == kSampleSteps) {
       const int64_t drop = st.sample_sizes.front();

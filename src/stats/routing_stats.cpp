@@ -38,6 +38,16 @@ void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
   add_counts(scratch_loads_, scratch_coact_);  // count_routing's counts need no validation
 }
 
+void RoutingStats::fold_into_last_update(const RoutingBatch& batch, int num_threads) {
+  COBALT_CHECK_ARG(batch.num_experts() == num_experts_,
+                   "stats: batch has {} experts, stats track {}", batch.num_experts(),
+                   num_experts_);
+  scratch_loads_.resize(num_experts_);
+  scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
+  count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
+  add_counts(scratch_loads_, scratch_coact_, /*fold=*/num_updates_ > 0);
+}
+
 void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
                                  std::span<const int64_t> coactivation) {
   COBALT_CHECK_ARG(
@@ -90,21 +100,24 @@ void RoutingStats::update_counts(std::span<const int64_t> expert_counts,
 }
 
 void RoutingStats::add_counts(std::span<const int64_t> expert_counts,
-                              std::span<const int64_t> coactivation) {
+                              std::span<const int64_t> coactivation, bool fold) {
   // A step without tasks is no observation (an EMA started from it would begin at zero).
   if (std::all_of(expert_counts.begin(), expert_counts.end(), [](int64_t c) { return c == 0; })) {
     return;
   }
   const bool first = num_updates_ == 0;
-  const double keep = (exact_ || first) ? 1.0 : decay_;
-  const double add = exact_ || first ? 1.0 : 1.0 - decay_;
+  const double keep = fold || exact_ || first ? 1.0 : decay_;
+  const double add = fold ? last_add_ : exact_ || first ? 1.0 : 1.0 - decay_;
   for (size_t e = 0; e < expert_load_.size(); ++e) {
     expert_load_[e] = keep * expert_load_[e] + add * static_cast<double>(expert_counts[e]);
   }
   for (size_t i = 0; i < coactivation_.size(); ++i) {
     coactivation_[i] = keep * coactivation_[i] + add * static_cast<double>(coactivation[i]);
   }
-  ++num_updates_;
+  if (!fold) {
+    last_add_ = add;
+    ++num_updates_;
+  }
 }
 
 double RoutingStats::ochiai(ExpertId i, ExpertId j) const {

@@ -38,6 +38,12 @@ class RoutingStats {
   // Adds a batch's counts. A batch without tasks is no observation: nothing changes and
   // num_updates() does not count it.
   void update(const RoutingBatch& batch, int num_threads = 1);
+  // Adds a batch's counts to the last update's observation instead of making a new one: the
+  // micro-batches of one step folded into that step (ema = decay * ema_before + (1 - decay) *
+  // (c_1 + c_2 + ...), or their plain sum for the first observation and exact counts), which is
+  // what update() with their concatenation gives, up to rounding. num_updates() is unchanged.
+  // With no update yet, the same as update().
+  void fold_into_last_update(const RoutingBatch& batch, int num_threads = 1);
   // Adds pre-computed batch counts (same shapes as count_routing's outputs; all-zero: ignored).
   // Throws kInvalidArgument for a negative count, an asymmetric co-activation matrix, a non-zero
   // diagonal, or c_ij above min(w_i, w_j) (counts no batch can make), naming the first such entry.
@@ -56,13 +62,16 @@ class RoutingStats {
   double ochiai(ExpertId i, ExpertId j) const;
 
  private:
-  // The EMA (or exact sum) step of update and update_counts, on counts known to be valid.
-  void add_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation);
+  // The EMA (or exact sum) step of update and update_counts, on counts known to be valid; `fold`
+  // adds to the last observation (fold_into_last_update).
+  void add_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation,
+                  bool fold = false);
 
   int num_experts_;
   double decay_;
   bool exact_;
   int64_t num_updates_ = 0;
+  double last_add_ = 1.0;  // the weight of the last observation's counts
   std::vector<double> expert_load_;
   std::vector<double> coactivation_;
   std::vector<int64_t> scratch_loads_;

@@ -68,27 +68,66 @@ TEST(CobaltPolicy, ALayoutInForceOverTheLoadCapIsReplaced) {
 // Two micro-batches of one step (the same step twice, as under gradient accumulation): the second
 // continues the step's token numbering, so its draws are those of tokens T1.. of the step, not a
 // repeat of the first micro-batch's (which every call starting at token 0 gave).
-TEST(CobaltPolicy, MicroBatchesOfAStepContinueItsTokenNumbering) {
+// The first `count` tokens of `b` from `first` on.
+testing::OwnedBatch token_range(const testing::OwnedBatch& b, int64_t first, int64_t count) {
+  testing::OwnedBatch part = b;
+  part.topk_ids.assign(b.topk_ids.begin() + first * b.top_k,
+                       b.topk_ids.begin() + (first + count) * b.top_k);
+  part.source_rank.assign(b.source_rank.begin() + first, b.source_rank.begin() + first + count);
+  return part;
+}
+
+// A step given as two micro-batches (gradient accumulation) is the step given whole: one layout for
+// the step (decided at its first call), Algorithm 1's draws continuing the step's token numbering,
+// and one observation of the step's counts. With decay 0.5 every EMA sum is exact, so the policy
+// fed halves and the policy fed whole steps stay identical, bit for bit, over the following steps.
+TEST(CobaltPolicy, MicroBatchesOfAStepAreTheStepGivenWhole) {
   PolicyConfig config;
   config.topology = Topology(4, 16);
   config.num_experts = 32;
   config.top_k = 4;
   config.slots_per_rank = 3;
   config.seed = 11;
-  auto policy = make_policy("cobalt", config);
-  auto batch = testing::random_batch(5, 2000, 4, 32, 16, 1.0);
-  std::vector<RankId> first(batch.topk_ids.size()), second(batch.topk_ids.size());
-  policy->run(0, 0, batch.view(), first);
-  const auto again = policy->run(0, 0, batch.view(), second);
-  std::vector<RankId> expected(batch.topk_ids.size());
-  assign::assign_node_cover(batch.view(), *again, {config.seed, 0, 0, 2000}, {}, expected);
-  EXPECT_EQ(second, expected);
-  EXPECT_NE(second, first);
-  // A new step starts at token 0 again.
-  std::vector<RankId> next(batch.topk_ids.size()), fresh(batch.topk_ids.size());
-  const auto later = policy->run(1, 0, batch.view(), next);
-  assign::assign_node_cover(batch.view(), *later, {config.seed, 1, 0, 0}, {}, fresh);
-  EXPECT_EQ(next, fresh);
+  config.ema_decay = 0.5;
+  config.steps_per_global_plan = 2;
+  auto halves = make_policy("cobalt", config);
+  auto whole = make_policy("cobalt", config);
+  for (int64_t step = 0; step < 6; ++step) {
+    const auto batch = testing::random_batch(5 + step, 2000, 4, 32, 16, 1.0);
+    const auto first = token_range(batch, 0, 1200), second = token_range(batch, 1200, 800);
+    std::vector<RankId> exec_first(first.topk_ids.size()), exec_second(second.topk_ids.size());
+    std::vector<RankId> exec_whole(batch.topk_ids.size());
+    const auto layout_first = halves->run(step, 0, first.view(), exec_first);
+    const auto layout_second = halves->run(step, 0, second.view(), exec_second);
+    const auto layout_whole = whole->run(step, 0, batch.view(), exec_whole);
+    EXPECT_EQ(layout_first, layout_second) << "the layout changed within step " << step;
+    ASSERT_TRUE(*layout_first == *layout_whole) << "step " << step;
+    exec_first.insert(exec_first.end(), exec_second.begin(), exec_second.end());
+    ASSERT_EQ(exec_first, exec_whole) << "step " << step;
+  }
+  EXPECT_EQ(halves->counters().num_global_plans, whole->counters().num_global_plans);
+  EXPECT_EQ(halves->counters().intra_node_moves, whole->counters().intra_node_moves);
+  EXPECT_EQ(halves->counters().cross_node_moves, whole->counters().cross_node_moves);
+  EXPECT_GT(whole->counters().num_global_plans + whole->counters().intra_node_moves, 0);
+}
+
+// cobalt+ too keeps one layout per step (its balanced assignment is per call, so its ranks differ).
+TEST(CobaltPolicy, CobaltPlusDecidesOncePerStep) {
+  PolicyConfig config;
+  config.topology = Topology(4, 16);
+  config.num_experts = 32;
+  config.top_k = 4;
+  config.slots_per_rank = 3;
+  config.steps_per_global_plan = 2;
+  auto policy = make_policy("cobalt+", config);
+  for (int64_t step = 0; step < 4; ++step) {
+    const auto batch = testing::random_batch(7 + step, 1500, 4, 32, 16, 1.0);
+    std::vector<RankId> exec(batch.topk_ids.size());
+    const auto layout = policy->run(step, 0, batch.view(), exec);
+    for (int micro_batch = 1; micro_batch < 3; ++micro_batch) {
+      EXPECT_EQ(policy->run(step, 0, batch.view(), exec), layout) << step << " " << micro_batch;
+    }
+  }
 }
 
 }  // namespace

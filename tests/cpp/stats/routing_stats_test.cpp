@@ -107,6 +107,52 @@ TEST(RoutingStats, EmaArithmetic) {
   EXPECT_THROW(RoutingStats(3, 1.0), Error);
 }
 
+// Micro-batches folded into their step's observation give what one update with their
+// concatenation gives (property test on random batches; EMA, first observation and exact counts).
+TEST(RoutingStats, FoldedMicroBatchesAreTheConcatenatedStep) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SplitMix64 rng(seed);
+    const int experts = 4 + static_cast<int>(rng.below(30));
+    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 8)));
+    const bool exact = seed % 5 == 0;
+    const double decay = exact ? 0.0 : 0.05 * static_cast<double>(rng.below(19));
+    RoutingStats folded(experts, decay, exact), concatenated(experts, decay, exact);
+    for (int step = 0; step < 4; ++step) {
+      const auto whole = testing::random_batch(seed * 100 + step, 300, top_k, experts, 8, 1.0);
+      // Split into up to three micro-batches (an empty one included now and then).
+      const int64_t a = rng.below(301), b = a + rng.below(static_cast<uint32_t>(301 - a));
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, a}, {a, b}, {b, 300}}) {
+        const RoutingBatch part(
+            std::span(whole.topk_ids).subspan(begin * top_k, (end - begin) * top_k),
+            std::span(whole.source_rank).subspan(begin, end - begin), top_k, experts, 8);
+        // The step's first batch with tasks is its observation; later ones fold into it.
+        if (folded.num_updates() == step) {
+          folded.update(part);
+        } else {
+          folded.fold_into_last_update(part);
+        }
+      }
+      concatenated.update(whole.view());
+      ASSERT_EQ(folded.num_updates(), concatenated.num_updates());
+      for (int e = 0; e < experts; ++e) {
+        ASSERT_NEAR(folded.expert_load()[e], concatenated.expert_load()[e],
+                    1e-9 * (1 + concatenated.expert_load()[e]))
+            << "seed " << seed << " step " << step;
+      }
+      for (size_t i = 0; i < concatenated.coactivation().size(); ++i) {
+        ASSERT_NEAR(folded.coactivation()[i], concatenated.coactivation()[i],
+                    1e-9 * (1 + concatenated.coactivation()[i]));
+      }
+    }
+  }
+  RoutingStats fresh(3, 0.5);  // no update yet: a fold is the first update
+  std::vector<ExpertId> ids = {0, 1};
+  std::vector<RankId> src = {0};
+  fresh.fold_into_last_update(RoutingBatch(ids, src, 2, 3, 1));
+  EXPECT_EQ(fresh.num_updates(), 1);
+  EXPECT_DOUBLE_EQ(fresh.coactivation(0, 1), 1.0);
+}
+
 TEST(RoutingStats, OchiaiSummaries) {
   // 3 experts. w = (4, 2, 2); c01 = 2, c02 = 1, c12 = 0.
   // Ochiai(0,1) = 2/sqrt(8), Ochiai(0,2) = 1/sqrt(8).
