@@ -439,19 +439,22 @@ class CobaltPolicy final : public Policy {
   void remember_sample(LayerState& st, const RoutingBatch& batch, bool fold) {
     constexpr int64_t kSampleTokens = 4096;
     constexpr size_t kSampleSteps = 4;
-    if (fold && !st.sample_sizes.empty()) {
-      const int64_t room =
-          static_cast<int64_t>(kSampleSteps) * kSampleTokens - st.sample_sizes.back();
-      const int64_t n = std::min({kSampleTokens, batch.num_tokens(), room});
-      if (n <= 0) return;
-      st.sample_sizes.back() += n;
-      st.sample_batch_tokens.back() += batch.num_tokens();
+    // n tokens of the batch, evenly strided, appended to the sample.
+    const auto append_strided = [&](int64_t n) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t t = i * batch.num_tokens() / n;
         auto row = batch.experts_of(t);
         st.sample_ids.insert(st.sample_ids.end(), row.begin(), row.end());
         st.sample_src.push_back(batch.source_of(t));
       }
+    };
+    if (fold && !st.sample_sizes.empty()) {
+      const int64_t room =
+          static_cast<int64_t>(kSampleSteps) * kSampleTokens - st.sample_sizes.back();
+      const int64_t n = std::max<int64_t>(0, std::min({kSampleTokens, batch.num_tokens(), room}));
+      st.sample_sizes.back() += n;
+      st.sample_batch_tokens.back() += batch.num_tokens();  // the step's tokens, sampled or not
+      append_strided(n);
       return;
     }
     const int64_t n = std::min<int64_t>(kSampleTokens, batch.num_tokens());
@@ -464,12 +467,7 @@ class CobaltPolicy final : public Policy {
     }
     st.sample_sizes.push_back(n);
     st.sample_batch_tokens.push_back(batch.num_tokens());
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t t = i * batch.num_tokens() / n;
-      auto row = batch.experts_of(t);
-      st.sample_ids.insert(st.sample_ids.end(), row.begin(), row.end());
-      st.sample_src.push_back(batch.source_of(t));
-    }
+    append_strided(n);
   }
 
   PlanSnapshot snapshot(const LayerState& st) const {

@@ -28,23 +28,22 @@ RoutingStats::RoutingStats(int num_experts, double decay, bool exact)
   coactivation_.assign(static_cast<size_t>(num_experts) * num_experts, 0.0);
 }
 
-void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
+void RoutingStats::count_into_scratch(const RoutingBatch& batch, int num_threads) {
   COBALT_CHECK_ARG(batch.num_experts() == num_experts_,
                    "stats: batch has {} experts, stats track {}", batch.num_experts(),
                    num_experts_);
   scratch_loads_.resize(num_experts_);
   scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
   count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
+}
+
+void RoutingStats::update(const RoutingBatch& batch, int num_threads) {
+  count_into_scratch(batch, num_threads);
   add_counts(scratch_loads_, scratch_coact_);  // count_routing's counts need no validation
 }
 
 void RoutingStats::fold_into_last_update(const RoutingBatch& batch, int num_threads) {
-  COBALT_CHECK_ARG(batch.num_experts() == num_experts_,
-                   "stats: batch has {} experts, stats track {}", batch.num_experts(),
-                   num_experts_);
-  scratch_loads_.resize(num_experts_);
-  scratch_coact_.resize(static_cast<size_t>(num_experts_) * num_experts_);
-  count_routing(batch, scratch_loads_, scratch_coact_, num_threads);
+  count_into_scratch(batch, num_threads);
   add_counts(scratch_loads_, scratch_coact_, /*fold=*/num_updates_ > 0);
 }
 

@@ -62,6 +62,8 @@ class RoutingStats {
   double ochiai(ExpertId i, ExpertId j) const;
 
  private:
+  // A batch's counts into scratch_loads_ / scratch_coact_ (update and fold_into_last_update).
+  void count_into_scratch(const RoutingBatch& batch, int num_threads);
   // The EMA (or exact sum) step of update and update_counts, on counts known to be valid; `fold`
   // adds to the last observation (fold_into_last_update).
   void add_counts(std::span<const int64_t> expert_counts, std::span<const int64_t> coactivation,

@@ -65,10 +65,18 @@ TEST(CobaltPolicy, ALayoutInForceOverTheLoadCapIsReplaced) {
   EXPECT_GE(policy->counters().num_global_plans, 1);
 }
 
-// Two micro-batches of one step (the same step twice, as under gradient accumulation): the second
-// continues the step's token numbering, so its draws are those of tokens T1.. of the step, not a
-// repeat of the first micro-batch's (which every call starting at token 0 gave).
-// The first `count` tokens of `b` from `first` on.
+// 4 nodes x 4 ranks, 32 experts, top-4, 3 slots per rank, a global plan every 2 steps.
+PolicyConfig micro_batch_config() {
+  PolicyConfig config;
+  config.topology = Topology(4, 16);
+  config.num_experts = 32;
+  config.top_k = 4;
+  config.slots_per_rank = 3;
+  config.steps_per_global_plan = 2;
+  return config;
+}
+
+// The `count` tokens of `b` from `first` on.
 testing::OwnedBatch token_range(const testing::OwnedBatch& b, int64_t first, int64_t count) {
   testing::OwnedBatch part = b;
   part.topk_ids.assign(b.topk_ids.begin() + first * b.top_k,
@@ -82,14 +90,9 @@ testing::OwnedBatch token_range(const testing::OwnedBatch& b, int64_t first, int
 // and one observation of the step's counts. With decay 0.5 every EMA sum is exact, so the policy
 // fed halves and the policy fed whole steps stay identical, bit for bit, over the following steps.
 TEST(CobaltPolicy, MicroBatchesOfAStepAreTheStepGivenWhole) {
-  PolicyConfig config;
-  config.topology = Topology(4, 16);
-  config.num_experts = 32;
-  config.top_k = 4;
-  config.slots_per_rank = 3;
+  PolicyConfig config = micro_batch_config();
   config.seed = 11;
   config.ema_decay = 0.5;
-  config.steps_per_global_plan = 2;
   auto halves = make_policy("cobalt", config);
   auto whole = make_policy("cobalt", config);
   for (int64_t step = 0; step < 6; ++step) {
@@ -113,13 +116,7 @@ TEST(CobaltPolicy, MicroBatchesOfAStepAreTheStepGivenWhole) {
 
 // cobalt+ too keeps one layout per step (its balanced assignment is per call, so its ranks differ).
 TEST(CobaltPolicy, CobaltPlusDecidesOncePerStep) {
-  PolicyConfig config;
-  config.topology = Topology(4, 16);
-  config.num_experts = 32;
-  config.top_k = 4;
-  config.slots_per_rank = 3;
-  config.steps_per_global_plan = 2;
-  auto policy = make_policy("cobalt+", config);
+  auto policy = make_policy("cobalt+", micro_batch_config());
   for (int64_t step = 0; step < 4; ++step) {
     const auto batch = testing::random_batch(7 + step, 1500, 4, 32, 16, 1.0);
     std::vector<RankId> exec(batch.topk_ids.size());
