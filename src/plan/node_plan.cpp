@@ -56,31 +56,32 @@ void GlobalPlanInput::validate() const {
   }
   COBALT_CHECK_ARG(source_weight >= 0 && std::isfinite(source_weight),
                    "global plan: source weight {} must be finite and >= 0", source_weight);
-  // Finite entries can still sum to infinity (1e308 each): the rank cap and the objective would
-  // be inf or nan, and every plan would pass the cap. Refused rather than planned on.
-  COBALT_CHECK_ARG(std::isfinite(total_load()),
-                   "global plan: the expert loads sum to {} (must be finite; scale them down)",
-                   total_load());
-  double coactivation_sum = 0;
-  for (int i = 0; i < num_experts; ++i) {
-    for (int j = i + 1; j < num_experts; ++j)
-      coactivation_sum += coactivation[static_cast<size_t>(i) * num_experts + j];
-  }
-  COBALT_CHECK_ARG(std::isfinite(coactivation_sum),
-                   "global plan: the co-activation counts sum to {} (must be finite; scale them "
-                   "down)",
-                   coactivation_sum);
-  const double demand_sum = std::accumulate(source_demand.begin(), source_demand.end(), 0.0);
-  COBALT_CHECK_ARG(std::isfinite(demand_sum * source_weight),
-                   "global plan: the source demand sums to {} with weight {} (the product must be "
-                   "finite)",
-                   demand_sum, source_weight);
   for (size_t i = 0; i < source_demand.size(); ++i) {
     COBALT_CHECK_ARG(source_demand[i] >= 0 && std::isfinite(source_demand[i]),
                      "global plan: source demand of node {} for expert {} is {} (must be finite "
                      "and >= 0)",
                      i / num_experts, i % num_experts, source_demand[i]);
   }
+  // Finite entries can still sum to infinity (1e308 each): the rank cap or the objective would be
+  // inf or nan, and every plan would pass the cap. Refused rather than planned on.
+  COBALT_CHECK_ARG(std::isfinite(rank_load_cap()),
+                   "global plan: the expert loads sum to {}, and the rank cap (1 + eps) x sum / G "
+                   "must be finite (scale them down)",
+                   total_load());
+  // The objective counts c_ij once per node holding both, plus the weighted demand.
+  double coactivation_sum = 0;
+  for (int i = 0; i < num_experts; ++i) {
+    for (int j = i + 1; j < num_experts; ++j)
+      coactivation_sum += coactivation[static_cast<size_t>(i) * num_experts + j];
+  }
+  const double demand_sum =
+      source_weight > 0 ? std::accumulate(source_demand.begin(), source_demand.end(), 0.0) : 0.0;
+  const double objective_bound =
+      topology.num_nodes() * coactivation_sum + source_weight * demand_sum;
+  COBALT_CHECK_ARG(std::isfinite(objective_bound),
+                   "global plan: the co-activation counts (sum {}) and the source demand (sum {}, "
+                   "weight {}) could make the objective {}; it must be finite (scale them down)",
+                   coactivation_sum, demand_sum, source_weight, objective_bound);
 }
 
 double GlobalPlanInput::total_load() const {

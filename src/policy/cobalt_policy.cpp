@@ -140,12 +140,16 @@ class CobaltPolicy final : public Policy {
     // accumulation, as the PyTorch runtime calls it): the layout decisions are made once per step,
     // at its first call, and the later micro-batches fold their counts into the step's
     // observation (below). A background plan that lands meanwhile waits for the next step.
-    const bool same_step = step == st.last_run_step;
-    if (!same_step) {
+    // A batch without tasks decides nothing (no task runs under the layout, and stage 2b would
+    // see an empty step): the step's decisions wait for its first batch with tasks.
+    if (batch.num_tasks() == 0) return st.layout;
+    if (step != st.last_run_step) {
+      decide_layout(st, step, batch);
+      // After the decisions: a call that threw is retried as the step's first, not as a later
+      // micro-batch.
       st.last_run_step = step;
       st.step_tokens = 0;
       st.step_observed = false;
-      decide_layout(st, step, batch);
     }
     // Algorithm 1's draws continue the step's token numbering across its micro-batches, so they
     // use distinct (seed, step, layer, token) keys, as the tokens of one batch would.
@@ -158,9 +162,8 @@ class CobaltPolicy final : public Policy {
     } else {
       assign::assign_node_cover(batch, *st.layout, key, options, exec_rank);
     }
-    // Statistics after the step (they feed the next plans). A batch without tasks is no
-    // observation; a micro-batch after the step's first observation is folded into it.
-    if (batch.num_tasks() == 0) return st.layout;
+    // Statistics after the step (they feed the next plans); a micro-batch after the step's first
+    // is folded into its observation.
     const bool fold = st.step_observed;
     if (fold) {
       st.stats.fold_into_last_update(batch, config_.num_threads);
@@ -434,8 +437,7 @@ class CobaltPolicy final : public Policy {
   // Keeps an evenly strided sample of the last kSampleSteps steps (up to kSampleTokens tokens each,
   // every source rank represented) for scoring candidate layouts on the true objective. Several
   // steps keep the choice from overfitting one batch.
-  // A later micro-batch of a step (`fold`) adds its own strided sample to the step's, up to
-  // kSampleSteps x kSampleTokens tokens per step.
+  // A later micro-batch of a step (`fold`) joins the step's sample (below).
   void remember_sample(LayerState& st, const RoutingBatch& batch, bool fold) {
     constexpr int64_t kSampleTokens = 4096;
     constexpr size_t kSampleSteps = 4;
@@ -449,12 +451,31 @@ class CobaltPolicy final : public Policy {
       }
     };
     if (fold && !st.sample_sizes.empty()) {
-      const int64_t room =
-          static_cast<int64_t>(kSampleSteps) * kSampleTokens - st.sample_sizes.back();
-      const int64_t n = std::max<int64_t>(0, std::min({kSampleTokens, batch.num_tokens(), room}));
-      st.sample_sizes.back() += n;
-      st.sample_batch_tokens.back() += batch.num_tokens();  // the step's tokens, sampled or not
-      append_strided(n);
+      // The step keeps one sample of up to kSampleTokens tokens: a strided part of its sample so
+      // far and a strided part of this micro-batch, in proportion to their tokens (the step given
+      // whole would have one strided sample of the same size).
+      const int64_t before = st.sample_batch_tokens.back();
+      const int64_t total = before + batch.num_tokens();
+      const int64_t n = std::min(kSampleTokens, total);
+      const int64_t keep = n * before / total;  // of the sample so far; n - keep <= batch tokens
+      const int64_t old_n = st.sample_sizes.back();
+      const size_t old_begin = st.sample_src.size() - static_cast<size_t>(old_n);
+      const int top_k = batch.top_k();
+      std::vector<ExpertId> kept_ids;
+      std::vector<RankId> kept_src;
+      for (int64_t i = 0; i < keep; ++i) {
+        const size_t j = old_begin + static_cast<size_t>(i * old_n / keep);
+        kept_ids.insert(kept_ids.end(), st.sample_ids.begin() + j * top_k,
+                        st.sample_ids.begin() + (j + 1) * top_k);
+        kept_src.push_back(st.sample_src[j]);
+      }
+      st.sample_ids.resize(old_begin * top_k);
+      st.sample_src.resize(old_begin);
+      st.sample_ids.insert(st.sample_ids.end(), kept_ids.begin(), kept_ids.end());
+      st.sample_src.insert(st.sample_src.end(), kept_src.begin(), kept_src.end());
+      st.sample_sizes.back() = n;
+      st.sample_batch_tokens.back() = total;
+      append_strided(n - keep);
       return;
     }
     const int64_t n = std::min<int64_t>(kSampleTokens, batch.num_tokens());

@@ -234,10 +234,28 @@ TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
   std::vector<double> huge_c(8 * 8, 1e308);
   for (int i = 0; i < 8; ++i) huge_c[i * 8 + i] = 0;
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, huge_c},
-                  "the co-activation counts sum to inf");
+                  "the co-activation counts (sum inf)");
   const std::vector<double> huge_demand(2 * 8, 1e308);
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, huge_demand, 1.0},
-                  "the source demand sums to inf");
+                  "the source demand (sum inf, weight 1)");
+  // A finite sum whose cap overflows, and a pair counted on both nodes.
+  std::vector<double> near_max(8, 0.0);
+  near_max[0] = 1e308;
+  near_max[1] = 0.6e308;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, near_max, inst.c},
+                  "the rank cap (1 + eps) x sum / G must be finite");
+  std::vector<double> one_pair(8 * 8, 0.0);
+  one_pair[0 * 8 + 1] = one_pair[1 * 8 + 0] = 1e308;
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, one_pair},
+                  "could make the objective inf");
+  // Demand without weight counts for nothing, however large.
+  EXPECT_NO_THROW(plan_global_heuristic(
+      GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, huge_demand, 0.0}, {}));
+  // A bad entry is named even when the sums are bad too.
+  auto nan_demand = huge_demand;
+  nan_demand[3] = std::nan("");
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, inst.c, nan_demand, 1.0},
+                  "source demand of node 0 for expert 3 is nan");
   // The diagonal is ignored: a token choosing an expert twice does not exist.
   auto with_diagonal = inst.c;
   for (int i = 0; i < 8; ++i) with_diagonal[i * 8 + i] = 1e6;

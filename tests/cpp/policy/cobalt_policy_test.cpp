@@ -114,17 +114,29 @@ TEST(CobaltPolicy, MicroBatchesOfAStepAreTheStepGivenWhole) {
   EXPECT_GT(whole->counters().num_global_plans + whole->counters().intra_node_moves, 0);
 }
 
-// cobalt+ too keeps one layout per step (its balanced assignment is per call, so its ranks differ).
-TEST(CobaltPolicy, CobaltPlusDecidesOncePerStep) {
+// cobalt+ too keeps one layout per step (its balanced assignment is per call, so its ranks
+// differ), and a batch without tasks decides nothing: a step whose first micro-batch is empty is
+// the step alone (stage 2b included, which an empty batch would have run on no counts).
+TEST(CobaltPolicy, CobaltPlusDecidesOncePerStepAndNotOnAnEmptyBatch) {
   auto policy = make_policy("cobalt+", micro_batch_config());
-  for (int64_t step = 0; step < 4; ++step) {
+  auto empty_first = make_policy("cobalt+", micro_batch_config());
+  auto plain = make_policy("cobalt+", micro_batch_config());
+  for (int64_t step = 0; step < 5; ++step) {
     const auto batch = testing::random_batch(7 + step, 1500, 4, 32, 16, 1.0);
-    std::vector<RankId> exec(batch.topk_ids.size());
+    const auto empty = token_range(batch, 0, 0);
+    std::vector<RankId> exec(batch.topk_ids.size()), exec_plain(batch.topk_ids.size()), none;
     const auto layout = policy->run(step, 0, batch.view(), exec);
     for (int micro_batch = 1; micro_batch < 3; ++micro_batch) {
       EXPECT_EQ(policy->run(step, 0, batch.view(), exec), layout) << step << " " << micro_batch;
     }
+    empty_first->run(step, 0, empty.view(), none);
+    const auto after_empty = empty_first->run(step, 0, batch.view(), exec);
+    const auto alone = plain->run(step, 0, batch.view(), exec_plain);
+    ASSERT_TRUE(*after_empty == *alone) << "step " << step;
+    ASSERT_EQ(exec, exec_plain) << "step " << step;
   }
+  EXPECT_EQ(empty_first->counters().intra_node_moves, plain->counters().intra_node_moves);
+  EXPECT_EQ(empty_first->counters().cross_node_moves, plain->counters().cross_node_moves);
 }
 
 }  // namespace
