@@ -19,10 +19,29 @@
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/memory.hpp"
 
 namespace cobalt::py_bindings {
 
 namespace py = pybind11;
+
+// "int32 array of shape (2147483648, 2)": an array for messages.
+inline std::string describe_array(const py::array& array) {
+  return fmt::format("{} array of shape {}", std::string(py::str(array.dtype())),
+                     std::string(py::str(array.attr("shape"))));
+}
+
+// Before ensure() copies `array` into a new C-contiguous array of T (it is strided, broadcast or
+// of another dtype): a copy past the memory budget is refused by its size. numpy's failed
+// allocation made ensure() return null, read as a dtype error, and np.broadcast_to makes arrays of
+// 2^31 rows that take no memory.
+template <typename T>
+void require_copy_memory(const py::array& array) {
+  if (py::array_t<T, py::array::c_style>::check_(array)) return;  // used as it is
+  require_memory(static_cast<double>(array.size()) * sizeof(T),
+                 fmt::format("a C-contiguous copy of the {} (strided, broadcast or another dtype)",
+                             describe_array(array)));
+}
 
 // Input array of floating T, C-contiguous; converts (copies) only when the source is not already
 // that. Only real numbers convert: a bool, complex, string or object array is a ValueError (a
@@ -46,10 +65,11 @@ class FloatArray : public py::array_t<T, py::array::c_style | py::array::forceca
                        "expected a real-valued numeric array, got dtype {}",
                        std::string(py::str(array.dtype())));
     }
+    require_copy_memory<T>(array);
     FloatArray converted(Base::ensure(array));
     COBALT_CHECK_ARG(converted.ptr() != nullptr,
-                     "expected a real-valued numeric array, got dtype {}",
-                     std::string(py::str(array.dtype())));
+                     "could not convert the {} to {}-byte floats (numpy could not make the copy)",
+                     describe_array(array), sizeof(T));
     return converted;
   }
 };
@@ -117,11 +137,13 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
                          std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
       }
     }
+    require_copy_memory<T>(array);
     // Empty arrays skip the dtype test above (np.asarray([]) is float64), so numpy's conversion
     // can still fail here (an empty structured array): ensure() then returns a null handle.
     IntArray converted(Base::ensure(array));
-    COBALT_CHECK_ARG(converted.ptr() != nullptr, "expected an integer array, got dtype {}",
-                     std::string(py::str(array.dtype())));
+    COBALT_CHECK_ARG(converted.ptr() != nullptr,
+                     "could not convert the {} to {}-byte integers (numpy could not make the copy)",
+                     describe_array(array), sizeof(T));
     return converted;
   }
 

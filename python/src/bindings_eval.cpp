@@ -118,7 +118,11 @@ void bind_eval(py::module_& m) {
         const int hot_count = int_arg(hot_count_in, "hot_count");
         const int num_ranks = int_arg(num_ranks_in, "num_ranks");
         const int num_threads = int_arg(num_threads_in, "num_threads");
-        return eval::TraceStatsOptions{hot_count, num_ranks, num_threads};
+        eval::TraceStatsOptions options;  // no progress callback from Python
+        options.hot_count = hot_count;
+        options.num_ranks = num_ranks;
+        options.num_threads = num_threads;
+        return options;
       }),
       py::arg("hot_count") = 8, py::arg("num_ranks") = 0, py::arg("num_threads") = 1);
   def_int_fields(trace_stats_options, {{"hot_count", &eval::TraceStatsOptions::hot_count},

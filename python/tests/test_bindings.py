@@ -593,6 +593,15 @@ def test_outputs_sized_by_the_input_are_checked_against_the_memory_budget(monkey
             with pytest.raises(cobalt.FailedPreconditionError,
                                match="dispatch workspace: 8388608 tokens x 16 ranks"):
                 cobalt.DispatchLayoutWorkspace(topo, 2**23, 8)
+            # Broadcast arrays take no memory until they are copied into contiguous ones.
+            wide = np.broadcast_to(np.int32(1), (2**24, 2))
+            with pytest.raises(cobalt.FailedPreconditionError,
+                               match=r"a C-contiguous copy of the int32 array of shape "
+                                     r"\(16777216, 2\)"):
+                cobalt.RoutingBatch(wide, np.zeros(2**24, np.int32), 4, 4)
+            loads = np.broadcast_to(np.float64(1), (2**24,))
+            with pytest.raises(cobalt.FailedPreconditionError, match="float64 array of shape"):
+                cobalt.GlobalPlanInput(topo, 2**24, 1, loads, np.zeros((1, 1)))
     finally:
         cobalt.reload_environment()
     loads, coact = cobalt.count_routing(batch)
