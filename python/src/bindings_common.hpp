@@ -67,9 +67,10 @@ class FloatArray : public py::array_t<T, py::array::c_style | py::array::forceca
     }
     require_copy_memory<T>(array);
     FloatArray converted(Base::ensure(array));
-    COBALT_CHECK_ARG(converted.ptr() != nullptr,
-                     "could not convert the {} to {}-byte floats (numpy could not make the copy)",
-                     describe_array(array), sizeof(T));
+    COBALT_CHECK_ARG(
+        converted.ptr() != nullptr,
+        "expected a real-valued numeric array: numpy could not convert the {} to {}-byte floats",
+        describe_array(array), sizeof(T));
     return converted;
   }
 };
@@ -141,9 +142,10 @@ class IntArray : public py::array_t<T, py::array::c_style | py::array::forcecast
     // Empty arrays skip the dtype test above (np.asarray([]) is float64), so numpy's conversion
     // can still fail here (an empty structured array): ensure() then returns a null handle.
     IntArray converted(Base::ensure(array));
-    COBALT_CHECK_ARG(converted.ptr() != nullptr,
-                     "could not convert the {} to {}-byte integers (numpy could not make the copy)",
-                     describe_array(array), sizeof(T));
+    COBALT_CHECK_ARG(
+        converted.ptr() != nullptr,
+        "expected an integer array: numpy could not convert the {} to {}-byte integers",
+        describe_array(array), sizeof(T));
     return converted;
   }
 
