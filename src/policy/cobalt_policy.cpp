@@ -32,6 +32,7 @@
 #include "cobalt/policy/layout_pricing.hpp"
 #include "cobalt/stats/routing_stats.hpp"
 #include "policy_registry.hpp"
+#include "token_sample.hpp"
 #include "wall_timer.hpp"
 
 namespace cobalt::policy {
@@ -118,9 +119,6 @@ class CobaltPolicy final : public Policy {
           std::vector<double>(static_cast<size_t>(config.topology.num_ranks()) * slots, 0.0),
           {},
           {},
-          {},
-          {},
-          {},
           -1,
           std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts,
                               0.0),
@@ -181,7 +179,13 @@ class CobaltPolicy final : public Policy {
     for (size_t i = 0; i < counts.size(); ++i) {
       st.slot_loads[i] = keep * st.slot_loads[i] + add * static_cast<double>(counts[i]);
     }
-    if (variant_.select_by_true_cost) remember_sample(st, batch, fold);
+    if (variant_.select_by_true_cost) {
+      if (fold) {
+        st.sample.fold(batch);
+      } else {
+        st.sample.record(batch);
+      }
+    }
     if (variant_.source_weight > 0) update_source_demand(st, batch, keep, add);
     return st.layout;
   }
@@ -259,11 +263,8 @@ class CobaltPolicy final : public Policy {
   struct LayerState {
     RoutingStats stats;
     std::shared_ptr<const ExpertLayout> layout;
-    std::vector<double> slot_loads;            // replica EMA loads [G, S]
-    std::vector<ExpertId> sample_ids;          // recent steps' token sample [T', K]
-    std::vector<RankId> sample_src;            // [T']
-    std::vector<int64_t> sample_sizes;         // tokens per sampled step, oldest first
-    std::vector<int64_t> sample_batch_tokens;  // tokens of each sampled step's whole batch
+    std::vector<double> slot_loads;  // replica EMA loads [G, S]
+    detail::TokenSample sample;      // the recent steps' tokens for the true-objective check
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
     std::vector<double> source_demand;  // EMA tokens from node n choosing e [N, E] (cobalt+)
@@ -434,85 +435,18 @@ class CobaltPolicy final : public Policy {
     }
   }
 
-  // Keeps an evenly strided sample of the last kSampleSteps steps (up to kSampleTokens tokens each,
-  // every source rank represented) for scoring candidate layouts on the true objective. Several
-  // steps keep the choice from overfitting one batch.
-  // A later micro-batch of a step (`fold`) joins the step's sample (below).
-  void remember_sample(LayerState& st, const RoutingBatch& batch, bool fold) {
-    constexpr int64_t kSampleTokens = 4096;
-    constexpr size_t kSampleSteps = 4;
-    // n tokens of the batch, evenly strided, appended to the sample.
-    const auto append_strided = [&](int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t t = i * batch.num_tokens() / n;
-        auto row = batch.experts_of(t);
-        st.sample_ids.insert(st.sample_ids.end(), row.begin(), row.end());
-        st.sample_src.push_back(batch.source_of(t));
-      }
-    };
-    if (fold && !st.sample_sizes.empty()) {
-      // The step keeps one sample of up to kSampleTokens tokens: a strided part of its sample so
-      // far and a strided part of this micro-batch, in proportion to their tokens (the step given
-      // whole would have one strided sample of the same size).
-      const int64_t before = st.sample_batch_tokens.back();
-      const int64_t total = before + batch.num_tokens();
-      const int64_t n = std::min(kSampleTokens, total);
-      const int64_t keep = n * before / total;  // of the sample so far; n - keep <= batch tokens
-      const int64_t old_n = st.sample_sizes.back();
-      const size_t old_begin = st.sample_src.size() - static_cast<size_t>(old_n);
-      const int top_k = batch.top_k();
-      std::vector<ExpertId> kept_ids;
-      std::vector<RankId> kept_src;
-      for (int64_t i = 0; i < keep; ++i) {
-        const size_t j = old_begin + static_cast<size_t>(i * old_n / keep);
-        kept_ids.insert(kept_ids.end(), st.sample_ids.begin() + j * top_k,
-                        st.sample_ids.begin() + (j + 1) * top_k);
-        kept_src.push_back(st.sample_src[j]);
-      }
-      st.sample_ids.resize(old_begin * top_k);
-      st.sample_src.resize(old_begin);
-      st.sample_ids.insert(st.sample_ids.end(), kept_ids.begin(), kept_ids.end());
-      st.sample_src.insert(st.sample_src.end(), kept_src.begin(), kept_src.end());
-      st.sample_sizes.back() = n;
-      st.sample_batch_tokens.back() = total;
-      append_strided(n - keep);
-      return;
-    }
-    const int64_t n = std::min<int64_t>(kSampleTokens, batch.num_tokens());
-    if (st.sample_sizes.size() == kSampleSteps) {
-      const int64_t drop = st.sample_sizes.front();
-      st.sample_sizes.erase(st.sample_sizes.begin());
-      st.sample_ids.erase(st.sample_ids.begin(), st.sample_ids.begin() + drop * batch.top_k());
-      st.sample_src.erase(st.sample_src.begin(), st.sample_src.begin() + drop);
-      st.sample_batch_tokens.erase(st.sample_batch_tokens.begin());
-    }
-    st.sample_sizes.push_back(n);
-    st.sample_batch_tokens.push_back(batch.num_tokens());
-    append_strided(n);
-  }
-
   PlanSnapshot snapshot(const LayerState& st) const {
     auto load = st.stats.expert_load();
     auto coact = st.stats.coactivation();
-    // The sample holds up to kSampleSteps steps; price_layout scales the whole sample to one
-    // step: (mean tokens of a sampled step's batch) / (sampled tokens).
-    int64_t sampled = 0, whole = 0;
-    for (size_t i = 0; i < st.sample_sizes.size(); ++i) {
-      sampled += st.sample_sizes[i];
-      whole += st.sample_batch_tokens[i];
-    }
-    const double num_sampled_steps =
-        static_cast<double>(std::max<size_t>(1, st.sample_sizes.size()));
-    return PlanSnapshot{
-        {load.begin(), load.end()},
-        {coact.begin(), coact.end()},
-        st.source_demand,
-        st.layout,
-        st.sample_ids,
-        st.sample_src,
-        sampled > 0 ? static_cast<double>(whole) / num_sampled_steps / static_cast<double>(sampled)
-                    : 1.0,
-        st.mains};
+    // price_layout scales the whole sample to one step (TokenSample::step_scale).
+    return PlanSnapshot{{load.begin(), load.end()},
+                        {coact.begin(), coact.end()},
+                        st.source_demand,
+                        st.layout,
+                        {st.sample.ids().begin(), st.sample.ids().end()},
+                        {st.sample.sources().begin(), st.sample.sources().end()},
+                        st.sample.step_scale(),
+                        st.mains};
   }
 
   // The variant's assignment of the snapshot's sample under `layout` (as run() would assign).
