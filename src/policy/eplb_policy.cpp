@@ -22,6 +22,9 @@
 //   - Load-only traces: each (source, expert) count is split evenly over the replicas,
 //     floor(c / n) each and the c mod n leftover tasks to replicas (s + i) mod n, i < c mod n.
 //   - Before the first plan (step 0, no history) the layout is static EP with one replica each.
+//   - Micro-batches (a step given in several calls): a plan is due only at a step's first call, so
+//     the layout does not move within a step, and the later calls fold their counts into the
+//     step's EMA update (one observation per step, whatever its number of calls).
 #include <algorithm>
 #include <numeric>
 
@@ -63,7 +66,7 @@ class EplbPolicy final : public Policy {
                      "policy eplb: batch has {} experts on {} ranks, configured for {} on {}",
                      batch.num_experts(), batch.num_ranks(), config_.num_experts,
                      config_.topology.num_ranks());
-    maybe_replan(st, step);
+    begin_call(st, step);
     // vLLM: replica = (local flat position) mod replica count.
     const int top_k = batch.top_k();
     local_index_.assign(config_.topology.num_ranks(), 0);
@@ -80,7 +83,7 @@ class EplbPolicy final : public Policy {
         expert_counts_[e] += 1;
       }
     }
-    update_ema(st);
+    update_ema(st, step);
     return st.layout;
   }
 
@@ -93,7 +96,7 @@ class EplbPolicy final : public Policy {
     COBALT_CHECK_ARG(rank_loads.size() == static_cast<size_t>(num_ranks),
                      "policy eplb: rank_loads has {} entries, expected {}", rank_loads.size(),
                      num_ranks);
-    maybe_replan(st, step);
+    begin_call(st, step);
     std::fill(rank_loads.begin(), rank_loads.end(), 0);
     expert_counts_.assign(num_experts, 0);
     for (RankId s = 0; s < num_ranks; ++s) {
@@ -109,7 +112,7 @@ class EplbPolicy final : public Policy {
         }
       }
     }
-    update_ema(st);
+    update_ema(st, step);
     return st.layout;
   }
 
@@ -118,6 +121,9 @@ class EplbPolicy final : public Policy {
     std::vector<double> ema_load;  // [E]
     int64_t num_updates = 0;
     int64_t last_plan_step = -1;
+    int64_t last_call_step = -1;    // the step of the last call
+    int64_t last_update_step = -1;  // the step of the last EMA update
+    double last_update_keep = 0.0;  // the decay that update applied
     std::shared_ptr<const ExpertLayout> layout;
     // Replica ranks per expert in log2phy order: replica_ranks[replica_offsets[e] + j] is the GPU
     // of log2phy[e][j]. replica_offsets: [E + 1].
@@ -131,10 +137,18 @@ class EplbPolicy final : public Policy {
     return layers_[layer];
   }
 
-  void update_ema(LayerState& st) {
-    // A step without tasks is no observation (the first update initialises the EMA).
+  void update_ema(LayerState& st, int64_t step) {
+    // A call without tasks is no observation (the first update initialises the EMA).
     if (std::all_of(expert_counts_.begin(), expert_counts_.end(),
                     [](int64_t c) { return c == 0; })) {
+      return;
+    }
+    if (st.last_update_step == step) {
+      // A later micro-batch of the step: keep * prev + (1 - keep) * (c + d) is the update so far
+      // plus (1 - keep) * d.
+      for (size_t e = 0; e < st.ema_load.size(); ++e) {
+        st.ema_load[e] += (1.0 - st.last_update_keep) * static_cast<double>(expert_counts_[e]);
+      }
       return;
     }
     const double keep = st.num_updates == 0 ? 0.0 : config_.ema_decay;
@@ -143,11 +157,16 @@ class EplbPolicy final : public Policy {
           keep * st.ema_load[e] + (1.0 - keep) * static_cast<double>(expert_counts_[e]);
     }
     st.num_updates += 1;
+    st.last_update_step = step;
+    st.last_update_keep = keep;
   }
 
-  void maybe_replan(LayerState& st, int64_t step) {
+  // Replans when due, at a step's first call only.
+  void begin_call(LayerState& st, int64_t step) {
+    const bool first_call = step != st.last_call_step;
+    st.last_call_step = step;
     const bool due =
-        st.num_updates > 0 &&
+        first_call && st.num_updates > 0 &&
         (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
     if (!due) return;
     st.last_plan_step = step;

@@ -15,7 +15,7 @@ namespace {
 class FasterMoePolicy final : public LoadBasedPeerPolicy {
  public:
   explicit FasterMoePolicy(const PolicyConfig& config)
-      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst),
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst, Decides::kPerCall),
         base_(ExpertLayout::static_ep(config.topology, config.num_experts, config.slots_per_rank)),
         model_(plan::ShadowModel::from(cost_params())) {}
 

@@ -21,8 +21,9 @@ constexpr int kMaxOpsPerStep = 10;
 class FlexMoePolicy final : public LoadBasedPeerPolicy {
  public:
   explicit FlexMoePolicy(const PolicyConfig& config)
-      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kAllReplicas),
-        last_load_(config.num_layers) {}
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kAllReplicas, Decides::kPerStep),
+        last_load_(config.num_layers),
+        last_load_step_(config.num_layers, -1) {}
 
   std::string name() const override { return "flexmoe"; }
 
@@ -37,16 +38,19 @@ class FlexMoePolicy final : public LoadBasedPeerPolicy {
     return install(layer, std::move(schedule.layout));
   }
 
-  void observe(int64_t, int layer, std::span<const int64_t> counts) override {
-    // A step without tasks is no observation: keep the last step that had some.
+  void observe(int64_t step, int layer, std::span<const int64_t> counts) override {
+    // A call without tasks is no observation: keep the last step that had some. Later calls of
+    // the step (micro-batches) add to its loads.
     if (std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 0; })) return;
     auto& load = last_load_[layer];
-    load.assign(config_.num_experts, 0.0);
+    if (last_load_step_[layer] != step) load.assign(config_.num_experts, 0.0);
+    last_load_step_[layer] = step;
     for (size_t i = 0; i < counts.size(); ++i) load[i % config_.num_experts] += counts[i];
   }
 
  private:
   std::vector<std::vector<double>> last_load_;  // [L][E] expert loads of the previous step
+  std::vector<int64_t> last_load_step_;         // [L] the step last_load_ holds, -1 before
 };
 
 }  // namespace

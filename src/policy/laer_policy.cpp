@@ -22,7 +22,7 @@ constexpr int kHistorySteps = 5;
 class LaerPolicy final : public LoadBasedPeerPolicy {
  public:
   explicit LaerPolicy(const PolicyConfig& config)
-      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSameNodeFirst),
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSameNodeFirst, Decides::kPerStep),
         history_(config.num_layers, DemandWindow(kHistorySteps)) {
     options_.cost = cost_params();
   }
@@ -42,8 +42,8 @@ class LaerPolicy final : public LoadBasedPeerPolicy {
     return install(layer, std::move(planned.layout));
   }
 
-  void observe(int64_t, int layer, std::span<const int64_t> counts) override {
-    history_[layer].push(counts);
+  void observe(int64_t step, int layer, std::span<const int64_t> counts) override {
+    history_[layer].push(step, counts);
   }
 
  private:

@@ -7,17 +7,23 @@
 
 namespace cobalt::policy {
 
-LoadBasedPeerPolicy::LoadBasedPeerPolicy(const PolicyConfig& config, plan::ReplicaScope scope)
-    : config_(config), scope_(scope) {
+LoadBasedPeerPolicy::LoadBasedPeerPolicy(const PolicyConfig& config, plan::ReplicaScope scope,
+                                         Decides decides)
+    : config_(config), scope_(scope), decides_(decides) {
   auto initial = std::make_shared<const ExpertLayout>(
       ExpertLayout::static_ep(config.topology, config.num_experts, config.slots_per_rank));
   layouts_.assign(config.num_layers, initial);
+  last_step_.assign(config.num_layers, -1);
 }
 
 std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::step(int64_t step, int layer,
                                                               std::span<const int64_t> counts) {
   COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                    "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
+  // A later call of the step (micro-batch): the layout decided at the step's first call stays.
+  const bool repeat = step == last_step_[layer];
+  last_step_[layer] = step;
+  if (repeat && decides_ == Decides::kPerStep) return layout(layer);
   WallTimer timer(counters_.planner_wall_ms);
   return decide(step, layer, counts);
 }
@@ -55,10 +61,19 @@ const std::shared_ptr<const ExpertLayout>& LoadBasedPeerPolicy::install(int laye
   return current;
 }
 
-void DemandWindow::push(std::span<const int64_t> counts) {
-  // A step without tasks is no observation: it would dilute the window's demand.
+void DemandWindow::push(int64_t step, std::span<const int64_t> counts) {
+  // A call without tasks is no observation: it would dilute the window's demand.
   if (std::all_of(counts.begin(), counts.end(), [](int64_t c) { return c == 0; })) return;
+  if (!steps_.empty() && back_step_ == step) {
+    COBALT_CHECK_INTERNAL(steps_.back().size() == counts.size(),
+                          "demand window: {} counts for a step of {}", counts.size(),
+                          steps_.back().size());
+    auto& back = steps_.back();
+    for (size_t i = 0; i < counts.size(); ++i) back[i] += counts[i];
+    return;
+  }
   steps_.emplace_back(counts.begin(), counts.end());
+  back_step_ = step;
   while (static_cast<int>(steps_.size()) > capacity_) steps_.pop_front();
 }
 

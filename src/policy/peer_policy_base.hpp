@@ -3,6 +3,12 @@
 // time) -> route tasks over replicas by the peer's even-split scope (plan/replica_routing.hpp) ->
 // observe() the demand for later plans. The same path serves per-token batches (run) and load-only
 // traces (run_loads), so both give identical rank loads. Every layer starts from static EP.
+//
+// Micro-batches (a step given in several calls, gradient accumulation): a peer that plans from
+// history (kPerStep) decides at the step's first call only, so its layout does not move within
+// the step, and its observe() folds the later calls into the step's observation (DemandWindow
+// does by step); a peer that plans after gating (FasterMoE, kPerCall) decides every call from
+// that call's counts, as its shadowing runs per forward pass.
 #pragma once
 
 #include <deque>
@@ -18,7 +24,8 @@ namespace cobalt::policy {
 
 class LoadBasedPeerPolicy : public Policy {
  public:
-  LoadBasedPeerPolicy(const PolicyConfig& config, plan::ReplicaScope scope);
+  enum class Decides { kPerStep, kPerCall };
+  LoadBasedPeerPolicy(const PolicyConfig& config, plan::ReplicaScope scope, Decides decides);
 
   bool needs_token_ids() const override { return false; }
 
@@ -34,7 +41,8 @@ class LoadBasedPeerPolicy : public Policy {
   // history. Return layout(layer) to keep the current one, or the result of install().
   virtual std::shared_ptr<const ExpertLayout> decide(int64_t step, int layer,
                                                      std::span<const int64_t> counts) = 0;
-  // This step's demand [G, E], after routing.
+  // This call's demand [G, E], after routing; a step's later calls (micro-batches) come with the
+  // same step and belong to its observation.
   virtual void observe(int64_t step, int layer, std::span<const int64_t> counts) {}
 
   const std::shared_ptr<const ExpertLayout>& layout(int layer) const { return layouts_[layer]; }
@@ -53,14 +61,17 @@ class LoadBasedPeerPolicy : public Policy {
   std::shared_ptr<const ExpertLayout> step(int64_t step, int layer,
                                            std::span<const int64_t> counts);
   plan::ReplicaScope scope_;
+  Decides decides_;
   std::vector<std::shared_ptr<const ExpertLayout>> layouts_;  // [L]
+  std::vector<int64_t> last_step_;                            // [L] last step run, -1 before
 };
 
-// The demand [G, E] of the last `capacity` steps (oldest dropped first).
+// The demand [G, E] of the last `capacity` steps (oldest dropped first). A call without tasks is
+// no observation; calls of one step (micro-batches) add up to that step's entry.
 class DemandWindow {
  public:
   explicit DemandWindow(int capacity) : capacity_(capacity) {}
-  void push(std::span<const int64_t> counts);
+  void push(int64_t step, std::span<const int64_t> counts);
   bool empty() const { return steps_.empty(); }
   int size() const { return static_cast<int>(steps_.size()); }
   std::vector<double> sum() const;   // [G, E] summed over the window
@@ -69,6 +80,7 @@ class DemandWindow {
  private:
   int capacity_;
   std::deque<std::vector<int64_t>> steps_;
+  int64_t back_step_ = -1;  // the step of steps_.back()
 };
 
 }  // namespace cobalt::policy

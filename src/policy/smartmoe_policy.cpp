@@ -20,7 +20,7 @@ constexpr int kHistorySteps = 2;
 class SmartMoePolicy final : public LoadBasedPeerPolicy {
  public:
   explicit SmartMoePolicy(const PolicyConfig& config)
-      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst),
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst, Decides::kPerStep),
         history_(config.num_layers, DemandWindow(kHistorySteps)),
         last_plan_step_(config.num_layers, -1) {}
 
@@ -39,8 +39,8 @@ class SmartMoePolicy final : public LoadBasedPeerPolicy {
     return install(layer, std::move(planned.placement.layout));
   }
 
-  void observe(int64_t, int layer, std::span<const int64_t> counts) override {
-    history_[layer].push(counts);
+  void observe(int64_t step, int layer, std::span<const int64_t> counts) override {
+    history_[layer].push(step, counts);
   }
 
  private:

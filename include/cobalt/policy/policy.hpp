@@ -82,9 +82,11 @@ class Policy {
   // layouts (compare pointers to detect a change; diff() in core/expert_layout.hpp gives the
   // replica copies, eval::initial_main_ranks / next_main_ranks in eval/cost_model.hpp where each
   // expert's main instance, with its optimizer state, lives; examples/cpp). Steps start
-  // at 0 and must not decrease per layer (a step may repeat: several micro-batches of one step;
-  // `cobalt` and `cobalt+` decide the step's layout at its first call and fold the later ones'
-  // counts into the step's observation, the peers decide per call).
+  // at 0 and must not decrease per layer (a step may repeat: several micro-batches of one step.
+  // `cobalt`, `cobalt+` and the history-based peers (eplb, smartmoe, flexmoe, laer) decide the
+  // step's layout at its first call (cobalt and cobalt+: its first call with tasks) and fold the
+  // later calls' counts into the step's observation; fastermoe, topoep and ultraep plan every call
+  // from its own counts, as they do per forward pass / microbatch).
   // Throws kInvalidArgument, changing nothing, when the batch's E, K or ranks, the layer or the
   // output size disagree with the policy's configuration, or a step is negative or earlier than
   // the layer's previous one. With async_planning, a call may wait for the layer's background

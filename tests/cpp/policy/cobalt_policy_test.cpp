@@ -76,15 +76,6 @@ PolicyConfig micro_batch_config() {
   return config;
 }
 
-// The `count` tokens of `b` from `first` on.
-testing::OwnedBatch token_range(const testing::OwnedBatch& b, int64_t first, int64_t count) {
-  testing::OwnedBatch part = b;
-  part.topk_ids.assign(b.topk_ids.begin() + first * b.top_k,
-                       b.topk_ids.begin() + (first + count) * b.top_k);
-  part.source_rank.assign(b.source_rank.begin() + first, b.source_rank.begin() + first + count);
-  return part;
-}
-
 // A step given as two micro-batches (gradient accumulation) is the step given whole: one layout for
 // the step (decided at its first call), Algorithm 1's draws continuing the step's token numbering,
 // and one observation of the step's counts. With decay 0.5 every EMA sum is exact, so the policy
@@ -97,7 +88,8 @@ TEST(CobaltPolicy, MicroBatchesOfAStepAreTheStepGivenWhole) {
   auto whole = make_policy("cobalt", config);
   for (int64_t step = 0; step < 6; ++step) {
     const auto batch = testing::random_batch(5 + step, 2000, 4, 32, 16, 1.0);
-    const auto first = token_range(batch, 0, 1200), second = token_range(batch, 1200, 800);
+    const auto first = testing::token_range(batch, 0, 1200),
+               second = testing::token_range(batch, 1200, 800);
     std::vector<RankId> exec_first(first.topk_ids.size()), exec_second(second.topk_ids.size());
     std::vector<RankId> exec_whole(batch.topk_ids.size());
     const auto layout_first = halves->run(step, 0, first.view(), exec_first);
@@ -123,7 +115,7 @@ TEST(CobaltPolicy, CobaltPlusDecidesOncePerStepAndNotOnAnEmptyBatch) {
   auto plain = make_policy("cobalt+", micro_batch_config());
   for (int64_t step = 0; step < 5; ++step) {
     const auto batch = testing::random_batch(7 + step, 1500, 4, 32, 16, 1.0);
-    const auto empty = token_range(batch, 0, 0);
+    const auto empty = testing::token_range(batch, 0, 0);
     std::vector<RankId> exec(batch.topk_ids.size()), exec_plain(batch.topk_ids.size()), none;
     const auto layout = policy->run(step, 0, batch.view(), exec);
     for (int micro_batch = 1; micro_batch < 3; ++micro_batch) {

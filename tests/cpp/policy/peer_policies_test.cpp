@@ -49,7 +49,7 @@ testing::OwnedBatch drifting_batch(int step, int64_t tokens, int top_k, int expe
 class ScriptedPeer final : public LoadBasedPeerPolicy {
  public:
   ScriptedPeer(const PolicyConfig& config, std::vector<ExpertLayout> proposals)
-      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst),
+      : LoadBasedPeerPolicy(config, plan::ReplicaScope::kSourceRankFirst, Decides::kPerStep),
         proposals_(std::move(proposals)) {}
   std::string name() const override { return "scripted"; }
 

@@ -365,5 +365,66 @@ TEST(PolicyRun, StepsMustNotDecreasePerLayer) {
   }
 }
 
+// Micro-batches (gradient accumulation: a step given in several calls). Every policy but the
+// per-call ones keeps the layout decided at a step's first call for the whole step. The
+// history-based ones (and static) also fold the later calls into one observation of the step,
+// so a step given as two micro-batches is the step given whole: the same layouts over the
+// following steps and the same re-layout counters (decay 0.5 keeps every EMA sum exact).
+// cobalt+ keeps one layout per step but runs stage 2b on the first micro-batch's counts, so its
+// layouts may differ from the whole step's (CobaltPolicy tests). The per-call ones plan from each
+// call's own counts: fastermoe shadows per forward pass, topoep and ultraep solve per microbatch.
+TEST(PolicyRun, MicroBatchesOfAStepKeepItsLayout) {
+  const std::vector<std::string> per_call = {"fastermoe", "topoep", "ultraep"};
+  const std::vector<std::string> step_equals_whole = {"static",   "cobalt",  "eplb",
+                                                      "smartmoe", "flexmoe", "laer"};
+  const std::vector<std::string> step_keeps_layout = {"cobalt+"};
+  PolicyConfig config;
+  config.topology = Topology(4, 16);
+  config.num_experts = 32;
+  config.top_k = 4;
+  config.slots_per_rank = 3;
+  config.steps_per_global_plan = 2;
+  config.ema_decay = 0.5;
+  config.seed = 5;
+  const ExpertLayout static_ep =
+      ExpertLayout::static_ep(config.topology, config.num_experts, config.slots_per_rank);
+  auto in = [](const std::vector<std::string>& names, const std::string& name) {
+    return std::find(names.begin(), names.end(), name) != names.end();
+  };
+  for (const auto& name : policy_names()) {
+    ASSERT_TRUE(in(per_call, name) || in(step_equals_whole, name) || in(step_keeps_layout, name))
+        << name << ": say how this policy treats micro-batches";
+    auto halves = make_policy(name, config), whole = make_policy(name, config);
+    int relaid_steps = 0;
+    for (int64_t step = 0; step < 7; ++step) {
+      // The hot experts change every other step, so the history-based policies re-lay out.
+      const auto batch = testing::random_batch(40 + step / 2, 2000, 4, 32, 16, 1.5);
+      const auto first = testing::token_range(batch, 0, 1300);
+      const auto second = testing::token_range(batch, 1300, 700);
+      std::vector<RankId> exec_first(first.topk_ids.size()), exec_second(second.topk_ids.size());
+      std::vector<RankId> exec_whole(batch.topk_ids.size());
+      const auto layout_first = halves->run(step, 0, first.view(), exec_first);
+      const auto layout_second = halves->run(step, 0, second.view(), exec_second);
+      const auto layout_whole = whole->run(step, 0, batch.view(), exec_whole);
+      if (in(per_call, name)) continue;
+      EXPECT_TRUE(layout_first.get() == layout_second.get())
+          << name << ": the layout moved within step " << step;
+      if (!in(step_equals_whole, name)) continue;
+      if (!(*layout_first == *layout_whole)) {
+        ADD_FAILURE() << name << ": step " << step << "'s layout differs from the step given whole";
+        break;
+      }
+      relaid_steps += !(*layout_whole == static_ep);
+    }
+    if (!in(step_equals_whole, name)) continue;
+    const PolicyCounters& a = halves->counters();
+    const PolicyCounters& b = whole->counters();
+    EXPECT_EQ(a.num_global_plans, b.num_global_plans) << name;
+    EXPECT_EQ(a.intra_node_moves, b.intra_node_moves) << name;
+    EXPECT_EQ(a.cross_node_moves, b.cross_node_moves) << name;
+    if (name != "static") EXPECT_GT(relaid_steps, 0) << name << ": never left static EP";
+  }
+}
+
 }  // namespace
 }  // namespace cobalt::policy

@@ -25,6 +25,15 @@ struct OwnedBatch {
   }
 };
 
+// The `count` tokens of `b` from `first` on (a micro-batch of b).
+inline OwnedBatch token_range(const OwnedBatch& b, int64_t first, int64_t count) {
+  OwnedBatch part = b;
+  part.topk_ids.assign(b.topk_ids.begin() + first * b.top_k,
+                       b.topk_ids.begin() + (first + count) * b.top_k);
+  part.source_rank.assign(b.source_rank.begin() + first, b.source_rank.begin() + first + count);
+  return part;
+}
+
 // T tokens, K distinct experts each, skewed towards low ids when skew > 0.
 inline OwnedBatch random_batch(uint64_t seed, int64_t num_tokens, int top_k, int num_experts,
                                int num_ranks, double skew = 0.0) {
