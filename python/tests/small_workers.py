@@ -39,13 +39,14 @@ def records_kept(rank: int, world: int, out_dir: str) -> None:
     torch.save(kept, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def cobalt_plus_layer(world: int, ranks_per_node: int
+def cobalt_plus_layer(world: int, ranks_per_node: int, seed: int = 0
                       ) -> tuple[ExpertParallelRuntime, ExpertParallelMoE]:
-    """One layer (H = 4, F = 6, E = 8, top-2) under cobalt+ planning every step."""
+    """One layer (H = 4, F = 6, E = 8, top-2) under cobalt+ planning every step (policy seed
+    `seed`)."""
     ep = EPGroup.create(ranks_per_node=ranks_per_node)
     source = PolicyLayoutSource("cobalt+", ep.topology, 8, 2, num_layers=1,
                                 slots_per_rank=cobalt.slots_for_rho(8, world, 0.5),
-                                steps_per_global_plan=1)
+                                steps_per_global_plan=1, seed=seed)
     rt = ExpertParallelRuntime(ep, source)
     return rt, ExpertParallelMoE(rt, 0, 4, 6, 8, 2)
 
@@ -66,7 +67,7 @@ def train_steps(moe: ExpertParallelMoE, opt: torch.optim.Optimizer, steps: int, 
 def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
     """Training steps under cobalt+ (a global plan every step), then evaluation forwards under
     runtime.frozen_layouts(): what the layout source and the expert bank saw."""
-    rt, moe = cobalt_plus_layer(world, 2)
+    rt, moe = cobalt_plus_layer(world, 2, seed=77)
     calls = []
     decide = rt.source.decide
     rt.source.decide = lambda step, layer, batch: (calls.append(step),
@@ -78,10 +79,18 @@ def frozen_layouts(rank: int, world: int, out_dir: str) -> None:
                "slots": moe.last_layout.slots.copy()}
     moe.eval()
     inputs = [torch.randn(16, 4, generator=g) for _ in range(4)]
-    with rt.frozen_layouts(), torch.no_grad():
-        outputs = [moe(x) for x in inputs]
+    assign = cobalt.assign_balanced_cover
+    keys = []  # the draw keys of the frozen forwards' assignments
+    cobalt.assign_balanced_cover = lambda *args, **kwargs: (keys.append(
+        {k: kwargs.get(k) for k in ("seed", "step", "layer", "token_offset")}),
+        assign(*args, **kwargs))[1]
+    try:
+        with rt.frozen_layouts(), torch.no_grad():
+            outputs = [moe(x) for x in inputs]
+    finally:
+        cobalt.assign_balanced_cover = assign
     frozen = {"calls": len(calls), "version": moe.experts.version,
-              "slots": moe.last_layout.slots.copy()}
+              "slots": moe.last_layout.slots.copy(), "keys": keys}
     with torch.no_grad():  # the same inputs as ordinary steps: the same outputs
         after = {"max_diff": max((moe(x) - y).abs().max().item() for x, y in zip(inputs, outputs)),
                  "calls": len(calls)}

@@ -59,6 +59,10 @@ def test_frozen_layouts_keep_the_trained_layout(tmp_path) -> None:
         assert frozen["calls"] == trained["calls"]  # the layout source saw no eval forward
         assert frozen["version"] == trained["version"]  # nothing moved
         assert (frozen["slots"] == trained["slots"]).all()
+        # The four frozen forwards (64 tokens each over 4 ranks) number the step's tokens on,
+        # with the source's seed, so that each token draws its own tie between covers.
+        assert frozen["keys"] == [{"seed": 77, "step": 3, "layer": 0, "token_offset": 64 * i}
+                                  for i in range(4)]
         assert got["after"]["calls"] == trained["calls"] + 4  # asked again once thawed
         assert got["after"]["max_diff"] < 1e-5  # outputs are exact under either layout
 

@@ -26,6 +26,7 @@ from cobalt.torch.layout_source import (
     LayoutSource,
     PolicyLayoutSource,
     ScheduledLayoutSource,
+    StepTokenOffsets,
 )
 from cobalt.torch.dense_grads import allreduce_gradients
 from cobalt.torch.moe import ExpertParallelMoE
@@ -50,6 +51,7 @@ __all__ = [
     "RoutingRecorder",
     "ScheduledLayoutSource",
     "StepRecord",
+    "StepTokenOffsets",
     "TopKRouter",
     "Traffic",
     "TrafficStats",

@@ -15,7 +15,28 @@ import numpy as np
 
 import cobalt
 
-__all__ = ["LayoutSource", "PolicyLayoutSource", "FixedLayoutSource", "ScheduledLayoutSource"]
+__all__ = ["LayoutSource", "PolicyLayoutSource", "FixedLayoutSource", "ScheduledLayoutSource",
+           "StepTokenOffsets"]
+
+
+class StepTokenOffsets:
+    """Numbers the tokens of a step's calls per layer, for the ``token_offset`` of
+    ``cobalt.assign_node_cover`` / ``assign_balanced_cover``: the calls of one (step, layer)
+    (micro-batches of gradient accumulation, evaluation batches) continue one numbering, so each
+    token draws its own tie between minimum covers, as the C++ policies number a step's tokens.
+    The numbering restarts at 0 with each new step of a layer."""
+
+    def __init__(self) -> None:
+        self._next: dict[int, tuple[int, int]] = {}  # layer -> (step, offset of its next call)
+
+    def take(self, step: int, layer: int, num_tokens: int) -> int:
+        """The offset of this call's first token; the next call of (step, layer) starts after
+        its num_tokens tokens."""
+        last_step, offset = self._next.get(layer, (step, 0))
+        if last_step != step:
+            offset = 0
+        self._next[layer] = (step, offset + num_tokens)
+        return offset
 
 
 class LayoutSource(Protocol):
@@ -52,6 +73,7 @@ class PolicyLayoutSource:
         self.config = cobalt.PolicyConfig(topology, num_experts, top_k, num_layers=num_layers,
                                           slots_per_rank=slots_per_rank, **extra)
         self.policy = cobalt.make_policy(name, self.config)
+        self.seed = self.config.seed
         self.name = name
         self.slots_per_rank = slots_per_rank
 
@@ -61,23 +83,29 @@ class PolicyLayoutSource:
 
 
 class FixedLayoutSource:
-    """One layout for every step; tasks assigned by Cobalt's Algorithm 1 (node cover)."""
+    """One layout for every step; tasks assigned by Cobalt's Algorithm 1 (node cover). The calls
+    of one (step, layer) number their tokens on (:class:`StepTokenOffsets`), so a step given as
+    micro-batches is assigned as the step given whole."""
 
     def __init__(self, layout: cobalt.ExpertLayout, *, seed: int = 0, name: str = "fixed") -> None:
         self.layout = layout
         self.seed = seed
         self.name = name
         self.slots_per_rank = layout.slots_per_rank
+        self.token_offsets = StepTokenOffsets()
 
     def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
                ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
+        offset = self.token_offsets.take(step, layer, batch.num_tokens)
         return self.layout, cobalt.assign_node_cover(batch, self.layout, seed=self.seed,
-                                                     step=step, layer=layer)
+                                                     step=step, layer=layer,
+                                                     token_offset=offset)
 
 
 class ScheduledLayoutSource:
     """Switches layouts on a schedule: step s uses layouts[(s // period) % len(layouts)], tasks by
-    Algorithm 1. For exercising layout changes (migration, versioning) deterministically."""
+    Algorithm 1 (tokens numbered per step as in :class:`FixedLayoutSource`). For exercising
+    layout changes (migration, versioning) deterministically."""
 
     def __init__(self, layouts: Sequence[cobalt.ExpertLayout], period: int, *, seed: int = 0,
                  name: str = "scheduled") -> None:
@@ -93,9 +121,11 @@ class ScheduledLayoutSource:
         self.seed = seed
         self.name = name
         self.slots_per_rank = sizes.pop()
+        self.token_offsets = StepTokenOffsets()
 
     def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
                ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
         layout = self.layouts[(step // self.period) % len(self.layouts)]
+        offset = self.token_offsets.take(step, layer, batch.num_tokens)
         return layout, cobalt.assign_node_cover(batch, layout, seed=self.seed, step=step,
-                                                layer=layer)
+                                                layer=layer, token_offset=offset)

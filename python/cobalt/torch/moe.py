@@ -77,6 +77,7 @@ from cobalt.torch.ddp import check_ddp
 from cobalt.torch.dense_grads import DenseGradSync, allreduce_gradients
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
+from cobalt.torch.layout_source import StepTokenOffsets
 from cobalt.torch.experts import TopKRouter, swiglu
 from cobalt.torch.routing_gather import (GatheredRouting, agree_on_errors, check_input,
                                          gather_routing)
@@ -231,6 +232,7 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
         self.last_exec_rank: Optional[np.ndarray] = None
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
+        self._frozen_offsets = StepTokenOffsets()  # token numbering of frozen_layouts() forwards
         self._dense_sync = DenseGradSync(runtime.ep.group)
         # This step's decisions, for activation-checkpoint recomputation:
         # routing key -> [(layout, exec_rank [T, K]), ...] (one per forward), oldest key first.
@@ -338,8 +340,15 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
             layout = self.last_layout
             if layout is None or not np.array_equal(np.asarray(layout.slots), in_force):
                 layout = cobalt.ExpertLayout(ep.topology, self.num_experts, in_force)
-            return layout, cobalt.assign_balanced_cover(batch, layout, step=self.runtime.step,
-                                                        layer=self.layer)
+            # The source's seed, and the step's evaluation batches numbered on, so that each
+            # token draws its own tie between minimum covers.
+            offset = self._frozen_offsets.take(self.runtime.step, self.layer, batch.num_tokens)
+            seed = getattr(self.runtime.source, "seed", 0)
+            if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
+                seed = 0  # a source without a usable seed
+            return layout, cobalt.assign_balanced_cover(
+                batch, layout, seed=int(seed), step=self.runtime.step, layer=self.layer,
+                token_offset=offset)
         layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
         if not isinstance(layout, cobalt.ExpertLayout):
             raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "
