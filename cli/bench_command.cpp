@@ -228,7 +228,7 @@ void register_bench_command(CLI::App& app) {
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for the global planner")
       ->capture_default_str()
-      ->transform(non_negative());
+      ->transform(number_in(0, kMaxEps));
   cmd->add_option("--model", args->model,
                   "model sizes for TopoEP's benefit rule (default: as `cobalt simulate`)")
       ->check(non_empty_value());

@@ -175,7 +175,7 @@ void register_plan_command(CLI::App& app) {
       ->transform(non_negative());
   cmd->add_option("--eps", args->eps, "load tolerance eps")
       ->capture_default_str()
-      ->transform(non_negative());
+      ->transform(number_in(0, kMaxEps));
   cmd->add_option("--backend", args->backend,
                   "heuristic | milp | both (MILP warm-started by the heuristic)")
       ->capture_default_str();

@@ -386,7 +386,7 @@ void register_simulate_command(CLI::App& app) {
   add_budget_options(cmd, args->rho, args->replica_slots);
   cmd->add_option("--eps", args->eps, "load tolerance (1+eps) x mean for planners")
       ->capture_default_str()
-      ->transform(non_negative());
+      ->transform(number_in(0, kMaxEps));
   auto* warmup =
       cmd->add_option("--warmup-steps", args->warmup_steps,
                       "steps replayed but not measured (default 1, or 0 on a one-step trace; "

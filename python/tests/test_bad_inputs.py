@@ -93,6 +93,15 @@ def test_sizes_are_refused_before_anything_is_allocated_from_them() -> None:
         cobalt.make_policy("static",
                            cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3,
                                                eps=float("inf")))
+    # Sizes past any layout's range, named (ceil(E / G) overflowed int: slots -1073741824).
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"experts 2147483647 out of range"):
+        cobalt.slots_for_extra(2**31 - 1, 2, 0)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"ranks 2147483647 out of range"):
+        cobalt.slots_for_rho(16, 2**31 - 1, 0.5)
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"experts 2147483647 out of range"):
+        cobalt.PolicyConfig(_topology(), 2**31 - 1, 2).validate()
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 536870912 out of range"):
+        cobalt.GlobalPlanInput(_topology(), 16, 2**29, np.ones(16), np.zeros((16, 16)))
 
 
 def test_an_assignment_that_breaks_the_layout_is_an_invalid_argument() -> None:

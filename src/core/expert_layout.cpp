@@ -19,12 +19,20 @@ int rho_slots(int num_experts, int num_ranks, double rho) {
       std::min<double>(num_experts, std::floor((1.0 + rho) * num_experts / num_ranks + 1e-9)));
 }
 
+// E and G in the ranges every layout and topology accepts (so ceil(E / G) cannot overflow).
+void check_budget_sizes(int num_experts, int num_ranks) {
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "replica budget: number of experts {} out of range [1, {}]", num_experts,
+                   kMaxExperts);
+  COBALT_CHECK_ARG(num_ranks >= 1 && num_ranks <= kMaxRanks,
+                   "replica budget: number of ranks {} out of range [1, {}]", num_ranks, kMaxRanks);
+}
+
 }  // namespace
 
 int slots_for_rho(int num_experts, int num_ranks, double rho) {
   COBALT_CHECK_ARG(rho >= 0 && std::isfinite(rho), "replica budget rho {} must be >= 0", rho);
-  COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
-                   num_experts, num_ranks);
+  check_budget_sizes(num_experts, num_ranks);
   const int slots = rho_slots(num_experts, num_ranks, rho);
   if (static_cast<int64_t>(slots) * num_ranks < num_experts) {
     // The smallest rho with ceil(E / G) slots, rounded up to the 4 decimals printed (2/7 is shown
@@ -45,8 +53,7 @@ int slots_for_rho(int num_experts, int num_ranks, double rho) {
 
 int slots_for_extra(int num_experts, int num_ranks, int extra_slots) {
   COBALT_CHECK_ARG(extra_slots >= 0, "extra replica slots {} must be >= 0", extra_slots);
-  COBALT_CHECK_ARG(num_experts >= 1 && num_ranks >= 1, "need >= 1 expert and rank (got E={}, G={})",
-                   num_experts, num_ranks);
+  check_budget_sizes(num_experts, num_ranks);
   // Capped at E, as slots_for_rho.
   return static_cast<int>(std::min<int64_t>(
       num_experts, int64_t{(num_experts + num_ranks - 1) / num_ranks} + extra_slots));

@@ -500,6 +500,11 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   }
   while ((8 + header_text.size()) % 8 != 0) header_text += ' ';
   const uint64_t header_len = header_text.size();
+  // Readers (this one and the reference implementation) refuse larger headers.
+  COBALT_CHECK_ARG(header_len <= kMaxSafetensorsHeaderBytes,
+                   "{}: header: {} bytes (metadata and tensor entries) out of range [2, {}]; "
+                   "keep the metadata smaller",
+                   context, header_len, kMaxSafetensorsHeaderBytes);
 
   AtomicFileWriter writer(path, context);
   std::array<std::byte, 8> length_bytes{};

@@ -11,7 +11,9 @@
 namespace cobalt::plan {
 
 void GlobalPlanInput::validate() const {
-  COBALT_CHECK_ARG(num_experts >= 1, "global plan: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "global plan: number of experts {} out of range [1, {}]", num_experts,
+                   kMaxExperts);
   COBALT_CHECK_ARG(expert_load.size() == static_cast<size_t>(num_experts),
                    "global plan: {} expert loads for {} experts", expert_load.size(), num_experts);
   COBALT_CHECK_ARG(coactivation.size() == static_cast<size_t>(num_experts) * num_experts,
@@ -19,8 +21,11 @@ void GlobalPlanInput::validate() const {
                    static_cast<size_t>(num_experts) * num_experts);
   COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be finite and >= 0",
                    eps);
-  COBALT_CHECK_ARG(slots_per_rank >= 1, "global plan: slots per rank {} must be >= 1",
-                   slots_per_rank);
+  // At most E: a rank never holds an expert twice (also keeps node capacities N_r S in range).
+  COBALT_CHECK_ARG(slots_per_rank >= 1 && slots_per_rank <= num_experts,
+                   "global plan: slots per rank {} out of range [1, {}] (a rank never holds an "
+                   "expert twice)",
+                   slots_per_rank, num_experts);
   COBALT_CHECK(static_cast<int64_t>(slots_per_rank) * topology.num_ranks() >= num_experts,
                kFailedPrecondition,
                "replica budget too small: {} slots x {} ranks cannot hold {} experts",
@@ -65,9 +70,9 @@ void GlobalPlanInput::validate() const {
   // Finite entries can still sum to infinity (1e308 each): the rank cap or the objective would be
   // inf or nan, and every plan would pass the cap. Refused rather than planned on.
   COBALT_CHECK_ARG(std::isfinite(rank_load_cap()),
-                   "global plan: the expert loads sum to {}, and the rank cap (1 + eps) x sum / G "
-                   "must be finite (scale them down)",
-                   total_load());
+                   "global plan: the rank cap (1 + eps) x (sum of expert loads) / G = (1 + {}) x "
+                   "{} / {} overflows; it must be finite (lower eps or scale the loads down)",
+                   eps, total_load(), topology.num_ranks());
   // The objective counts c_ij once per node holding both, plus the weighted demand.
   double coactivation_sum = 0;
   for (int i = 0; i < num_experts; ++i) {

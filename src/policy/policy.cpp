@@ -13,7 +13,8 @@
 namespace cobalt::policy {
 
 void PolicyConfig::validate() const {
-  COBALT_CHECK_ARG(num_experts >= 1, "policy: number of experts {} must be >= 1", num_experts);
+  COBALT_CHECK_ARG(num_experts >= 1 && num_experts <= kMaxExperts,
+                   "policy: number of experts {} out of range [1, {}]", num_experts, kMaxExperts);
   COBALT_CHECK_ARG(top_k >= 1 && top_k <= num_experts, "policy: top-k {} out of range [1, {}]",
                    top_k, num_experts);
   COBALT_CHECK_ARG(num_layers >= 1, "policy: number of layers {} must be >= 1", num_layers);

@@ -277,6 +277,15 @@ TEST_F(CliTest, ClearMessagesForOddInputs) {
   EXPECT_NE(r.err.find("--time-limit: value 1e10 out of range (0, 1000000]"), std::string::npos)
       << r.err;
 
+  // eps: [0, 1e6] in every command (1e308 overflowed the planner's rank cap, an error that
+  // blamed the loads).
+  for (const std::string command : {"plan", "simulate", "bench"}) {
+    r = run(command + " --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 --eps 1e308");
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("--eps: value 1e308 out of range [0, 1000000]"), std::string::npos)
+        << command << ": " << r.err;
+  }
+
   // A value that is not a number says so (it said "out of range").
   for (const std::string value : {"1,5", "''", "abc"}) {
     r = run("plan --preset uniform --steps 2 --tokens-per-step 64 --cluster 2x2 --rho " + value);

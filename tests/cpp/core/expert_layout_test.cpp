@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include "cobalt/core/error.hpp"
 
@@ -153,6 +154,22 @@ TEST(ExpertLayout, SlotBudgets) {
   EXPECT_EQ(slots_for_rho(64, 8, 1e300), 64);
   EXPECT_EQ(slots_for_rho(64, 8, 1e9), 64);
   EXPECT_EQ(slots_for_extra(64, 8, 2147483647), 64);
+  // E and G beyond what any layout takes are refused by name (ceil(E / G) overflowed int).
+  for (const auto& [experts, ranks, words] :
+       {std::tuple{kMaxExperts + 1, 8, "number of experts 65537 out of range [1, 65536]"},
+        std::tuple{2147483647, 2, "number of experts 2147483647 out of range"},
+        std::tuple{16, kMaxRanks + 1, "number of ranks 8193 out of range [1, 8192]"},
+        std::tuple{16, 2147483647, "number of ranks 2147483647 out of range"}}) {
+    for (int which = 0; which < 2; ++which) {
+      try {
+        which == 0 ? slots_for_rho(experts, ranks, 0.5) : slots_for_extra(experts, ranks, 0);
+        ADD_FAILURE() << "accepted E=" << experts << " G=" << ranks;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      }
+    }
+  }
   EXPECT_THROW(slots_for_rho(64, 8, std::numeric_limits<double>::quiet_NaN()), Error);
   try {
     slots_for_rho(60, 16, 0.0);  // floor(3.75) = 3 slots x 16 = 48 < 60

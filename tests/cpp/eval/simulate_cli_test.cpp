@@ -455,7 +455,7 @@ TEST_F(SimulateCli, RealOptionsAreDecimal) {
            {"--rho 1e999", "--rho: value 1e999 out of range (a finite number >= 0)"},
            {"--eps " + huge,
             "--eps: value 1000000000000000000000000000000000000000... out of "
-            "range (a finite number >= 0)"},
+            "range [0, 1000000]"},
            {"--eps inf", "--eps: value inf out of range"},
            {"--holdout ''", "--holdout: value '' is not a number (valid: (0, 1))"},
            {"--holdout 1", "--holdout: value 1 out of range (0, 1)"},

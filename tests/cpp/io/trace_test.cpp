@@ -1,6 +1,7 @@
 // Tests of the cobalt-trace v1 reader/writer (include/cobalt/io/trace.hpp): round trips,
 // hand-written files (I16 ids, misaligned data), writer guarantees and the real traces in
 // ../shared/data/traces. Malformed input: trace_reject_test.cpp; mutations: trace_fuzz_test.cpp.
+#include "cobalt/io/safetensors.hpp"
 #include "io/trace_fixtures.hpp"
 
 namespace cobalt::io {
@@ -269,6 +270,10 @@ TEST(TraceWriter, RejectsInvalidDataAndWritesNothing) {
   data = small_data();
   data.metadata["bad"] = "\xff\xfe";
   expect_bad(data, "cannot encode");
+  // A header the reader would refuse (over 100 MB of metadata) is not written.
+  data = small_data();
+  data.metadata["notes"] = std::string(kMaxSafetensorsHeaderBytes, 'x');
+  expect_bad(data, "out of range [2, 100000000]");
 }
 
 TEST(TraceWriter, ReplacesExistingFile) {

@@ -230,7 +230,7 @@ TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
   // Finite entries whose sums are not: the cap and the objective would be inf or nan.
   const std::vector<double> huge_loads(8, 1e308);
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, huge_loads, inst.c},
-                  "the expert loads sum to inf");
+                  "(1 + 0.15) x inf / 4 overflows");
   std::vector<double> huge_c(8 * 8, 1e308);
   for (int i = 0; i < 8; ++i) huge_c[i * 8 + i] = 0;
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, huge_c},
@@ -243,7 +243,12 @@ TEST(GlobalPlanner, RejectsNegativeOrNonFiniteCounts) {
   near_max[0] = 1e308;
   near_max[1] = 0.6e308;
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, near_max, inst.c},
-                  "the rank cap (1 + eps) x sum / G must be finite");
+                  "(1 + 0.15) x 1.6e+308 / 4 overflows");
+  // So does a huge eps with ordinary loads: the message names eps.
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 1e308, inst.w, inst.c}, "(1 + 1e+308) x");
+  // Slots beyond E (a rank never holds an expert twice; 2^29 overflowed the node capacity).
+  expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 1 << 29, 0.15, inst.w, inst.c},
+                  "slots per rank 536870912 out of range [1, 8]");
   std::vector<double> one_pair(8 * 8, 0.0);
   one_pair[0 * 8 + 1] = one_pair[1 * 8 + 0] = 1e308;
   expect_rejected(GlobalPlanInput{Topology(2, 4), 8, 3, 0.15, inst.w, one_pair},

@@ -1,6 +1,7 @@
 // make_policy and Policy::run keep their header's promises at the edges: a policy that would not
 // fit the memory budget is refused up front, cobalt and cobalt+ refuse a top-k their assignment
-// cannot take when they are made (not at every run), and a refused call records no step.
+// cannot take when they are made (not at every run), E out of range is named, and a refused call
+// records no step.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -64,6 +65,16 @@ TEST(MakePolicy, CobaltRefusesATopKItsAssignmentCannotTake) {
   auto batch = testing::random_batch(3, 20, 17, 32, 16);
   std::vector<RankId> exec(20 * 17);
   EXPECT_NO_THROW(policy->run(0, 0, batch.view(), exec));
+}
+
+// E beyond what any layout takes is named with its range; the suggested slot range used to
+// overflow ("slots per rank 0 out of range [-268435455, 2147483647]").
+TEST(MakePolicy, RefusesTooManyExpertsByName) {
+  PolicyConfig config = config_of(16, 2, 1, 2);
+  config.num_experts = 2147483647;
+  const std::string message = message_of([&] { config.validate(); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("number of experts 2147483647 out of range [1, 65536]"), std::string::npos)
+      << message;
 }
 
 TEST(PolicyRun, ARefusedCallRecordsNoStep) {
