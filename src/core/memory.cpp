@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -24,9 +25,11 @@ double memory_limit_from_environment() {
   if (!env || env->empty()) return 0.0;
   const std::string& text = *env;
   size_t used = 0;
+  // std::stod would skip leading blanks; a trailing one is refused as an unknown suffix, so a
+  // leading one is too.
   double value = 0;
   try {
-    value = std::stod(text, &used);
+    if (!std::isspace(static_cast<unsigned char>(text.front()))) value = std::stod(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }

@@ -29,7 +29,8 @@ class ExpertLayout {
   // allocate).
   ExpertLayout(Topology topology, int num_experts, int slots_per_rank, std::vector<ExpertId> slots);
 
-  // Builds the layout from per-rank expert lists (each list no longer than slots_per_rank).
+  // Builds the layout from per-rank expert lists (each list no longer than slots_per_rank; a
+  // kEmptySlot entry is an empty slot, as in the constructor's slots).
   static ExpertLayout from_rank_lists(Topology topology, int num_experts, int slots_per_rank,
                                       const std::vector<std::vector<ExpertId>>& experts_of_rank);
 

@@ -65,7 +65,8 @@ TEST(Memory, LimitFromTheEnvironment) {
     EXPECT_DOUBLE_EQ(memory_budget_bytes(), 4096.0);
   }
   // Below 1 KiB is no budget (0.5 was reported as "a budget of 1 KiB").
-  for (const char* bad : {"lots", "-1G", "0", "12Q", "1e30", "0.5", "1000", "0.5K"}) {
+  // Blanks on either side are refused alike (" 1G" was read as 1G, "1G " refused).
+  for (const char* bad : {"lots", "-1G", "0", "12Q", "1e30", "0.5", "1000", "0.5K", " 1G", "1G "}) {
     const ScopedLimit limit(bad);
     try {
       memory_budget_bytes();
