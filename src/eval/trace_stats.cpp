@@ -207,13 +207,18 @@ LayerTraceStats token_layer_stats(const TraceSource& src, int layer, int num_ran
   fill_step_stats(step_loads, options.hot_count, num_ranks, out);
 
   if (!sources.empty()) {
-    const int num_sources = src.num_sources();
-    std::vector<double> per_source(static_cast<size_t>(num_sources) * num_experts, 0.0);
+    // Rows for the sources that have tokens only, in source order (a source without tokens adds
+    // nothing to the locality), so the table grows with the trace, not with its declared sources.
+    std::vector<int32_t> row_of(static_cast<size_t>(src.num_sources()), 0);
+    for (int64_t t = 0; t < num_tokens; ++t) row_of[sources[t]] = 1;
+    int num_rows = 0;
+    for (int32_t& row : row_of) row = row != 0 ? num_rows++ : -1;
+    std::vector<double> per_source(static_cast<size_t>(num_rows) * num_experts, 0.0);
     for (int64_t t = 0; t < num_tokens; ++t) {
-      double* row = per_source.data() + static_cast<size_t>(sources[t]) * num_experts;
+      double* row = per_source.data() + static_cast<size_t>(row_of[sources[t]]) * num_experts;
       for (int k = 0; k < top_k; ++k) row[ids[t * top_k + k]] += 1.0;
     }
-    out.source_locality = source_locality(per_source, num_sources, num_experts);
+    out.source_locality = source_locality(per_source, num_rows, num_experts);
   }
   return out;
 }
@@ -279,10 +284,13 @@ TraceStats compute(const TraceSource& src, const TraceStatsOptions& options) {
   stats.hot_count = std::min(options.hot_count, stats.num_experts);  // capped at E
   stats.static_ep_ranks = options.num_ranks > 0 ? options.num_ranks : stats.num_sources;
 
-  // The largest tables, sized by the trace's declared E and R: E x E co-activation (int64 counts
-  // and their double copy) and R x E per-source loads.
+  // The largest tables: E x E co-activation (int64 counts and their double copy) and per-source
+  // loads, R x E for load-only traces, a row per source with tokens (at most T) otherwise.
   const double num_experts = stats.num_experts;
-  require_memory(16.0 * num_experts * num_experts + 8.0 * stats.num_sources * num_experts,
+  const double source_rows =
+      stats.load_only ? stats.num_sources
+                      : std::min<double>(stats.num_sources, static_cast<double>(stats.num_tokens));
+  require_memory(16.0 * num_experts * num_experts + 8.0 * source_rows * num_experts,
                  fmt::format("trace statistics for E = {} experts and {} sources",
                              stats.num_experts, stats.num_sources));
   std::vector<RankId> source_scratch;
