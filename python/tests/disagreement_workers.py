@@ -109,6 +109,15 @@ def run_settings_disagreement(ep: EPGroup) -> dict[str, Any]:
     for p in frozen.experts.bank:
         p.requires_grad_(not odd)
     out["frozen"] = _error_of(lambda: frozen(micro_batch(ep.rank, 0)[0]))
+    # A router frozen, or dense sync off, on one rank: its backward passes would skip the dense
+    # gradients' all_reduce that the others run (gloo aborted the process at the next one).
+    router_frozen = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED)
+    router_frozen.router.weight.requires_grad_(not odd)
+    out["router_frozen"] = _error_of(lambda: router_frozen(micro_batch(ep.rank, 0)[0]))
+    no_sync = ExpertParallelMoE(rt, 0, H, F, E, K, seed=SEED, sync_dense_grads=not odd)
+    out["no_sync"] = _error_of(lambda: no_sync(micro_batch(ep.rank, 0)[0]))
+    with torch.no_grad():  # without gradients nothing is summed: no disagreement
+        out["no_sync_no_grad"] = _error_of(lambda: no_sync(micro_batch(ep.rank, 0)[0]))
     # Sizes that are not the process group's (they failed at the first exchange, in gloo's words).
     out["from_sizes"] = _error_of(lambda: EPGroup.from_sizes(ep.rank, 2 * ep.world_size,
                                                              ep.ranks_per_node))

@@ -301,6 +301,21 @@ def run_checkpoint_loading(ep: EPGroup) -> dict[str, Any]:
     out["bank_unchanged"] = bool(torch.equal(moe.experts.w1.detach(), before))
     # The router is loaded before the experts: the layer checks their placement first.
     out["router_unchanged"] = bool(torch.equal(moe.router.weight.detach(), router_before))
+    # Not while a forward waits for its backward pass (it holds views of the bank rows): refused
+    # before anything is loaded, and the pass then runs; between steps it loads.
+    saved = moe.state_dict()
+    y = moe(micro_batch(ep.rank, 0)[0])
+    try:
+        moe.load_state_dict({k: (v + 1.0 if torch.is_tensor(v) and v.is_floating_point() else v)
+                             for k, v in saved.items()})
+        out["refused_pending"] = None
+    except ValueError as exc:
+        out["refused_pending"] = str(exc)
+    out["unchanged_pending"] = bool(torch.equal(moe.experts.w1.detach(), before)) and bool(
+        torch.equal(moe.router.weight.detach(), router_before))
+    y.sum().backward()
+    moe.load_state_dict(saved)
+    out["loaded_after"] = bool(torch.equal(moe.experts.w1.detach(), before))
     return out
 
 

@@ -218,6 +218,10 @@ def test_checkpoint_loading(results: list[dict[str, Any]]) -> None:
         assert got["weights_only"] is None, got["weights_only"]
         assert got["refused"] is not None and "world_size" in got["refused"]
         assert got["bank_unchanged"] and got["router_unchanged"]
+        assert got["refused_pending"] is not None and (
+            "load_state_dict while a forward waits for its backward pass (load between steps)"
+            in got["refused_pending"]), got["refused_pending"]
+        assert got["unchanged_pending"] and got["loaded_after"]
 
 
 def test_frozen_expert_weights_are_not_updated(results: list[dict[str, Any]]) -> None:
@@ -292,6 +296,13 @@ def test_layers_that_differ_between_ranks_fail_on_every_rank(
                            ("frozen", f"expert bank's requires_grad (1: trainable; experts frozen "
                                       f"on some ranks only?): 1 on ranks {others}; 0 on rank 1")):
             assert got[key] is not None and words in got[key], (rank, key, got[key])
+        for key in ("router_frozen", "no_sync"):
+            words = (f"dense gradient elements summed per backward pass (trainable router "
+                     f"parameters with sync_dense_grads, 0: none; router frozen or "
+                     f"sync_dense_grads off on some ranks only?): {rw.E * rw.H} on ranks "
+                     f"{others}; 0 on rank 1")
+            assert got[key] is not None and words in got[key], (rank, key, got[key])
+        assert got["no_sync_no_grad"] is None, got["no_sync_no_grad"]
         assert got["from_sizes"] is not None and (
             f"rank {rank} of world size {2 * rw.WORLD} given, but the process group has this "
             f"process as rank {rank} of {rw.WORLD}") in got["from_sizes"], got["from_sizes"]

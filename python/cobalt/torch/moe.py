@@ -278,7 +278,12 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
         # torch loads a module before its children: the experts' placement is checked here,
         # before the router or the bank is touched, so a checkpoint whose placement is refused
         # changes nothing in this layer. Modules loaded before the layer may be loaded already
-        # (cobalt.torch.check_checkpoint checks a whole model first).
+        # (cobalt.torch.check_checkpoint checks a whole model first). Refused, as
+        # load_expert_weights is, while a forward waits for its backward pass: that pass holds
+        # views of the bank rows and returns replica gradients to the placement in force.
+        if self.experts.backward_pending(self.runtime.step):
+            raise ValueError(f"{self._context()}: load_state_dict while a forward waits for its "
+                             "backward pass (load between steps)")
         self.experts.check_placement_saved(state_dict, prefix + "experts.")
         super()._load_from_state_dict(state_dict, prefix, *args)  # type: ignore[arg-type]
 
@@ -467,7 +472,9 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
                                   context=self._context(), local_error=error,
                                   traffic=rt.traffic,
                                   placement_digest=self.experts.placement_digest(),
-                                  bank_trainable=any(p.requires_grad for p in self.experts.bank))
+                                  bank_trainable=any(p.requires_grad for p in self.experts.bank),
+                                  dense_sync_numel=sum(p.numel() for p in self.dense_parameters())
+                                  if self.sync_dense_grads else 0)
         if np.unique(gathered.placement_digests).shape[0] != 1:
             # Every rank sees the same digests, so every rank raises here.
             raise RuntimeError(

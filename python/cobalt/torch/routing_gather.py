@@ -132,11 +132,14 @@ def _dtype_code(dtype: torch.dtype) -> int:
 
 def _agree_on_settings(counts: list[torch.Tensor], context: str) -> None:
     """Raises ValueError (on every rank: each sees the same gathered values) when the ranks'
-    layers disagree on top-k, hidden size, number of experts, input dtype, gradient mode or
-    whether the expert bank is trainable."""
+    layers disagree on top-k, hidden size, number of experts, input dtype, gradient mode,
+    whether the expert bank is trainable or the dense gradients they sum per backward pass."""
     names = ("top_k", "hidden size", "number of experts", "input dtype",
              "gradient mode (1: enabled; torch.no_grad() on some ranks only?)",
-             "expert bank's requires_grad (1: trainable; experts frozen on some ranks only?)")
+             "expert bank's requires_grad (1: trainable; experts frozen on some ranks only?)",
+             "dense gradient elements summed per backward pass (trainable router parameters "
+             "with sync_dense_grads, 0: none; router frozen or sync_dense_grads off on some "
+             "ranks only?)")
     for field, name in enumerate(names):
         values = [int(c[3 + field].item()) for c in counts]
         if len(set(values)) == 1:
@@ -161,17 +164,19 @@ def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
                    gates: Optional[torch.Tensor], *, hidden: int, num_experts: int, top_k: int,
                    context: str, local_error: Optional[str] = None,
                    traffic: Optional[TrafficStats] = None,
-                   placement_digest: int = 0, bank_trainable: bool = False) -> GatheredRouting:
+                   placement_digest: int = 0, bank_trainable: bool = False,
+                   dense_sync_numel: int = 0) -> GatheredRouting:
     """Checks every rank's router output (agreeing on errors), then all-gathers the expert ids.
 
     x [T_r, hidden], ids [T_r, K] integer, gates [T_r, K]; `local_error` reports a problem found
     earlier on this rank (e.g. the router raised; ids and gates may then be None);
     `placement_digest` (an int64) travels with the token counts, so the caller can check at no
     extra collective that every rank holds the same expert placement. The layer's settings
-    (top-k, hidden size, number of experts, input dtype), the gradient mode and whether the
-    expert bank is trainable (`bank_trainable`) travel with them too: they decide the sizes of
-    the exchanges and which of them take part in the backward pass, so ranks that disagree on
-    them raise here instead of aborting or hanging in an exchange. Raises
+    (top-k, hidden size, number of experts, input dtype), the gradient mode, whether the
+    expert bank is trainable (`bank_trainable`) and the elements of the dense gradients summed
+    at the end of each backward pass (`dense_sync_numel`) travel with them too: they decide the
+    sizes of the exchanges and which of them take part in the backward pass, so ranks that
+    disagree on them raise here instead of aborting or hanging in an exchange. Raises
     ValueError on every rank, naming the offending rank(s), token and value, when any rank's
     input is malformed.
     """
@@ -194,7 +199,8 @@ def gather_routing(ep: EPGroup, x: torch.Tensor, ids: Optional[torch.Tensor],
     # The layer's settings travel with the counts: ranks that disagree on them would exchange
     # buffers of different sizes, which gloo answers by aborting every process.
     settings = (top_k, hidden, num_experts, _dtype_code(x.dtype), int(torch.is_grad_enabled()),
-                int(bank_trainable))
+                int(bank_trainable),
+                int(dense_sync_numel) if torch.is_grad_enabled() else 0)  # no sync without grad
     count = torch.tensor([x.shape[0], int(wants_grad), placement_digest, *settings],
                          dtype=torch.int64)
     counts = [torch.zeros(count.numel(), dtype=torch.int64) for _ in range(g)]
