@@ -16,6 +16,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/expert_layout.hpp"
+#include "cobalt/plan/node_plan.hpp"
 
 namespace cobalt::cli {
 
@@ -57,9 +58,7 @@ inline constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 inline constexpr uint64_t kMaxInt64 = std::numeric_limits<int64_t>::max();
 inline constexpr int kMaxThreads = 1024;             // --threads of every command
 inline constexpr double kMaxTimeLimitSeconds = 1e6;  // plan --time-limit (about 11.6 days)
-// --eps of every command: above G - 1 (< 8192) the rank cap (1 + eps) W / G binds nothing, and a
-// huge eps made the cap overflow (an error that blamed the loads).
-inline constexpr double kMaxEps = 1e6;
+using plan::kMaxEps;  // --eps of every command: [0, kMaxEps], as the library takes
 // A finite decimal number in [lo, hi] ("(" when lo_open, ")" when hi_open).
 CLI::Validator number_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
 

@@ -26,7 +26,6 @@ from cobalt.torch import (
     PolicyLayoutSource,
     RoutingRecorder,
     ScheduledLayoutSource,
-    StepTokenOffsets,
 )
 from cobalt.torch.all_to_all import exchange_rows
 from cobalt.torch.reduce import all_reduce_sum_
@@ -150,13 +149,9 @@ def run_equivalence(ep: EPGroup, case: str, sz: Sizes, out_dir: str) -> dict[str
     for step in range(sz.equivalence_steps):
         x, target = batch_of(ep.rank, step, sz.hidden)
         y_no_grad = None
-        if case == "replicated":  # an inference forward of the same step
-            with torch.no_grad():
+        if case == "replicated":  # an inference forward of the same step, the same routing:
+            with torch.no_grad():  # the source decides the same, so the outputs are bitwise equal
                 y_no_grad = moe(x)
-            # The source numbers a step's tokens on over its forwards (micro-batches); numbered
-            # from 0 again, the training forward draws the inference forward's covers, so the
-            # two must compute the same outputs bit for bit.
-            rt.source.token_offsets = StepTokenOffsets()
         x.requires_grad_(True)
         rt.traffic.reset()
         y = moe(x)

@@ -89,7 +89,7 @@ def test_sizes_are_refused_before_anything_is_allocated_from_them() -> None:
         cobalt.make_policy("static", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=0))
     with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 1073741824 out of range"):
         cobalt.make_policy("static", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=2**30))
-    with pytest.raises(cobalt.InvalidArgumentError, match="eps inf must be finite and >= 0"):
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"eps inf out of range \[0, 1000000\]"):
         cobalt.make_policy("static",
                            cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3,
                                                eps=float("inf")))
@@ -102,6 +102,11 @@ def test_sizes_are_refused_before_anything_is_allocated_from_them() -> None:
         cobalt.PolicyConfig(_topology(), 2**31 - 1, 2).validate()
     with pytest.raises(cobalt.InvalidArgumentError, match=r"slots per rank 536870912 out of range"):
         cobalt.GlobalPlanInput(_topology(), 16, 2**29, np.ones(16), np.zeros((16, 16)))
+    # eps beyond [0, 1e6] is refused when the policy is made (1e308 overflowed the rank cap at
+    # the first plan, in the middle of a run).
+    with pytest.raises(cobalt.InvalidArgumentError, match=r"eps 1e\+308 out of range \[0, 1000000\]"):
+        cobalt.make_policy("cobalt", cobalt.PolicyConfig(_topology(), 8, 2, slots_per_rank=3,
+                                                         eps=1e308))
 
 
 def test_an_assignment_that_breaks_the_layout_is_an_invalid_argument() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 
 import cobalt
 from cobalt.torch import (FixedLayoutSource, PolicyLayoutSource, ScheduledLayoutSource,
-                          StepTokenOffsets)
+                          routing_token_offset)
 
 TOPOLOGY = cobalt.Topology(4, 8)  # 4 nodes x 2 ranks
 NUM_EXPERTS, TOP_K = 8, 3
@@ -30,35 +30,44 @@ def _routing(seed: int, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
     return ids.astype(np.int32), rng.integers(0, TOPOLOGY.num_ranks, num_tokens, dtype=np.int32)
 
 
-def test_step_token_offsets_continue_within_a_step_and_restart_with_the_next() -> None:
-    offsets = StepTokenOffsets()
-    assert offsets.take(3, 0, 10) == 0
-    assert offsets.take(3, 1, 7) == 0  # layers number their own tokens
-    assert offsets.take(3, 0, 5) == 10
-    assert offsets.take(3, 0, 0) == 15
-    assert offsets.take(3, 1, 1) == 7
-    assert offsets.take(4, 0, 4) == 0  # a new step starts at 0
-    assert offsets.take(4, 0, 4) == 4
+def test_routing_token_offset_is_keyed_by_the_routing() -> None:
+    ids, sources = _routing(3, 50)
+    offset = routing_token_offset(_batch(ids, sources))
+    assert 0 <= offset < 2**62
+    assert routing_token_offset(_batch(ids.copy(), sources.copy())) == offset  # content only
+    other_ids = ids.copy()
+    other_ids[7] = other_ids[7][::-1]  # the same experts in another order
+    assert routing_token_offset(_batch(other_ids, sources)) != offset
+    moved = sources.copy()
+    moved[0] = (moved[0] + 1) % TOPOLOGY.num_ranks
+    assert routing_token_offset(_batch(ids, moved)) != offset
+    assert routing_token_offset(_batch(ids[:49], sources[:49])) != offset
 
 
-def test_micro_batches_are_assigned_as_the_step_given_whole() -> None:
-    """Each token draws its own tie: the micro-batches of a step continue its token numbering,
-    so their assignments, concatenated, are the whole step's, and differ from numbering every
-    micro-batch from 0 (where the second half would repeat the first half's draws)."""
+def test_micro_batches_draw_apart_and_a_batch_draws_the_same() -> None:
+    """Two micro-batches of a step that differ in one token draw their ties apart (with offset 0
+    both would draw the same ties at the same positions); the same batch again at the same step
+    is assigned the same (a source is a function of step, layer and batch, which activation
+    checkpointing needs when a step forwards one routing twice)."""
     ids, sources = _routing(7, 400)
+    other_ids = ids.copy()
+    other_ids[-1] = (other_ids[-1] + 1) % NUM_EXPERTS
     layouts = [_replicated_layout(0), _replicated_layout(1)]
-    for make in (lambda: FixedLayoutSource(layouts[0], seed=9),
-                 lambda: ScheduledLayoutSource(layouts, 2, seed=9)):
-        split, whole = make(), make()
+    for source in (FixedLayoutSource(layouts[0], seed=9),
+                   ScheduledLayoutSource(layouts, 2, seed=9)):
         for step in range(3):
-            first = split.decide(step, 0, _batch(ids[:250], sources[:250]))[1]
-            second = split.decide(step, 0, _batch(ids[250:], sources[250:]))[1]
-            all_at_once = whole.decide(step, 0, _batch(ids, sources))[1]
-            np.testing.assert_array_equal(np.concatenate([first, second]), all_at_once)
-        layout = split.decide(3, 0, _batch(ids[:1], sources[:1]))[0]
-        from_zero = cobalt.assign_node_cover(_batch(ids[250:], sources[250:]), layout, seed=9,
-                                             step=2, layer=0)
-        assert not np.array_equal(from_zero, all_at_once[250:])  # the draws depend on the offset
+            layout, first = source.decide(step, 0, _batch(ids, sources))
+            again = source.decide(step, 0, _batch(ids, sources))[1]
+            np.testing.assert_array_equal(first, again)
+            second = source.decide(step, 0, _batch(other_ids, sources))[1]
+            # The 399 identical tokens draw their ties apart: some go elsewhere.
+            assert not np.array_equal(first[:-1], second[:-1])
+            for exec_rank, routing in ((first, ids), (second, other_ids)):
+                cobalt.validate_assignment(_batch(routing, sources), layout, exec_rank)
+                keyed = cobalt.assign_node_cover(
+                    _batch(routing, sources), layout, seed=9, step=step, layer=0,
+                    token_offset=routing_token_offset(_batch(routing, sources)))
+                np.testing.assert_array_equal(exec_rank, keyed)
 
 
 def test_policy_source_exposes_its_seed() -> None:

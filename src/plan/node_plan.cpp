@@ -19,8 +19,8 @@ void GlobalPlanInput::validate() const {
   COBALT_CHECK_ARG(coactivation.size() == static_cast<size_t>(num_experts) * num_experts,
                    "global plan: co-activation has {} entries, need E*E = {}", coactivation.size(),
                    static_cast<size_t>(num_experts) * num_experts);
-  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "global plan: eps {} must be finite and >= 0",
-                   eps);
+  COBALT_CHECK_ARG(eps >= 0 && eps <= kMaxEps, "global plan: eps {} out of range [0, {}]", eps,
+                   kMaxEps);
   // At most E: a rank never holds an expert twice (also keeps node capacities N_r S in range).
   COBALT_CHECK_ARG(slots_per_rank >= 1 && slots_per_rank <= num_experts,
                    "global plan: slots per rank {} out of range [1, {}] (a rank never holds an "

@@ -18,7 +18,8 @@
 //   - Token split (vLLM's default, eplb_map_to_physical): a task's replica index is its flat
 //     position in its source rank's local top-k array modulo the expert's replica count:
 //     replica = (local_token_index * K + k) mod logcnt[e], physical = log2phy[e][replica]. Here
-//     local_token_index counts the step's tokens of the same source rank in index order.
+//     local_token_index counts the call's tokens of the same source rank in index order (per
+//     forward pass, as vLLM's: micro-batches of a step each count from 0).
 //   - Load-only traces: each (source, expert) count is split evenly over the replicas,
 //     floor(c / n) each and the c mod n leftover tasks to replicas (s + i) mod n, i < c mod n.
 //   - Before the first plan (step 0, no history) the layout is static EP with one replica each.
@@ -161,15 +162,18 @@ class EplbPolicy final : public Policy {
     st.last_update_keep = keep;
   }
 
-  // Replans when due, at a step's first call only.
+  // Replans when due, at a step's first call only. The layer's state changes only once the plan
+  // is made (a plan that throws, e.g. past the memory budget, leaves it due for a retry).
   void begin_call(LayerState& st, int64_t step) {
     const bool first_call = step != st.last_call_step;
-    st.last_call_step = step;
     const bool due =
         first_call && st.num_updates > 0 &&
         (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
-    if (!due) return;
-    st.last_plan_step = step;
+    if (due) replan(st, step);
+    st.last_call_step = step;
+  }
+
+  void replan(LayerState& st, int64_t step) {
     WallTimer timer(counters_.planner_wall_ms);
     const Topology& topo = config_.topology;
     const int num_ranks = topo.num_ranks(), num_experts = config_.num_experts;
@@ -188,13 +192,16 @@ class EplbPolicy final : public Policy {
     }
     auto layout =
         std::make_shared<const ExpertLayout>(topo, num_experts, slots, std::move(layout_slots));
-    st.replica_offsets.assign(num_experts + 1, 0);
-    st.replica_ranks.clear();
+    std::vector<int32_t> replica_offsets(num_experts + 1, 0);
+    std::vector<RankId> replica_ranks;
     for (ExpertId e = 0; e < num_experts; ++e) {
       const int cnt = r.logcnt_at(0, e);
-      for (int j = 0; j < cnt; ++j) st.replica_ranks.push_back(r.log2phy_at(0, e, j) / slots);
-      st.replica_offsets[e + 1] = st.replica_offsets[e] + cnt;
+      for (int j = 0; j < cnt; ++j) replica_ranks.push_back(r.log2phy_at(0, e, j) / slots);
+      replica_offsets[e + 1] = replica_offsets[e] + cnt;
     }
+    st.replica_offsets = std::move(replica_offsets);
+    st.replica_ranks = std::move(replica_ranks);
+    st.last_plan_step = step;
     if (!(*layout == *st.layout)) {
       const LayoutDiff moves = diff(*st.layout, *layout);
       counters_.cross_node_moves += moves.num_cross_node;

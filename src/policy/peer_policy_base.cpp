@@ -21,11 +21,14 @@ std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::step(int64_t step, int 
   COBALT_CHECK_ARG(layer >= 0 && layer < config_.num_layers,
                    "policy {}: layer {} out of range [0, {})", name(), layer, config_.num_layers);
   // A later call of the step (micro-batch): the layout decided at the step's first call stays.
-  const bool repeat = step == last_step_[layer];
-  last_step_[layer] = step;
-  if (repeat && decides_ == Decides::kPerStep) return layout(layer);
-  WallTimer timer(counters_.planner_wall_ms);
-  return decide(step, layer, counts);
+  if (step == last_step_[layer] && decides_ == Decides::kPerStep) return layout(layer);
+  std::shared_ptr<const ExpertLayout> in_force;
+  {
+    WallTimer timer(counters_.planner_wall_ms);
+    in_force = decide(step, layer, counts);
+  }
+  last_step_[layer] = step;  // after deciding: a decision that threw is made again by a retry
+  return in_force;
 }
 
 std::shared_ptr<const ExpertLayout> LoadBasedPeerPolicy::do_run(int64_t step, int layer,

@@ -27,7 +27,8 @@ void PolicyConfig::validate() const {
                kFailedPrecondition,
                "replica budget too small: {} slots per rank x {} ranks < {} experts",
                slots_per_rank, topology.num_ranks(), num_experts);
-  COBALT_CHECK_ARG(eps >= 0 && std::isfinite(eps), "policy: eps {} must be finite and >= 0", eps);
+  COBALT_CHECK_ARG(eps >= 0 && eps <= plan::kMaxEps, "policy: eps {} out of range [0, {}]", eps,
+                   plan::kMaxEps);
   COBALT_CHECK_ARG(steps_per_global_plan >= 1, "policy: steps per global plan {} must be >= 1",
                    steps_per_global_plan);
   COBALT_CHECK_ARG(ema_decay >= 0 && ema_decay < 1, "policy: EMA decay {} out of range [0, 1)",

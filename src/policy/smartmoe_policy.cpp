@@ -33,8 +33,8 @@ class SmartMoePolicy final : public LoadBasedPeerPolicy {
                      (last_plan_step_[layer] < 0 ||
                       step - last_plan_step_[layer] >= config_.steps_per_global_plan);
     if (!due) return layout(layer);
-    last_plan_step_[layer] = step;
     auto planned = plan::plan_smartmoe(*layout(layer), history_[layer].mean());
+    last_plan_step_[layer] = step;
     if (!planned.changed) return layout(layer);
     return install(layer, std::move(planned.placement.layout));
   }

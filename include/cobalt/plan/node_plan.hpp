@@ -22,11 +22,15 @@
 namespace cobalt::plan {
 
 // Inputs of a stage-1 planning call. Views must outlive the call.
+// The largest load tolerance eps: above G - 1 (< kMaxRanks) the rank cap (1 + eps) W / G binds
+// nothing, and a huge eps made the cap overflow in the middle of a run.
+inline constexpr double kMaxEps = 1e6;
+
 struct GlobalPlanInput {
   Topology topology;
   int num_experts = 0;
   int slots_per_rank = 0;
-  double eps = 0.15;                     // load tolerance: rank cap (1 + eps) * W / G
+  double eps = 0.15;  // load tolerance: rank cap (1 + eps) * W / G, eps in [0, kMaxEps]
   std::span<const double> expert_load;   // w_e [E] (EMA task counts)
   std::span<const double> coactivation;  // c_ij [E, E] symmetric (EMA tokens choosing both);
                                          // the diagonal is ignored

@@ -26,7 +26,7 @@ from cobalt.torch.layout_source import (
     LayoutSource,
     PolicyLayoutSource,
     ScheduledLayoutSource,
-    StepTokenOffsets,
+    routing_token_offset,
 )
 from cobalt.torch.dense_grads import allreduce_gradients
 from cobalt.torch.moe import ExpertParallelMoE
@@ -51,7 +51,6 @@ __all__ = [
     "RoutingRecorder",
     "ScheduledLayoutSource",
     "StepRecord",
-    "StepTokenOffsets",
     "TopKRouter",
     "Traffic",
     "TrafficStats",
@@ -66,6 +65,7 @@ __all__ = [
     "launch",
     "load_training_state",
     "router_init",
+    "routing_token_offset",
     "swiglu",
     "wrap_ddp",
 ]

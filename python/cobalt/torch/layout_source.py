@@ -9,6 +9,7 @@ with planning on a background thread, whose result applies one step later on eve
 
 from __future__ import annotations
 
+import hashlib
 from typing import Optional, Protocol, Sequence
 
 import numpy as np
@@ -16,27 +17,25 @@ import numpy as np
 import cobalt
 
 __all__ = ["LayoutSource", "PolicyLayoutSource", "FixedLayoutSource", "ScheduledLayoutSource",
-           "StepTokenOffsets"]
+           "routing_token_offset"]
 
 
-class StepTokenOffsets:
-    """Numbers the tokens of a step's calls per layer, for the ``token_offset`` of
-    ``cobalt.assign_node_cover`` / ``assign_balanced_cover``: the calls of one (step, layer)
-    (micro-batches of gradient accumulation, evaluation batches) continue one numbering, so each
-    token draws its own tie between minimum covers, as the C++ policies number a step's tokens.
-    The numbering restarts at 0 with each new step of a layer."""
+def routing_token_offset(batch: cobalt.RoutingBatch) -> int:
+    """A ``token_offset`` for ``cobalt.assign_node_cover`` / ``assign_balanced_cover`` keyed by
+    the batch's routing (its expert ids and source ranks), in [0, 2^62).
 
-    def __init__(self) -> None:
-        self._next: dict[int, tuple[int, int]] = {}  # layer -> (step, offset of its next call)
-
-    def take(self, step: int, layer: int, num_tokens: int) -> int:
-        """The offset of this call's first token; the next call of (step, layer) starts after
-        its num_tokens tokens."""
-        last_step, offset = self._next.get(layer, (step, 0))
-        if last_step != step:
-            offset = 0
-        self._next[layer] = (step, offset + num_tokens)
-        return offset
+    Draws between tied minimum covers are keyed by (seed, step, layer, token_offset + t): with
+    offset 0 the micro-batches of a step (gradient accumulation, evaluation batches) would all
+    draw the same ties at the same token positions. Keyed by content, different batches draw
+    apart, while the same batch at the same step draws the same: a source stays a function of
+    (step, layer, batch), which activation checkpointing relies on when a step forwards the same
+    routing twice (its recomputation must find one decision for that routing)."""
+    h = hashlib.blake2b(digest_size=8, person=b"cobalt-offset")
+    for a in (batch.topk_ids, batch.source_rank):
+        arr = np.ascontiguousarray(a)
+        h.update(str(arr.shape).encode())
+        h.update(arr.tobytes())
+    return int.from_bytes(h.digest(), "little") >> 2
 
 
 class LayoutSource(Protocol):
@@ -83,29 +82,27 @@ class PolicyLayoutSource:
 
 
 class FixedLayoutSource:
-    """One layout for every step; tasks assigned by Cobalt's Algorithm 1 (node cover). The calls
-    of one (step, layer) number their tokens on (:class:`StepTokenOffsets`), so a step given as
-    micro-batches is assigned as the step given whole."""
+    """One layout for every step; tasks assigned by Cobalt's Algorithm 1 (node cover), with the
+    draws between tied covers keyed by the batch's routing (:func:`routing_token_offset`), so
+    micro-batches of a step draw apart and the same batch draws the same."""
 
     def __init__(self, layout: cobalt.ExpertLayout, *, seed: int = 0, name: str = "fixed") -> None:
         self.layout = layout
         self.seed = seed
         self.name = name
         self.slots_per_rank = layout.slots_per_rank
-        self.token_offsets = StepTokenOffsets()
 
     def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
                ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
-        offset = self.token_offsets.take(step, layer, batch.num_tokens)
         return self.layout, cobalt.assign_node_cover(batch, self.layout, seed=self.seed,
                                                      step=step, layer=layer,
-                                                     token_offset=offset)
+                                                     token_offset=routing_token_offset(batch))
 
 
 class ScheduledLayoutSource:
     """Switches layouts on a schedule: step s uses layouts[(s // period) % len(layouts)], tasks by
-    Algorithm 1 (tokens numbered per step as in :class:`FixedLayoutSource`). For exercising
-    layout changes (migration, versioning) deterministically."""
+    Algorithm 1 (draws keyed as in :class:`FixedLayoutSource`). For exercising layout changes
+    (migration, versioning) deterministically."""
 
     def __init__(self, layouts: Sequence[cobalt.ExpertLayout], period: int, *, seed: int = 0,
                  name: str = "scheduled") -> None:
@@ -121,11 +118,10 @@ class ScheduledLayoutSource:
         self.seed = seed
         self.name = name
         self.slots_per_rank = sizes.pop()
-        self.token_offsets = StepTokenOffsets()
 
     def decide(self, step: int, layer: int, batch: cobalt.RoutingBatch
                ) -> tuple[cobalt.ExpertLayout, np.ndarray]:
         layout = self.layouts[(step // self.period) % len(self.layouts)]
-        offset = self.token_offsets.take(step, layer, batch.num_tokens)
         return layout, cobalt.assign_node_cover(batch, layout, seed=self.seed, step=step,
-                                                layer=layer, token_offset=offset)
+                                                layer=layer,
+                                                token_offset=routing_token_offset(batch))

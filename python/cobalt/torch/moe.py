@@ -50,8 +50,10 @@ the optimizer has not changed yet; the traffic counters count the recomputation'
 which do happen. A recomputation whose routing matches no kept decision (a router that is not
 deterministic under recomputation, or more forwards in the step than the cache holds), or two
 different decisions (the same global batch through the layer twice in a step with a source that
-decided differently, e.g. an extra no_grad forward of the same batch for logging with a policy
-whose decision changed), raises a RuntimeError on every rank alike - the lookup uses only the
+decided differently, e.g. an extra no_grad forward of the same batch for logging with a C++
+policy, which numbers a step's tokens on over its calls, so that the second forward draws other
+ties; the fixed and scheduled sources key their draws by the routing and decide the same),
+raises a RuntimeError on every rank alike - the lookup uses only the
 global routing, which every rank shares.
 """
 
@@ -77,7 +79,7 @@ from cobalt.torch.ddp import check_ddp
 from cobalt.torch.dense_grads import DenseGradSync, allreduce_gradients
 from cobalt.torch.exchange_plan import ExchangePlan, RoutingGlobal, build_exchange_plan
 from cobalt.torch.expert_store import ExpertStore, ReplicaFetch
-from cobalt.torch.layout_source import StepTokenOffsets
+from cobalt.torch.layout_source import routing_token_offset
 from cobalt.torch.experts import TopKRouter, swiglu
 from cobalt.torch.routing_gather import (GatheredRouting, agree_on_errors, check_input,
                                          gather_routing)
@@ -232,7 +234,6 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
         self.last_exec_rank: Optional[np.ndarray] = None
         self.last_topk_ids: Optional[np.ndarray] = None
         self.last_layout: Optional[cobalt.ExpertLayout] = None
-        self._frozen_offsets = StepTokenOffsets()  # token numbering of frozen_layouts() forwards
         self._dense_sync = DenseGradSync(runtime.ep.group)
         # This step's decisions, for activation-checkpoint recomputation:
         # routing key -> [(layout, exec_rank [T, K]), ...] (one per forward), oldest key first.
@@ -345,15 +346,14 @@ class ExpertParallelMoE(NotCopyable, nn.Module):
             layout = self.last_layout
             if layout is None or not np.array_equal(np.asarray(layout.slots), in_force):
                 layout = cobalt.ExpertLayout(ep.topology, self.num_experts, in_force)
-            # The source's seed, and the step's evaluation batches numbered on, so that each
-            # token draws its own tie between minimum covers.
-            offset = self._frozen_offsets.take(self.runtime.step, self.layer, batch.num_tokens)
+            # The source's seed, and draws keyed by the routing (routing_token_offset): each
+            # evaluation batch draws its own ties, and the same batch the same ones.
             seed = getattr(self.runtime.source, "seed", 0)
             if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
                 seed = 0  # a source without a usable seed
             return layout, cobalt.assign_balanced_cover(
                 batch, layout, seed=int(seed), step=self.runtime.step, layer=self.layer,
-                token_offset=offset)
+                token_offset=routing_token_offset(batch))
         layout, exec_rank = self.runtime.source.decide(self.runtime.step, self.layer, batch)
         if not isinstance(layout, cobalt.ExpertLayout):
             raise ValueError(f"layout source '{name}' returned a {type(layout).__name__}, "

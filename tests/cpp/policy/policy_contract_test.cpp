@@ -77,6 +77,29 @@ TEST(MakePolicy, RefusesTooManyExpertsByName) {
       << message;
 }
 
+// A plan that throws (here EPLB's log2phy past a tiny memory budget) leaves the plan due: the
+// retry of the step plans, as a twin that never failed does at that step (the failed call had
+// marked the step planned, so the retry kept static EP).
+TEST(PolicyRun, APlanThatThrowsIsMadeAgainByARetry) {
+  PolicyConfig config = testing::small_policy_config(Topology(2, 16), 512, 2, 48);
+  config.steps_per_global_plan = 1;
+  auto policy = make_policy("eplb", config), twin = make_policy("eplb", config);
+  const auto batch = testing::random_batch(9, 4000, 2, 512, 16, 1.0);
+  std::vector<RankId> exec(8000), twin_exec(8000);
+  policy->run(0, 0, batch.view(), exec);
+  twin->run(0, 0, batch.view(), twin_exec);
+  {
+    const testing::ScopedMemoryLimit limit("1K");
+    message_of([&] { policy->run(1, 0, batch.view(), exec); }, ErrorCode::kFailedPrecondition);
+  }
+  const auto layout = policy->run(1, 0, batch.view(), exec);
+  const auto twin_layout = twin->run(1, 0, batch.view(), twin_exec);
+  EXPECT_TRUE(*layout == *twin_layout);
+  EXPECT_EQ(exec, twin_exec);
+  EXPECT_EQ(policy->counters().num_global_plans, twin->counters().num_global_plans);
+  EXPECT_GE(twin->counters().num_global_plans, 1);
+}
+
 TEST(PolicyRun, ARefusedCallRecordsNoStep) {
   // cobalt needs token ids: run_loads at step 6 is refused before anything is recorded, so
   // step 5 is still in order (the refused call used to record step 6 first).
