@@ -378,11 +378,7 @@ TEST(PolicyRun, MicroBatchesOfAStepKeepItsLayout) {
   const std::vector<std::string> step_equals_whole = {"static",   "cobalt",  "eplb",
                                                       "smartmoe", "flexmoe", "laer"};
   const std::vector<std::string> step_keeps_layout = {"cobalt+"};
-  PolicyConfig config;
-  config.topology = Topology(4, 16);
-  config.num_experts = 32;
-  config.top_k = 4;
-  config.slots_per_rank = 3;
+  PolicyConfig config = testing::small_policy_config(Topology(4, 16), 32, 4, 3);
   config.steps_per_global_plan = 2;
   config.ema_decay = 0.5;
   config.seed = 5;
