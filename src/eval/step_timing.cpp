@@ -95,6 +95,8 @@ void StepTimingOptions::validate(const RoutingBatch& batch) const {
   COBALT_CHECK_ARG(slots_per_rank >= least && slots_per_rank <= num_experts,
                    "step timing: {} slots per rank out of range [{}, {}] (E = {}, G = {})",
                    slots_per_rank, least, num_experts, num_experts, num_ranks);
+  COBALT_CHECK_ARG(eps >= 0 && eps <= plan::kMaxEps, "step timing: eps {} out of range [0, {}]",
+                   eps, plan::kMaxEps);
   COBALT_CHECK_ARG(reps >= 1 && reps <= 100000, "step timing: reps {} out of range [1, 100000]",
                    reps);
   COBALT_CHECK_ARG(max_seconds > 0 && max_seconds <= 1e6,

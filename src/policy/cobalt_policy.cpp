@@ -120,6 +120,7 @@ class CobaltPolicy final : public Policy {
           {},
           {},
           -1,
+          -1,
           std::vector<double>(static_cast<size_t>(config.topology.num_nodes()) * config.num_experts,
                               0.0),
           {}});
@@ -208,9 +209,13 @@ class CobaltPolicy final : public Policy {
       // (measured on its thread), not by the wait for it, which overlaps that run.
       if (st.pending.valid()) {
         PlannedLayout planned;
-        {
+        try {
           WallTimer wait(wait_ms);
           planned = st.pending.get();
+        } catch (...) {
+          // The plan failed: it was never made, so the next call may make it again.
+          st.last_plan_step = st.plan_step_before_pending;
+          throw;
         }
         counters_.async_plan_ms += planned.plan_ms;
         counters_.planner_wall_ms += planned.plan_ms;
@@ -220,8 +225,9 @@ class CobaltPolicy final : public Policy {
           st.stats.num_updates() > 0 &&
           (st.last_plan_step < 0 || step - st.last_plan_step >= config_.steps_per_global_plan);
       if (due) {
-        st.last_plan_step = step;
         if (config_.async_planning) {
+          st.plan_step_before_pending = st.last_plan_step;
+          st.last_plan_step = step;
           st.pending = std::async(std::launch::async, [this, snap = snapshot(st)] {
             // The plan's cost: its thread's CPU time (on a shared machine its wall time would also
             // count the replay and the other layers' plans it competes with); with several
@@ -240,6 +246,7 @@ class CobaltPolicy final : public Policy {
           });
         } else {
           apply(st, plan_global(snapshot(st)));
+          st.last_plan_step = step;  // after planning: a plan that throws stays due for a retry
         }
       }
       // Stage 2: per-step intra-node rebalancing from replica EMA loads.
@@ -267,7 +274,8 @@ class CobaltPolicy final : public Policy {
     detail::TokenSample sample;      // the recent steps' tokens for the true-objective check
     std::future<PlannedLayout> pending;
     int64_t last_plan_step;
-    std::vector<double> source_demand;  // EMA tokens from node n choosing e [N, E] (cobalt+)
+    int64_t plan_step_before_pending = -1;  // last_plan_step before `pending` was launched
+    std::vector<double> source_demand;      // EMA tokens from node n choosing e [N, E] (cobalt+)
     // Main instance of every expert [E], moved with eval::next_main_ranks at every layout change
     // (the simulator applies it once per step to the step's final layout; they can differ when a
     // step has both a global plan and a stage-2 move).

@@ -213,7 +213,7 @@ class EplbPolicy final : public Policy {
 
   PolicyConfig config_;
   std::vector<LayerState> layers_;
-  std::vector<int64_t> local_index_;    // [G] tokens seen per source rank this step
+  std::vector<int64_t> local_index_;    // [G] tokens seen per source rank this call
   std::vector<int64_t> expert_counts_;  // [E] this step's task counts
 };
 

@@ -24,12 +24,13 @@ class FasterMoePolicy final : public LoadBasedPeerPolicy {
  protected:
   std::shared_ptr<const ExpertLayout> decide(int64_t, int layer,
                                              std::span<const int64_t> counts) override {
-    counters_.max_solver_calls += 1;
     std::vector<double> load(config_.num_experts, 0.0);
     for (size_t i = 0; i < counts.size(); ++i) load[i % config_.num_experts] += counts[i];
     auto shadows = plan::choose_shadows(load, model_);
     shadows.resize(plan::fitting_shadow_prefix(base_, shadows));
-    return install(layer, plan::shadow_layout(base_, shadows));
+    auto shadowed = plan::shadow_layout(base_, shadows);
+    counters_.max_solver_calls += 1;
+    return install(layer, std::move(shadowed));
   }
 
  private:

@@ -23,7 +23,7 @@ namespace cobalt::eval {
 struct StepTimingOptions {
   Topology topology{1, 1};
   int slots_per_rank = 0;    // S for every layout (slots_for_rho / slots_for_extra)
-  double eps = 0.15;         // load tolerance of the global planner
+  double eps = 0.15;         // load tolerance of the global planner, in [0, plan::kMaxEps]
   int planner_restarts = 8;  // the policies' default
   uint64_t seed = 0;
   int64_t step = 0;  // the (step, layer) of the batch: the assignment's RNG keys

@@ -41,11 +41,11 @@ struct GlobalPlanInput {
   std::span<const double> source_demand;
   double source_weight = 0.0;
 
-  // Throws cobalt::Error when sizes disagree, E is outside [1, kMaxExperts] or slots_per_rank
-  // outside [1, E], a load, co-activation, source demand or the source weight is negative or not
-  // finite, the rank cap (1 + eps) W / G, the co-activation (above the diagonal) or the weighted
-  // source demand overflow, the co-activation is not symmetric, or the budget cannot hold E
-  // experts.
+  // Throws cobalt::Error when sizes disagree, E is outside [1, kMaxExperts], slots_per_rank
+  // outside [1, E] or eps outside [0, kMaxEps], a load, co-activation, source demand or the source
+  // weight is negative or not finite, the rank cap (1 + eps) W / G, the co-activation (above the
+  // diagonal) or the weighted source demand overflow, the co-activation is not symmetric, or the
+  // budget cannot hold E experts.
   void validate() const;
   double total_load() const;
   double rank_load_cap() const;  // (1 + eps) * W / G

@@ -50,9 +50,10 @@ the optimizer has not changed yet; the traffic counters count the recomputation'
 which do happen. A recomputation whose routing matches no kept decision (a router that is not
 deterministic under recomputation, or more forwards in the step than the cache holds), or two
 different decisions (the same global batch through the layer twice in a step with a source that
-decided differently, e.g. an extra no_grad forward of the same batch for logging with a C++
-policy, which numbers a step's tokens on over its calls, so that the second forward draws other
-ties; the fixed and scheduled sources key their draws by the routing and decide the same),
+decided differently, e.g. an extra no_grad forward of the same batch for logging with the
+``cobalt`` or ``cobalt+`` policy, which numbers a step's tokens on over its calls, so that the
+second forward draws other ties, or with a per-call peer whose plan depends on the call; the
+fixed and scheduled sources key their draws by the routing and decide the same),
 raises a RuntimeError on every rank alike - the lookup uses only the
 global routing, which every rank shares.
 """

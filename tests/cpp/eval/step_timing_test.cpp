@@ -190,6 +190,9 @@ TEST(StepTiming, RejectsBadOptions) {
   o = options_for(topo, 32);
   o.reps = 100001;
   expect_rejected(o, "reps 100001 out of range [1, 100000]");
+  o = options_for(topo, 32);
+  o.eps = 1e7;  // refused up front, not by the planner after the first rows were timed
+  expect_rejected(o, "eps 10000000 out of range [0, 1000000]");
   const testing::OwnedBatch empty{{}, {}, 4, 32, 8};
   try {
     time_step_operations(empty.view(), options_for(topo, 32));
