@@ -26,6 +26,20 @@ struct PyPolicy {
   // Taken after the GIL is released, so a thread waiting for it never holds the GIL.
   std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
 
+  PyPolicy(std::unique_ptr<policy::Policy> policy, policy::PolicyConfig policy_config)
+      : impl(std::move(policy)), config(std::move(policy_config)) {}
+  PyPolicy(PyPolicy&&) = default;
+  PyPolicy& operator=(PyPolicy&&) = default;
+  // Destroying a policy waits for its background plans (async_planning), which can take a
+  // second at E = 1024: without the GIL, so other Python threads run meanwhile. (The plans never
+  // take the GIL; the object is unreachable from Python by now.)
+  ~PyPolicy() {
+    if (impl && Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release release;
+      impl.reset();
+    }
+  }
+
   void check_batch(const RoutingBatch& b, int layer) const {
     COBALT_CHECK_ARG(b.num_experts() == config.num_experts && b.top_k() == config.top_k &&
                          b.num_ranks() == config.topology.num_ranks(),

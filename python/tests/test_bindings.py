@@ -640,3 +640,47 @@ def test_planner_restarts_are_bounded() -> None:
     gi = cobalt.GlobalPlanInput(topo, 16, 3, np.ones(16), np.zeros((16, 16)))
     with pytest.raises(cobalt.InvalidArgumentError, match=r"out of range \[1, 4096\]"):
         cobalt.plan_global_heuristic(gi, num_restarts=2**31 - 1)
+
+
+def test_destroying_a_policy_lets_other_threads_run_while_its_plan_finishes() -> None:
+    """A cobalt policy with async_planning launches stage 1 on a thread of its own; destroying
+    the policy waits for that plan. It waits without the GIL, so another Python thread runs
+    meanwhile at a good part of its own speed (it used to stop for the whole wait, apart from a
+    switch interval's worth). Checked only when the wait lasted (a plan that ended before the
+    del leaves nothing to wait for)."""
+    import threading
+    import time
+
+    rng = np.random.default_rng(5)
+    num_experts, num_tokens = 1024, 4096
+    ids = np.argpartition(rng.random((num_tokens, num_experts)), 8, axis=1)[:, :8]
+    batch = cobalt.RoutingBatch(ids.astype(np.int32), None, num_experts, 64)
+    config = cobalt.PolicyConfig(cobalt.Topology(8, 64), num_experts, 8, slots_per_rank=24,
+                                 steps_per_global_plan=1, async_planning=True,
+                                 planner_restarts=1, num_threads=1)
+    policy = cobalt.make_policy("cobalt", config)
+    policy.run(0, 0, batch)  # the first observation
+    counter = [0]
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            counter[0] += 1
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        start, first = time.perf_counter(), counter[0]
+        time.sleep(0.1)  # the spinner's own speed, with this thread asleep
+        per_second = (counter[0] - first) / (time.perf_counter() - start)
+        policy.run(1, 0, batch)  # launches the plan in the background
+        before = counter[0]
+        start = time.perf_counter()
+        del policy  # waits for the plan
+        waited = time.perf_counter() - start
+        during = counter[0] - before
+    finally:
+        stop.set()
+        spinner.join()
+    if waited > 0.05:
+        assert during > 0.2 * per_second * waited, (waited, during, per_second)
