@@ -199,8 +199,9 @@ void bind_eval(py::module_& m) {
       },
       py::arg("batch"), py::arg("topology"), py::arg("slots_per_rank"), py::arg("eps") = 0.15,
       py::arg("seed") = 0, py::arg("step") = 0, py::arg("layer") = 0, py::arg("num_threads") = 1,
-      py::arg("reps") = 5, py::arg("max_seconds") = 10.0, py::arg("token_bytes") = 14336.0,
-      py::arg("expert_param_bytes") = 4.2e7,
+      py::arg("reps") = 5, py::arg("max_seconds") = 10.0,
+      py::arg("token_bytes") = eval::StepTimingOptions{}.token_bytes,
+      py::arg("expert_param_bytes") = eval::StepTimingOptions{}.expert_param_bytes,
       "Wall-clock timing of the per-step calls and policy steps on one batch (what `cobalt "
       "bench` prints): a list of dicts, one per row (eval/step_timing.hpp).");
 }

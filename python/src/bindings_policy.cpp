@@ -88,8 +88,9 @@ void bind_policy(py::module_& m) {
            py::arg("slots_per_rank") = 0, py::arg("eps") = 0.15,
            py::arg("steps_per_global_plan") = 10, py::arg("ema_decay") = 0.9, py::arg("seed") = 0,
            py::arg("num_threads") = 1, py::arg("async_planning") = false,
-           py::arg("planner_restarts") = 8, py::arg("token_bytes") = 14336.0,
-           py::arg("expert_param_bytes") = 4.2e7, py::arg("cost_model") = py::none(),
+           py::arg("planner_restarts") = 8, py::arg("token_bytes") = PolicyConfig{}.token_bytes,
+           py::arg("expert_param_bytes") = PolicyConfig{}.expert_param_bytes,
+           py::arg("cost_model") = py::none(),
            py::arg("gemm_flops_per_s") = plan::kAchievableGemmFlopsPerS)
       .def_readwrite("topology", &PolicyConfig::topology)
       .def_readwrite("eps", &PolicyConfig::eps)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <tuple>
 #include <vector>
 
 #include "check_inputs.hpp"
@@ -278,16 +279,8 @@ struct TopoResult {
 // shared memory, counting beyond); false: always by counting (the kernel's path for E > 2048).
 TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true) {
   const int G = in.topology.num_ranks(), E = in.num_experts, N = in.topology.num_nodes();
-  const int mains = (E + G - 1) / G;
-  const detail::TopoShape s{G,
-                            E,
-                            N,
-                            G / N,
-                            in.slots_per_rank,
-                            in.slots_per_rank - mains,
-                            4096,
-                            in.token_bytes,
-                            in.expert_param_bytes};
+  const detail::TopoShape s{
+      G, E, N, G / N, in.slots_per_rank, 4096, in.token_bytes, in.expert_param_bytes};
   const size_t bytes = detail::topo_carve(s, nullptr, false).bytes;
   std::vector<uint64_t> storage(bytes / 8 + 1);
   // Poison the workspace: the kernels must not read what they did not write.
@@ -376,7 +369,7 @@ void expect_topoep_equal(const plan::TopoEpInput& in) {
 // The place kernel sorts where the padded keys fit its 32 KB of shared memory, counts beyond.
 TEST(TopoEpEmulation, CandidatesAreSortedUpTo2048Experts) {
   auto shape = [](int experts) {
-    return detail::TopoShape{16, experts, 2, 8, 200, 1, 4096, 1.0, 0.0};
+    return detail::TopoShape{16, experts, 2, 8, 200, 4096, 1.0, 0.0};
   };
   EXPECT_EQ(detail::topo_place_sort_size(shape(1)), 1);
   EXPECT_EQ(detail::topo_place_sort_size(shape(640)), 1024);
@@ -430,9 +423,8 @@ TEST(TopoEpEmulation, MatchesTheCpuSolver) {
 }
 
 TEST(TopoEpEmulation, RandomShapes) {
-  // Random topologies, budgets, skews and parameter sizes; some make refinement drain a temporary
-  // replica (dropped at emit), which the fixed cases above never do.
-  int64_t dropped = 0;
+  // Random topologies, budgets, skews and parameter sizes (the drop path: DropsDrainedReplicas).
+  int64_t dropped = 0, light_only = 0;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     SplitMix64 rng(seed);
     const int nodes = 1 + static_cast<int>(rng.below(4)),
@@ -456,9 +448,46 @@ TEST(TopoEpEmulation, RandomShapes) {
     in.demand = omega;
     SCOPED_TRACE(testing::Message() << "seed " << seed);
     expect_topoep_equal(in);
+    const auto cpu = plan::solve_topoep(in);
+    dropped += cpu.stats.num_dropped_replicas;
+    if (extra == 0 && experts % topo.num_ranks() != 0) {  // free slots on ranks with fewer mains
+      light_only += cpu.stats.num_inter_node_replicas + cpu.stats.num_intra_node_replicas;
+    }
+  }
+  RecordProperty("dropped", static_cast<int>(dropped));
+  EXPECT_GT(light_only, 0) << "no case used the free slots of ranks with fewer mains";
+}
+
+// The CPU test's hand-checked instances (tests/cpp/plan/topoep_solver_test.cpp,
+// DrainedReplicasAreDroppedAndMovesMerge): a replica created by refinement and drained, a stage-(1)
+// replica drained, moves merging; the random shapes rarely drop a replica.
+TEST(TopoEpEmulation, DropsDrainedReplicas) {
+  auto row = [](int64_t a, int64_t b) { return std::vector<int64_t>{a, 0, 0, b, 0, 0}; };
+  std::vector<int64_t> two_nodes;
+  for (const auto& r : {row(0, 5), row(3, 0), row(8, 0), row(0, 1), row(3, 3), row(0, 2)}) {
+    two_nodes.insert(two_nodes.end(), r.begin(), r.end());
+  }
+  const std::vector<int64_t> one_node = {8, 3, 1, 0, 1, 0, 5, 0, 8, 5, 3, 0, 8, 8, 13, 0};
+  int64_t dropped = 0;
+  struct Case {
+    Topology topo;
+    int experts;
+    const std::vector<int64_t>* omega;
+  };
+  for (const Case& c : {Case{Topology(1, 4), 4, &one_node}, Case{Topology(2, 6), 6, &two_nodes}}) {
+    const Topology& topo = c.topo;
+    plan::TopoEpInput in;
+    in.topology = topo;
+    in.num_experts = c.experts;
+    in.slots_per_rank = 2;
+    in.token_bytes = 1.0;
+    in.expert_param_bytes = 0.0;
+    in.demand = *c.omega;
+    SCOPED_TRACE(testing::Message() << topo.num_nodes() << " nodes");
+    expect_topoep_equal(in);
     dropped += plan::solve_topoep(in).stats.num_dropped_replicas;
   }
-  EXPECT_GT(dropped, 0) << "no case dropped a replica: the drop path went unchecked";
+  EXPECT_EQ(dropped, 2) << "the instances no longer drop a replica: the drop path went unchecked";
 }
 
 TEST(TopoEpEmulation, PaperScaleWorkload) {

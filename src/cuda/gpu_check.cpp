@@ -106,7 +106,18 @@ int run(const Options& opt) {
     return run_cases(ctx);
   }
   if (!device_available()) {
-    std::printf("cobalt_gpu_check: no CUDA device visible; nothing checked\n");
+    // Say why: an old driver (the bundle's static runtime needs one at least as new as its
+    // toolkit) reads as "no device" otherwise.
+    int count = 0, driver_version = 0, runtime_version = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    (void)cudaDriverGetVersion(&driver_version);
+    (void)cudaRuntimeGetVersion(&runtime_version);
+    (void)cudaGetLastError();
+    std::printf(
+        "cobalt_gpu_check: no CUDA device visible (cudaGetDeviceCount: %s, %s; %d devices; "
+        "driver supports CUDA %d.%d, runtime %d.%d); nothing checked\n",
+        cudaGetErrorName(status), cudaGetErrorString(status), count, driver_version / 1000,
+        driver_version % 1000 / 10, runtime_version / 1000, runtime_version % 1000 / 10);
     return 2;
   }
   // A blocking stream: ordered with the legacy default stream that the set-up copies and memsets

@@ -142,7 +142,6 @@ TopoShape shape_of(const TopoEpDeviceInput& in) {
                    N,
                    G / N,
                    in.slots_per_rank,
-                   in.slots_per_rank - mains_per_rank,
                    in.max_moves_per_node,
                    in.token_bytes,
                    in.expert_param_bytes};

@@ -86,12 +86,11 @@ void fail_negative_demand(const TopoEpInput& in, RankId source) {
 void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
   check_topoep_input(in);
   const int num_ranks = in.topology.num_ranks(), num_experts = in.num_experts;
-  const int mains_per_rank = (num_experts + num_ranks - 1) / num_ranks;
   num_ranks_ = num_ranks;
   num_experts_ = num_experts;
   num_nodes_ = in.topology.num_nodes();
   per_node_ = in.topology.ranks_per_node();
-  extra_slots_ = in.slots_per_rank - mains_per_rank;
+  slots_per_rank_ = in.slots_per_rank;
   stats_ = {};
 
   // D [N, E] (one pass over Omega, row order, vectorisable).
@@ -132,7 +131,10 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
     instances_[e].assign(1, Instance{main, 0});
     rank_experts_[main].push_back(e);
   }
-  replicas_used_.assign(num_ranks, 0);
+  slots_used_.assign(num_ranks, 0);
+  for (RankId r = 0; r < num_ranks; ++r) {
+    slots_used_[r] = static_cast<int>(rank_experts_[r].size());
+  }
   moves_.clear();
 
   place_inter_node(in);
@@ -142,9 +144,12 @@ void TopoEpSolver::solve(const TopoEpInput& in, TopoEpPlan& plan) {
 }
 
 void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
-  if (extra_slots_ == 0 || num_nodes_ == 1) return;
-  const int64_t capacity = static_cast<int64_t>(per_node_) * extra_slots_;
+  if (num_nodes_ == 1) return;
   for (NodeId d = 0; d < num_nodes_; ++d) {
+    const RankId first = in.topology.first_rank_of(d);
+    int64_t capacity = 0;  // the node's free slots
+    for (RankId r = first; r < first + per_node_; ++r) capacity += slots_per_rank_ - slots_used_[r];
+    if (capacity == 0) continue;
     const int64_t* demand = node_demand_.data() + static_cast<size_t>(d) * num_experts_;
     candidates_.clear();
     for (ExpertId e = 0; e < num_experts_; ++e) {
@@ -163,12 +168,11 @@ void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
       candidates_.resize(capacity);
     }
     std::sort(candidates_.begin(), candidates_.end(), by_benefit);
-    const RankId first = in.topology.first_rank_of(d);
     for (int64_t e : candidates_) {
       RankId target = -1;
       for (RankId r = first; r < first + per_node_; ++r) {
-        if (replicas_used_[r] < extra_slots_ &&
-            (target < 0 || replicas_used_[r] < replicas_used_[target])) {
+        if (slots_used_[r] < slots_per_rank_ &&
+            (target < 0 || slots_used_[r] < slots_used_[target])) {
           target = r;
         }
       }
@@ -178,7 +182,7 @@ void TopoEpSolver::place_inter_node(const TopoEpInput& in) {
                                    [](RankId r, const Instance& i) { return r < i.rank; }),
                   Instance{target, 0});
       rank_experts_[target].push_back(static_cast<ExpertId>(e));
-      replicas_used_[target] += 1;
+      slots_used_[target] += 1;
       stats_.num_inter_node_replicas += 1;
     }
   }
@@ -285,7 +289,7 @@ void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
         while (it != node_end && it->rank < t) ++it;
         if (half_gap == 0) continue;
         const bool hosted = it != node_end && it->rank == t;
-        if (!hosted && replicas_used_[t] >= extra_slots_) continue;
+        if (!hosted && slots_used_[t] >= slots_per_rank_) continue;
         Candidate c{std::min(from_load, half_gap), rank_loads_[t],
                     hosted ? kCostHosted : (main_here ? kCostNvlink : kCostInterNode), e, t};
         if (c.better_than(best)) best = c;
@@ -301,7 +305,7 @@ void TopoEpSolver::refine_node(const TopoEpInput& in, NodeId node) {
     if (to == inst.end() || to->rank != best.target) {
       to = inst.insert(to, Instance{best.target, 0});
       rank_experts_[best.target].push_back(best.expert);
-      replicas_used_[best.target] += 1;
+      slots_used_[best.target] += 1;
       stats_.num_intra_node_replicas += 1;
     }
     to->load += best.delta;
@@ -414,7 +418,7 @@ void TopoEpSolver::apply_moves(ExpertId e, size_t& next_move) {
   auto& inst = instances_[e];
   for (size_t i = 0; i < inst.size();) {
     if (inst[i].rank != main && inst[i].load == 0) {
-      replicas_used_[inst[i].rank] -= 1;
+      slots_used_[inst[i].rank] -= 1;
       stats_.num_dropped_replicas += 1;
       inst.erase(inst.begin() + static_cast<std::ptrdiff_t>(i));
     } else {

@@ -29,22 +29,22 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
     }
   }
   const int per_node = topo.ranks_per_node();
-  const int extra_slots = in.slots_per_rank - (E + G - 1) / G;
   auto at = [G](ExpertId e, RankId r) { return static_cast<size_t>(e) * G + r; };
 
   std::vector<uint8_t> hosted(static_cast<size_t>(E) * G, 0);
   std::vector<int64_t> load(static_cast<size_t>(E) * G, 0);  // U
   std::vector<int64_t> rank_loads(G, 0);                     // L
-  std::vector<int> replicas_used(G, 0);
+  std::vector<int> slots_used(G, 0);                         // mains + temporary replicas
   std::vector<RankId> main_rank(E);
   TopoEpStats stats;
   for (ExpertId e = 0; e < E; ++e) {
     main_rank[e] = topoep_main_rank(e, E, G);
     hosted[at(e, main_rank[e])] = 1;
+    slots_used[main_rank[e]] += 1;
   }
 
   // (1) Inter-node placement.
-  if (extra_slots > 0 && N > 1) {
+  if (N > 1) {
     for (NodeId d = 0; d < N; ++d) {
       std::vector<std::pair<int64_t, ExpertId>> candidates;  // (-D, e): ascending = the order
       for (ExpertId e = 0; e < E; ++e) {
@@ -61,14 +61,14 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
       for (const auto& [negative_demand, e] : candidates) {
         RankId target = -1;
         for (RankId r = topo.first_rank_of(d); r < topo.first_rank_of(d) + per_node; ++r) {
-          if (replicas_used[r] < extra_slots &&
-              (target < 0 || replicas_used[r] < replicas_used[target])) {
+          if (slots_used[r] < in.slots_per_rank &&
+              (target < 0 || slots_used[r] < slots_used[target])) {
             target = r;
           }
         }
         if (target < 0) break;
         hosted[at(e, target)] = 1;
-        replicas_used[target] += 1;
+        slots_used[target] += 1;
         stats.num_inter_node_replicas += 1;
       }
     }
@@ -116,7 +116,7 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
         for (RankId t = first; t < last; ++t) {
           const int64_t gap = rank_loads[busiest] - rank_loads[t];
           if (t == busiest || gap < 2) continue;
-          if (!hosted[at(e, t)] && replicas_used[t] >= extra_slots) continue;
+          if (!hosted[at(e, t)] && slots_used[t] >= in.slots_per_rank) continue;
           const int cost = hosted[at(e, t)] ? 0 : (topo.node_of(main_rank[e]) == node ? 1 : 2);
           const std::tuple<int64_t, int64_t, int, ExpertId, RankId> c{
               -std::min(load[at(e, busiest)], gap / 2), rank_loads[t], cost, e, t};
@@ -128,7 +128,7 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
       const int64_t delta = -negative_delta;
       if (!hosted[at(e, to)]) {
         hosted[at(e, to)] = 1;
-        replicas_used[to] += 1;
+        slots_used[to] += 1;
         stats.num_intra_node_replicas += 1;
       }
       load[at(e, to)] += delta;
@@ -171,7 +171,7 @@ TopoEpPlan solve_topoep_reference(const TopoEpInput& in) {
     for (RankId r = 0; r < G; ++r) {
       if (hosted[at(e, r)] && r != main_rank[e] && load[at(e, r)] == 0) {
         hosted[at(e, r)] = 0;
-        replicas_used[r] -= 1;
+        slots_used[r] -= 1;
         stats.num_dropped_replicas += 1;
       }
     }

@@ -22,17 +22,19 @@ struct Export {
 // One NVLink domain: M ranks and the experts whose masters live on them.
 class DomainSolver {
  public:
-  DomainSolver(std::vector<int64_t> loads, std::vector<int> master_begin, int num_redundant,
+  // slots_per_rank: S; rank r of the domain has S - (its masters) replica slots.
+  DomainSolver(std::vector<int64_t> loads, std::vector<int> master_begin, int slots_per_rank,
                const UltraEpOptions& options)
       : loads_(std::move(loads)),
         master_begin_(std::move(master_begin)),
         num_ranks_(static_cast<int>(master_begin_.size()) - 1),
         num_experts_(static_cast<int>(loads_.size())),
-        num_redundant_(num_redundant),
         options_(options) {
     rank_load_.assign(num_ranks_, 0);
+    replica_slots_.resize(num_ranks_);
     sorted_experts_.resize(num_experts_);
     for (int r = 0; r < num_ranks_; ++r) {
+      replica_slots_[r] = slots_per_rank - (master_begin_[r + 1] - master_begin_[r]);
       for (int i = master_begin_[r]; i < master_begin_[r + 1]; ++i) rank_load_[r] += loads_[i];
       // Masters by descending load, lower id first.
       std::iota(sorted_experts_.begin() + master_begin_[r],
@@ -56,7 +58,10 @@ class DomainSolver {
     exports_.clear();
     export_sum_.assign(num_experts_, 0);
     threshold_ = *std::max_element(rank_load_.begin(), rank_load_.end());
-    if (num_redundant_ <= 0 || num_ranks_ <= 1) return;  // no binary search in the kernel
+    // No replica slot in the domain: no binary search, as in the kernel.
+    if (num_ranks_ <= 1 || *std::max_element(replica_slots_.begin(), replica_slots_.end()) <= 0) {
+      return;
+    }
     int64_t total = 0, max_load = 0;
     for (int64_t l : rank_load_) {
       total += l;
@@ -192,14 +197,14 @@ class DomainSolver {
           if (dynamic_floor) {
             int64_t feasible_slots = 0;
             for (int t = 0; t < num_ranks_; ++t) {
-              if (slack_[t] > 0 && slots_used_[t] < num_redundant_ && !occ[t]) ++feasible_slots;
+              if (slack_[t] > 0 && slots_used_[t] < replica_slots_[t] && !occ[t]) ++feasible_slots;
             }
             if (feasible_slots == 0) break;
             floor = std::max<int64_t>(1, (need + feasible_slots - 1) / feasible_slots);
           }
           int best = -1;
           for (int t = 0; t < num_ranks_; ++t) {
-            if (slack_[t] <= 0 || slots_used_[t] >= num_redundant_ || occ[t]) continue;
+            if (slack_[t] <= 0 || slots_used_[t] >= replica_slots_[t] || occ[t]) continue;
             if (std::min({need, slack_[t], available}) < floor) continue;
             if (best < 0 || slack_[t] > slack_[best]) best = t;
           }
@@ -225,7 +230,8 @@ class DomainSolver {
 
   std::vector<int64_t> loads_;     // [E_d] global loads of the domain's experts
   std::vector<int> master_begin_;  // [M + 1]: masters of local rank r are [begin[r], begin[r+1])
-  int num_ranks_, num_experts_, num_redundant_;
+  int num_ranks_, num_experts_;
+  std::vector<int> replica_slots_;  // [M]
   UltraEpOptions options_;
   std::vector<int64_t> rank_load_;   // [M]
   std::vector<int> sorted_experts_;  // per rank, masters by descending load
@@ -272,7 +278,6 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
   COBALT_CHECK_ARG(in.slots_per_rank >= mains_per_rank,
                    "ultraep: {} slots per rank cannot hold the {} masters per rank",
                    in.slots_per_rank, mains_per_rank);
-  const int num_redundant = in.slots_per_rank - mains_per_rank;
   const int per_node = in.topology.ranks_per_node();
   const UltraEpOptions& opt = in.options;
   COBALT_CHECK_ARG(std::isfinite(opt.balance_threshold),
@@ -320,7 +325,7 @@ UltraEpPlan solve_ultraep(const UltraEpInput& in) {
     }
     DomainSolver domain(
         std::vector<int64_t>(expert_load.begin() + first_e, expert_load.begin() + end_e),
-        std::move(master_begin), num_redundant, in.options);
+        std::move(master_begin), in.slots_per_rank, in.options);
     domain.solve();
     plan.thresholds[d] = domain.threshold();
     plan.num_fast_oracle += domain.used_fast_oracle() ? 1 : 0;

@@ -3,9 +3,10 @@
 // sorted by (expert, dst)), source offsets, rank loads and stats equal the CPU plan's.
 //
 // Kernels (all on one stream, no host synchronisation):
-//   1. one block per node: node demand D, stage (1) candidates ranked by (D desc, id asc), the
-//      first N_slot * M placed round-robin (what "least occupied rank, ties lower" gives when the
-//      node starts empty), main instances initialised;
+//   1. one block per node: node demand D, stage (1) candidates ranked by (D desc, id asc), as
+//      many as the node has free slots placed where "least occupied rank (mains included), ties
+//      lower" puts them: one on each rank with fewer mains, then round-robin over the node's
+//      ranks; main instances initialised;
 //   2. one thread per expert: stage (2) routing (instance loads, rank loads);
 //   3. one warp per node: stage (3) refinement, the node's state in shared memory; each step the
 //      warp scores all (expert on the busiest rank, target) candidates and reduces with the CPU's

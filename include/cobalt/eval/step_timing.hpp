@@ -17,6 +17,7 @@
 
 #include "cobalt/core/routing_batch.hpp"
 #include "cobalt/core/topology.hpp"
+#include "cobalt/eval/cost_model.hpp"
 
 namespace cobalt::eval {
 
@@ -31,8 +32,9 @@ struct StepTimingOptions {
   int num_threads = 1;
   int reps = 5;             // timed repetitions of each row, after one untimed run
   double max_seconds = 10;  // a row stops repeating once its timed runs took this long (>= 1 run)
-  double token_bytes = 14336;  // TopoEP's S_tok and |W_e| (the cost model's sizes)
-  double expert_param_bytes = 4.2e7;
+  // TopoEP's S_tok and |W_e| (`cobalt bench` passes its model's); defaults: CostParams{}'s.
+  double token_bytes = CostParams{}.token_bytes();
+  double expert_param_bytes = CostParams{}.expert_param_bytes();
   // Called with each row's name before it is timed (progress output); may be empty.
   std::function<void(const std::string&)> on_operation;
 

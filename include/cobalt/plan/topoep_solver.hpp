@@ -3,15 +3,17 @@
 // rank) task quotas q.
 //
 // Model (paper §4.1-4.2): expert e keeps a fixed main instance on rank main(e) = floor(e G / E)
-// (C5); each rank has N_slot = slots_per_rank - ceil(E / G) slots for temporary replicas (C3);
-// NVLink domains are the topology's nodes.
+// (C5); each rank's slots_per_rank slots hold its mains and then temporary replicas (C3): rank r
+// has slots_per_rank - (its mains) replica slots, which is the paper's N_slot = slots_per_rank -
+// E / G on every rank when G divides E (otherwise ranks hold floor or ceil(E / G) mains, and the
+// ones with fewer have a replica slot more). NVLink domains are the topology's nodes.
 //   (1) Inter-node placement. D[d, e] = sum of Omega[s, e] over the ranks s of node d. For every
 //       node d and expert e whose main is on another node, the benefit is
 //       b = 2 D[d, e] S_tok - |W_e|. Each node takes its positive-benefit candidates in descending
 //       order of D (the benefit's order, except where 2 D S_tok rounds to equal or infinite
 //       doubles; ties: lower expert id) and puts each on the least occupied rank of d (fewest
-//       used replica slots, ties: lower rank) that has a free slot; it stops when the node is
-//       full.
+//       used slots, mains included; ties: lower rank) that has a free slot; it stops when the
+//       node is full.
 //       So a replica outside main(e)'s node exists only where |W_e| < 2 D S_tok (C4).
 //   (2) Routing. Each (s, e) demand goes to the instances of e on s's node if there are any, else
 //       to all instances of e, split evenly: each of the k chosen instances (ascending rank)
@@ -124,11 +126,11 @@ class TopoEpSolver {
   void apply_moves(ExpertId e, size_t& next_move);
   void emit(const TopoEpInput& input, TopoEpPlan& plan);
 
-  int num_ranks_ = 0, num_experts_ = 0, num_nodes_ = 0, per_node_ = 0, extra_slots_ = 0;
+  int num_ranks_ = 0, num_experts_ = 0, num_nodes_ = 0, per_node_ = 0, slots_per_rank_ = 0;
   std::vector<int64_t> node_demand_;                 // D [N, E]
   std::vector<std::vector<Instance>> instances_;     // per expert, ascending rank
   std::vector<std::vector<ExpertId>> rank_experts_;  // per rank: experts it hosts
-  std::vector<int> replicas_used_;                   // per rank: temporary replicas
+  std::vector<int> slots_used_;                      // per rank: mains + temporary replicas
   std::vector<int64_t> rank_loads_;                  // L [G]
   std::vector<RankId> main_rank_;                    // [E]
   std::vector<NodeId> main_node_;                    // [E]

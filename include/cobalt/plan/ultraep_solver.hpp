@@ -3,7 +3,10 @@
 //
 // Every NVLink domain (a node here) is solved independently; replicas never leave the domain of
 // their expert's master. Per domain (M ranks; each rank's masters are experts e with
-// floor(e G / E) == rank; N_red = slots_per_rank - ceil(E / G) replica slots per rank):
+// floor(e G / E) == rank; N_red = slots_per_rank - (its masters) replica slots on each rank: the
+// kernel's slots_per_rank - E / G when G divides E; otherwise ranks hold floor or ceil(E / G)
+// masters, and those with fewer get a replica slot more, which the kernel, assuming G | E, has no
+// case for):
 //   loads[e]     = tasks choosing e from every source rank (the exact post-gating load);
 //   rank_load[r] = sum of the loads of r's masters.
 //   Threshold search for the smallest per-rank cap T the greedy export oracle can meet:

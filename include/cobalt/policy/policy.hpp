@@ -34,11 +34,12 @@ struct PolicyConfig {
   bool async_planning = false;  // plan on a background thread; the layout applies one step later
   int planner_restarts = 8;
   // Sizes for TopoEP's benefit rule 2 D S_tok - |W_e| (the `topoep` policy reads them; layout
-  // pricing reads the cost model's own): one token's hidden state (hidden * bytes per element;
-  // default 7168 x 2) and one expert's parameters (default 42 MB). `cobalt simulate` sets both from
-  // its model preset.
-  double token_bytes = 14336;
-  double expert_param_bytes = 4.2e7;
+  // pricing reads the cost model's own): one token's hidden state (hidden * bytes per element) and
+  // one expert's parameters. Defaults: those of eval::CostParams{} (GLM-4.5-Air in BF16: 4096 x 2
+  // bytes and 3 x 4096 x 1408 x 2 bytes), so a default config and a default cost model describe
+  // the same model. `cobalt simulate` sets both from its model preset.
+  double token_bytes = eval::CostParams{}.token_bytes();
+  double expert_param_bytes = eval::CostParams{}.expert_param_bytes();
   // Achievable dense GEMM FLOP/s of one GPU, for the peers' own cost models (FasterMoE's shadowing
   // rule, LAER-MoE's candidate choice; plan/peer_cost.hpp), which each system profiles on its
   // cluster. Default: plan::kAchievableGemmFlopsPerS (an H800's); `cobalt simulate` sets it from

@@ -20,7 +20,6 @@ struct TopoShape {
   int num_nodes;    // N
   int per_node;     // M = G / N
   int slots;        // S
-  int extra_slots;  // S - ceil(E / G)
   int max_moves;    // per node
   double token_bytes;
   double param_bytes;
@@ -125,6 +124,26 @@ COBALT_HD inline int topo_num_mains(int r, const TopoShape& s) {
   return topo_first_main(r + 1, s) - topo_first_main(r, s);
 }
 
+// A node's slots at stage (1). Its ranks hold `top` or `top` - 1 mains (main(e) = floor(e G / E)
+// gives every rank floor or ceil(E / G)); the `num_light` ranks with `top` - 1 have one slot more
+// for replicas; `capacity` = its free slots (S x M - its mains).
+struct TopoNodeSlots {
+  int top;
+  int num_light;
+  int64_t capacity;
+};
+COBALT_HD inline TopoNodeSlots topo_node_slots(const TopoShape& s, int d) {
+  const int first = d * s.per_node;
+  TopoNodeSlots out{0, 0, 0};
+  for (int i = 0; i < s.per_node; ++i) out.top = hd_max(out.top, topo_num_mains(first + i, s));
+  for (int i = 0; i < s.per_node; ++i) {
+    const int mains = topo_num_mains(first + i, s);
+    out.num_light += mains < out.top ? 1 : 0;
+    out.capacity += s.slots - mains;
+  }
+  return out;
+}
+
 COBALT_HD inline void topo_flag(int32_t* status, int32_t code) {
 #if defined(__CUDA_ARCH__)
   atomicOr(status, code);
@@ -151,7 +170,7 @@ COBALT_HD inline void topo_place_phase_a(int tid, int num_threads, const TopoSha
     w.slot_used[r] = mains;
     w.rank_loads[r] = 0;
   }
-  const bool stage1 = s.extra_slots > 0 && s.num_nodes > 1;
+  const bool stage1 = s.num_nodes > 1 && topo_node_slots(s, d).capacity > 0;
   for (int e = tid; e < s.num_experts; e += num_threads) {
     int64_t sum = 0;
     bool negative = false;
@@ -176,19 +195,32 @@ COBALT_HD inline void topo_place_phase_a(int tid, int num_threads, const TopoSha
   }
 }
 
-// Phase B: candidate i in (D desc, id asc) order, if i < M * N_slot, goes to local rank i mod M,
-// the (i div M)-th temporary slot there: the CPU's "least occupied rank, ties lower rank" on a node
-// whose ranks all start with no temporary replica. Two ways to find the order: each candidate
+// Phase B: candidate i in (D desc, id asc) order, if i < the node's free slots, goes where the
+// CPU's "least occupied rank (mains included), ties lower rank" puts it: the first num_light
+// candidates to the light ranks (one mains fewer) in rank order, then candidate num_light + j to
+// local rank j mod M, slot top + j div M (every rank is then at `top`: the greedy goes round in
+// rank order). With equal mains on every rank (G divides E) that is rank i mod M, slot
+// mains + i div M. Two ways to find the order: each candidate
 // counts the candidates before it (topo_place_phase_b, O(E^2) over the block: E = 640 is 640
 // dependent steps for the threads of the hottest candidates), or the node's candidates are sorted
 // in shared memory (topo_sort_*, then topo_place_sorted: O(E log^2 E) over the block), when the
 // padded key array fits (topo_place_sort_size).
-COBALT_HD inline void topo_place_one(const TopoShape& s, const TopoWork& w, int d, int e,
-                                     int64_t rank) {
+COBALT_HD inline void topo_place_one(const TopoShape& s, const TopoNodeSlots& node,
+                                     const TopoWork& w, int d, int e, int64_t rank) {
   const int first = d * s.per_node;
   const int64_t row = static_cast<int64_t>(d) * s.num_experts;
-  const int r = first + static_cast<int>(rank % s.per_node);
-  const int slot = topo_num_mains(r, s) + static_cast<int>(rank / s.per_node);
+  int r = first, slot = 0;
+  if (rank < node.num_light) {
+    for (int seen = -1;; ++r) {  // the rank-th light rank
+      seen += topo_num_mains(r, s) < node.top ? 1 : 0;
+      if (seen == rank) break;
+    }
+    slot = node.top - 1;
+  } else {
+    const int64_t j = rank - node.num_light;
+    r = first + static_cast<int>(j % s.per_node);
+    slot = node.top + static_cast<int>(j / s.per_node);
+  }
   w.slot_expert[static_cast<int64_t>(r) * s.slots + slot] = e;
   w.rep_rank[row + e] = r;
   w.rep_slot[row + e] = slot;
@@ -199,20 +231,29 @@ COBALT_HD inline void topo_place_one(const TopoShape& s, const TopoWork& w, int 
 COBALT_HD inline void topo_place_counts(int tid, int num_threads, const TopoShape& s,
                                         const TopoWork& w, int d) {
   const int first = d * s.per_node;
-  const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
-  const int64_t placed = hd_min<int64_t>(w.num_candidates[d], capacity);
-  for (int i = tid; i < s.per_node; i += num_threads) {
+  const TopoNodeSlots node = topo_node_slots(s, d);
+  const int64_t placed = hd_min<int64_t>(w.num_candidates[d], node.capacity);
+  const int64_t light_placed = hd_min<int64_t>(placed, node.num_light);
+  const int64_t round = placed - light_placed;  // placed by the round over every rank
+  int light_idx = 0;                            // light ranks before rank first + i
+  for (int i = 0; i < s.per_node; ++i) {
     const int r = first + i;
-    const int reps = static_cast<int>(placed / s.per_node + (i < placed % s.per_node ? 1 : 0));
+    const int mains = topo_num_mains(r, s);
+    const bool light = mains < node.top;
+    int reps = static_cast<int>(round / s.per_node + (i < round % s.per_node ? 1 : 0));
+    reps += light && light_idx < light_placed ? 1 : 0;
+    light_idx += light ? 1 : 0;
+    if (i % num_threads != tid) continue;
     w.replicas_used[r] = reps;
-    w.slot_used[r] = topo_num_mains(r, s) + reps;
+    w.slot_used[r] = mains + reps;
   }
   if (tid == 0 && placed > 0) atomic_add_i64(&w.stats[0], placed);
 }
 
 COBALT_HD inline void topo_place_phase_b(int tid, int num_threads, const TopoShape& s,
                                          const TopoWork& w, int d) {
-  const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
+  const TopoNodeSlots node = topo_node_slots(s, d);
+  const int64_t capacity = node.capacity;
   const int64_t row = static_cast<int64_t>(d) * s.num_experts;
   for (int e = tid; e < s.num_experts; e += num_threads) {
     if (!w.candidate[row + e]) continue;
@@ -223,7 +264,7 @@ COBALT_HD inline void topo_place_phase_b(int tid, int num_threads, const TopoSha
       const int64_t other = w.node_demand[row + j];
       rank += (other > mine || (other == mine && j < e)) ? 1 : 0;
     }
-    if (rank < capacity) topo_place_one(s, w, d, e, rank);
+    if (rank < capacity) topo_place_one(s, node, w, d, e, rank);
   }
   topo_place_counts(tid, num_threads, s, w, d);
 }
@@ -274,9 +315,9 @@ COBALT_HD inline void topo_sort_stage(int tid, int num_threads, TopoSortKey* key
 COBALT_HD inline void topo_place_sorted(int tid, int num_threads, const TopoShape& s,
                                         const TopoWork& w, int d, const TopoSortKey* keys,
                                         int size) {
-  const int64_t capacity = static_cast<int64_t>(s.per_node) * s.extra_slots;
-  for (int64_t i = tid; i < capacity && i < size; i += num_threads) {
-    if (keys[i].demand >= 0) topo_place_one(s, w, d, keys[i].expert, i);
+  const TopoNodeSlots node = topo_node_slots(s, d);
+  for (int64_t i = tid; i < node.capacity && i < size; i += num_threads) {
+    if (keys[i].demand >= 0) topo_place_one(s, node, w, d, keys[i].expert, i);
   }
   topo_place_counts(tid, num_threads, s, w, d);
 }
@@ -402,7 +443,7 @@ COBALT_HD inline void topo_refine_node(const Warp& warp, const TopoShape& s, con
                 break;
               }
             }
-            if (to_slot < 0 && st.replicas_used[t] >= s.extra_slots) continue;
+            if (to_slot < 0 && st.slot_used[t] >= S) continue;
             const bool main_here = topo_main_rank(e, s) / M == node;
             TopoCandidate cand{hd_min(from_load, gap / 2),
                                st.loads[t],

@@ -35,20 +35,22 @@ bool plans_equal(const TopoEpPlan& a, const TopoEpPlan& b) {
 void expect_constraints(const TopoEpInput& in, const TopoEpPlan& plan) {
   const Topology& topo = in.topology;
   const int G = topo.num_ranks(), E = in.num_experts, S = in.slots_per_rank;
-  const int n_slot = S - (E + G - 1) / G;
   // The slots form a valid layout (no duplicates, every expert present).
   ASSERT_NO_THROW(ExpertLayout(topo, E, S, plan.slots));
   const ExpertLayout layout(topo, E, S, plan.slots);
-  // (C5) fixed main placement; (C3) at most N_slot non-main instances per rank.
+  // (C5) fixed main placement; (C3) at most S - (its mains) non-main instances per rank (N_slot =
+  // S - E / G when G divides E).
+  std::vector<int> mains(G, 0);
   for (ExpertId e = 0; e < E; ++e) {
     EXPECT_TRUE(layout.holds(topoep_main_rank(e, E, G), e)) << "C5: expert " << e;
+    mains[topoep_main_rank(e, E, G)] += 1;
   }
   for (RankId r = 0; r < G; ++r) {
     int non_main = 0;
     for (ExpertId e : layout.slots_of(r)) {
       if (e != kEmptySlot && topoep_main_rank(e, E, G) != r) ++non_main;
     }
-    EXPECT_LE(non_main, n_slot) << "C3: rank " << r;
+    EXPECT_LE(non_main, S - mains[r]) << "C3: rank " << r;
   }
   // (C4) cross-domain replicas only where |W| < 2 D S_tok.
   for (ExpertId e = 0; e < E; ++e) {
@@ -167,7 +169,10 @@ TEST(TopoEpSolver, ConstraintsHoldOnRandomSkewedInstances) {
       SCOPED_TRACE(testing::Message() << c.nodes << "x" << c.ranks / c.nodes << " E=" << c.experts
                                       << " tasks/rank=" << tasks);
       expect_constraints(in, plan);
-      if (c.extra == 0) EXPECT_EQ(plan.stats.num_inter_node_replicas, 0);
+      // No free slot anywhere when every rank's mains fill S.
+      if (c.extra == 0 && c.experts % c.ranks == 0) {
+        EXPECT_EQ(plan.stats.num_inter_node_replicas, 0);
+      }
     }
   }
 }
@@ -218,6 +223,32 @@ TEST(TopoEpSolver, NoExtraSlotsMeansStaticPlacement) {
   EXPECT_EQ(plan.slots,
             std::vector<ExpertId>(static_layout.slots().begin(), static_layout.slots().end()));
   EXPECT_EQ(plan.stats.num_refinement_moves, 0);
+}
+
+// When G does not divide E, ranks hold floor or ceil(E / G) mains; those with fewer have free
+// slots even when S = ceil(E / G), and the solver uses them (it used to give every rank
+// S - ceil(E / G) replica slots, so these shapes stayed static).
+TEST(TopoEpSolver, RanksWithFewerMainsUseTheirFreeSlots) {
+  struct Case {
+    int nodes, G, E, S;
+  };
+  for (const Case c : {Case{2, 8, 12, 2}, Case{2, 8, 6, 1}, Case{3, 9, 64, 8}}) {
+    SCOPED_TRACE(testing::Message()
+                 << c.nodes << " nodes, G=" << c.G << " E=" << c.E << " S=" << c.S);
+    const auto demand = skewed_demand(11, c.G, c.E, 400);
+    const TopoEpInput in{Topology(c.nodes, c.G), c.E, c.S, 1e6, 1.0, demand};
+    const TopoEpPlan plan = solve_topoep(in);
+    expect_constraints(in, plan);
+    EXPECT_TRUE(plans_equal(plan, solve_topoep_reference(in)));
+    EXPECT_GT(plan.stats.num_inter_node_replicas + plan.stats.num_intra_node_replicas, 0);
+    // Lower than static EP's busiest rank.
+    std::vector<int64_t> static_loads(c.G, 0);
+    for (size_t i = 0; i < demand.size(); ++i) {
+      static_loads[topoep_main_rank(static_cast<ExpertId>(i % c.E), c.E, c.G)] += demand[i];
+    }
+    EXPECT_LT(*std::max_element(plan.rank_loads.begin(), plan.rank_loads.end()),
+              *std::max_element(static_loads.begin(), static_loads.end()));
+  }
 }
 
 bool stats_equal(const TopoEpStats& a, const TopoEpStats& b) {
@@ -288,8 +319,9 @@ TEST(TopoEpSolver, DrainedReplicasAreDroppedAndMovesMerge) {
   {
     // Moves: e0 0->3 (12), e2 2->0 (4), e2 2->1 (1), e0 0->3 (2), e2 1->0 (1): e2's replica on
     // rank 1 is created, then drained and dropped; the second e0 move merges into the first's.
-    const std::vector<int64_t> demand = {8, 3, 1, 1, 0, 5, 8, 5, 3, 8, 8, 13};
-    const TopoEpInput in{Topology(1, 4), 3, 2, 1.0, 0.0, demand};
+    // Expert 3 (no demand) is rank 3's main, so every rank has one replica slot.
+    const std::vector<int64_t> demand = {8, 3, 1, 0, 1, 0, 5, 0, 8, 5, 3, 0, 8, 8, 13, 0};
+    const TopoEpInput in{Topology(1, 4), 4, 2, 1.0, 0.0, demand};
     const TopoEpPlan plan = solve_topoep(in);
     EXPECT_TRUE(plans_equal(plan, solve_topoep_reference(in)));
     expect_constraints(in, plan);
@@ -298,7 +330,7 @@ TEST(TopoEpSolver, DrainedReplicasAreDroppedAndMovesMerge) {
     EXPECT_EQ(plan.stats.num_refinement_moves, 5);
     EXPECT_EQ(plan.stats.num_dropped_replicas, 1);
     EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{16, 16, 17, 14}));
-    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, 2, 1, -1, 2, -1, 0, -1}));
+    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, 2, 1, -1, 2, -1, 3, 0}));
     EXPECT_EQ(quotas_of(plan),
               (std::vector<std::vector<Q>>{{{0, 0, 8}, {1, 1, 3}, {2, 0, 1}},
                                            {{0, 3, 1}, {2, 0, 4}, {2, 2, 1}},
@@ -306,11 +338,16 @@ TEST(TopoEpSolver, DrainedReplicasAreDroppedAndMovesMerge) {
                                            {{0, 3, 8}, {1, 1, 8}, {2, 2, 13}}}));
   }
   {
-    // Stage (1) puts e1 on rank 0 and e0 on rank 3; moves: e0 0->1 (8), e1 0->2 (4), e0 1->0
-    // (2), e1 0->2 (1), e1 3->4 (4), e1 3->5 (2), e1 4->5 (1): the stage-(1) replica of e1 on
-    // rank 0 is drained and dropped, and e1 moves on both nodes.
-    const std::vector<int64_t> demand = {0, 5, 3, 0, 8, 0, 0, 1, 3, 3, 0, 2};
-    const TopoEpInput in{Topology(2, 6), 2, 2, 1.0, 0.0, demand};
+    // Stage (1) puts e3 on rank 0 and e0 on rank 3; moves: e0 0->1 (8), e3 0->2 (4), e0 1->0
+    // (2), e3 0->2 (1), e3 3->4 (4), e3 3->5 (2), e3 4->5 (1): the stage-(1) replica of e3 on
+    // rank 0 is drained and dropped, and e3 moves on both nodes. Experts 1, 2, 4 and 5 (no
+    // demand) are the mains of ranks 1, 2, 4 and 5, so every rank has one replica slot.
+    auto row = [](int64_t a, int64_t b) { return std::vector<int64_t>{a, 0, 0, b, 0, 0}; };
+    std::vector<int64_t> demand;
+    for (const auto& r : {row(0, 5), row(3, 0), row(8, 0), row(0, 1), row(3, 3), row(0, 2)}) {
+      demand.insert(demand.end(), r.begin(), r.end());
+    }
+    const TopoEpInput in{Topology(2, 6), 6, 2, 1.0, 0.0, demand};
     const TopoEpPlan plan = solve_topoep(in);
     EXPECT_TRUE(plans_equal(plan, solve_topoep_reference(in)));
     expect_constraints(in, plan);
@@ -319,13 +356,13 @@ TEST(TopoEpSolver, DrainedReplicasAreDroppedAndMovesMerge) {
     EXPECT_EQ(plan.stats.num_refinement_moves, 7);
     EXPECT_EQ(plan.stats.num_dropped_replicas, 1);
     EXPECT_EQ(plan.rank_loads, (std::vector<int64_t>{5, 6, 5, 3, 3, 3}));
-    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, -1, 0, -1, 1, -1, 1, 0, 1, -1, 1, -1}));
-    EXPECT_EQ(quotas_of(plan), (std::vector<std::vector<Q>>{{{1, 2, 5}},
+    EXPECT_EQ(plan.slots, (std::vector<ExpertId>{0, -1, 1, 0, 2, 3, 3, 0, 4, 3, 5, 3}));
+    EXPECT_EQ(quotas_of(plan), (std::vector<std::vector<Q>>{{{3, 2, 5}},
                                                             {{0, 1, 3}},
                                                             {{0, 0, 5}, {0, 1, 3}},
-                                                            {{1, 5, 1}},
-                                                            {{0, 3, 3}, {1, 4, 3}},
-                                                            {{1, 5, 2}}}));
+                                                            {{3, 5, 1}},
+                                                            {{0, 3, 3}, {3, 4, 3}},
+                                                            {{3, 5, 2}}}));
   }
 }
 

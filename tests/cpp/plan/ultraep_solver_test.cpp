@@ -139,6 +139,23 @@ TEST(UltraEpSolver, InvariantsOnRandomInstances) {
   }
 }
 
+// When G does not divide E, ranks with floor(E / G) masters have a free slot even at S =
+// ceil(E / G): replicas go there (every rank used to get S - ceil(E / G) replica slots, so these
+// shapes stayed static), and no rank exceeds its S slots.
+TEST(UltraEpSolver, RanksWithFewerMastersUseTheirFreeSlots) {
+  const int G = 8, E = 12, S = 2;  // ranks hold 2, 1, 2, 1, ... masters
+  std::vector<int64_t> demand(static_cast<size_t>(G) * E, 0);
+  for (RankId s = 0; s < G; ++s) demand[static_cast<size_t>(s) * E + 0] = 100;  // expert 0 hot
+  for (size_t i = 0; i < demand.size(); ++i) demand[i] += 5;
+  UltraEpInput in{Topology(2, G), E, S, demand, {}};
+  in.options.min_tokens_per_replica = 1;  // the default 1024 would keep these small loads home
+  const UltraEpPlan plan = solve_ultraep(in);
+  expect_invariants(in, plan);
+  EXPECT_GT(plan.num_replicas, 0);
+  // Expert 0's master (rank 0, with expert 1) carried 8 x 105 + 8 x 5 tasks alone under static EP.
+  EXPECT_LT(*std::max_element(plan.rank_loads.begin(), plan.rank_loads.end()), 8 * 105 + 8 * 5);
+}
+
 // Per-source splits multiply counts by replica capacities: beyond ~3e9 tasks that overflowed
 // int64 (a 43 s call and a far worse balance). Scaled by 2^33, the instance must balance as well
 // as the unscaled one.

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
+#include <span>
 
 #include "cobalt/core/assignment.hpp"
 #include "cobalt/core/error.hpp"
@@ -11,7 +13,9 @@
 #include "cobalt/eval/metrics.hpp"
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/io/trace.hpp"
+#include "cobalt/plan/replica_routing.hpp"
 #include "cobalt/policy/policy.hpp"
+#include "plan/max_flow.hpp"
 #include "testing/policy_config.hpp"
 #include "testing/random_inputs.hpp"
 
@@ -119,6 +123,61 @@ TEST_P(PolicySuite, InvariantsOnRealTraces) {
     io::TraceReader reader((dir / file).string());
     auto source = eval::make_step_source(reader);
     replay(GetParam(), config_for(*source, Topology(2, 8), 1), *source);
+  }
+}
+
+// Whether `rank_loads` [G] is a split of `counts` [G, E] over the ranks holding each expert: the
+// flow source -> expert e (its tasks) -> every rank holding e -> sink (that rank's load) carries
+// every task.
+bool loads_split_over_holders(std::span<const int64_t> counts, const ExpertLayout& layout,
+                              std::span<const int64_t> rank_loads) {
+  const int num_experts = layout.num_experts(), num_ranks = layout.topology().num_ranks();
+  const int source = num_experts + num_ranks, sink = source + 1;
+  plan::MaxFlow flow(num_experts + num_ranks + 2);
+  int64_t total = 0;
+  for (ExpertId e = 0; e < num_experts; ++e) {
+    int64_t count = 0;
+    for (RankId s = 0; s < num_ranks; ++s)
+      count += counts[static_cast<size_t>(s) * num_experts + e];
+    total += count;
+    flow.add_edge(source, e, static_cast<double>(count));
+    for (RankId r : layout.ranks_of(e))
+      flow.add_edge(e, num_experts + r, static_cast<double>(count));
+  }
+  for (RankId r = 0; r < num_ranks; ++r) {
+    if (rank_loads[r] < 0) return false;
+    flow.add_edge(num_experts + r, sink, static_cast<double>(rank_loads[r]));
+  }
+  return std::llround(flow.run(source, sink, 0.5)) == total &&
+         std::accumulate(rank_loads.begin(), rank_loads.end(), int64_t{0}) == total;
+}
+
+// Load-only replays (Policy::run_loads): each rank executes only tasks of experts it holds in the
+// returned layout, and the loads add up, at every step of a drifting, skewed workload. Policies
+// that need token ids refuse load-only input (kFailedPrecondition) and are skipped.
+TEST_P(PolicySuite, RunLoadsSplitsTheCountsOverTheRanksHoldingEachExpert) {
+  const Spec spec = parse_spec(GetParam());
+  const Topology topo(2, 8);
+  PolicyConfig config =
+      testing::small_policy_config(topo, 32, 4, slots_for_rho(32, topo.num_ranks(), 0.5));
+  config.steps_per_global_plan = 2;
+  if (spec.priced) config.cost_model = eval::CostParams{};
+  auto policy = make_policy(spec.policy, config);
+  std::vector<int64_t> rank_loads(topo.num_ranks());
+  for (int step = 0; step < 6; ++step) {
+    auto owned = testing::random_batch(300 + step, 1500, 4, 32, topo.num_ranks(), 2.0);
+    const auto counts = plan::count_demand(owned.view());
+    std::shared_ptr<const ExpertLayout> layout;
+    try {
+      layout = policy->run_loads(step, 0, counts, rank_loads);
+    } catch (const Error& error) {
+      if (step == 0 && error.code() == ErrorCode::kFailedPrecondition) {
+        GTEST_SKIP() << spec.policy << " needs token ids: " << error.what();
+      }
+      throw;
+    }
+    EXPECT_TRUE(loads_split_over_holders(counts, *layout, rank_loads))
+        << spec.policy << " step " << step;
   }
 }
 
