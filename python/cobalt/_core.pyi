@@ -392,7 +392,7 @@ class PolicyConfig:
                  slots_per_rank: int = 0, eps: float = 0.15, steps_per_global_plan: int = 10,
                  ema_decay: float = 0.9, seed: int = 0, num_threads: int = 1,
                  async_planning: bool = False, planner_restarts: int = 8,
-                 token_bytes: float = 14336.0, expert_param_bytes: float = 4.2e7,
+                 token_bytes: float = 8192.0, expert_param_bytes: float = 34603008.0,
                  cost_model: Optional[CostParams] = None,
                  gemm_flops_per_s: float = 4e14) -> None: ...
     def validate(self) -> None: ...
@@ -450,8 +450,8 @@ def token_bytes(token_copies: int, hidden: int, bytes_per_element: int) -> float
 def time_step_operations(batch: RoutingBatch, topology: Topology, slots_per_rank: int,
                          eps: float = 0.15, seed: int = 0, step: int = 0, layer: int = 0,
                          num_threads: int = 1, reps: int = 5, max_seconds: float = 10.0,
-                         token_bytes: float = 14336.0,
-                         expert_param_bytes: float = 4.2e7) -> list[dict[str, Any]]:
+                         token_bytes: float = 8192.0,
+                         expert_param_bytes: float = 34603008.0) -> list[dict[str, Any]]:
     """Wall-clock timing of the per-step calls and whole cobalt / cobalt+ / topoep steps on one
     batch (`cobalt bench`): one dict per row with name, what, policy_step, median_ms, min_ms,
     reps, items, unit, copy_ratio, note. Measured on this machine, not modelled."""

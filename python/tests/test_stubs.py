@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import os
 
 import cobalt._core as core
@@ -46,3 +47,43 @@ def test_stub_class_members_exist() -> None:
                 member = item.targets[0].id
             if member is not None and member != "__init__":
                 assert hasattr(cls, member), f"{node.name}.{member} is stubbed but not bound"
+
+
+def _bound_defaults(doc: str) -> dict[str, str]:
+    """`name: type = value` pairs of every signature in a pybind11 docstring."""
+    return dict(re.findall(r"(\w+): [\w.\[\], ]+? = ([^,()]+)", doc or ""))
+
+
+def _stub_defaults(fn: ast.FunctionDef) -> dict[str, object]:
+    args = fn.args.args + fn.args.kwonlyargs
+    defaults = [None] * (len(fn.args.args) - len(fn.args.defaults)) + list(fn.args.defaults)
+    defaults += list(fn.args.kw_defaults)
+    return {a.arg: d.value for a, d in zip(args, defaults)
+            if isinstance(d, ast.Constant) and isinstance(d.value, (int, float))}
+
+
+def test_stub_numeric_defaults_match_the_bindings() -> None:
+    # A stub default that drifted from the binding's tells users the wrong value (the TopoEP
+    # sizes' defaults once did).
+    checked = 0
+    for node in _stub_tree().body:
+        targets: list[tuple[ast.FunctionDef, object]] = []
+        if isinstance(node, ast.FunctionDef):
+            targets.append((node, getattr(core, node.name)))
+        elif isinstance(node, ast.ClassDef):
+            cls = getattr(core, node.name)
+            targets += [(item, getattr(cls, item.name)) for item in node.body
+                        if isinstance(item, ast.FunctionDef) and hasattr(cls, item.name)]
+        for fn, bound in targets:
+            bound_defaults = _bound_defaults(getattr(bound, "__doc__", ""))
+            for name, value in _stub_defaults(fn).items():
+                if name not in bound_defaults or isinstance(value, bool):
+                    continue
+                try:
+                    bound_value = float(bound_defaults[name])
+                except ValueError:
+                    continue  # an enum or object default
+                assert float(value) == bound_value, \
+                    f"{fn.name}: stub default {name} = {value}, bound {bound_defaults[name]}"
+                checked += 1
+    assert checked >= 20, f"only {checked} numeric defaults compared: the parsing broke"
