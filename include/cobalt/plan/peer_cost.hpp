@@ -17,8 +17,11 @@ inline constexpr double kAchievableGemmFlopsPerS = 4.0e14;
 inline constexpr double kParamBytesPerElement = 2.0;
 
 struct PeerCostParams {
-  double token_bytes = 14336;         // one token's hidden state, bytes
-  double expert_param_bytes = 4.2e7;  // one expert's parameters, bytes
+  // One token's hidden state and one expert's parameters, bytes; defaults: GLM-4.5-Air in BF16
+  // (4096 x 2 and 3 x 4096 x 1408 x 2), eval::CostParams{}'s (policies fill both from their
+  // PolicyConfig: PeerCostParams::from).
+  double token_bytes = 8192;
+  double expert_param_bytes = 34603008;
   double gemm_flops_per_s = kAchievableGemmFlopsPerS;
   double nvlink_bytes_per_s = 900e9;  // per GPU, one way
   double net_bytes_per_s = 50e9;      // per GPU inter-node share: IB per node / ranks per node

@@ -41,7 +41,7 @@ struct TopoWork {
   int32_t* slot_expert;     // [G, S] -1 empty, kTopoDroppedSlot dropped
   int64_t* slot_load;       // [G, S] U[e, r] of the instance in that slot
   int32_t* slot_used;       // [G]
-  int32_t* replicas_used;   // [G] temporary replicas
+  int32_t* replicas_used;   // [G] temporary replicas (bookkeeping; capacity checks use slot_used)
   int64_t* rank_loads;      // L [G]
   int32_t* extra_count;     // [E] instances beyond the main (zeroed)
   TopoMove* moves;          // [N, max_moves]
@@ -311,7 +311,8 @@ COBALT_HD inline void topo_sort_stage(int tid, int num_threads, TopoSortKey* key
     }
   }
 }
-// After the sort: the candidate at position i < M * N_slot is placed with rank i.
+// After the sort: the candidate at position i < the node's free slots is placed with rank i
+// (topo_place_one).
 COBALT_HD inline void topo_place_sorted(int tid, int num_threads, const TopoShape& s,
                                         const TopoWork& w, int d, const TopoSortKey* keys,
                                         int size) {

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/eval/cost_model.hpp"
+#include "cobalt/policy/policy.hpp"
 
 namespace cobalt::plan {
 namespace {
@@ -54,6 +56,14 @@ TEST(FasterMoeShadowing, ModelConstantsFromCostParams) {
   const auto p = PeerCostParams::from(Topology(2, 8, {900e9, 400e9}), 10, 20);
   EXPECT_DOUBLE_EQ(p.net_bytes_per_s, 100e9);
   EXPECT_DOUBLE_EQ(p.nvlink_bytes_per_s, 900e9);
+}
+
+// One default model across the library: the peers' sizes default to the cost model's.
+TEST(PeerCostParams, DefaultSizesAreTheCostModelDefaults) {
+  EXPECT_EQ(PeerCostParams{}.token_bytes, eval::CostParams{}.token_bytes());
+  EXPECT_EQ(PeerCostParams{}.expert_param_bytes, eval::CostParams{}.expert_param_bytes());
+  EXPECT_EQ(policy::PolicyConfig{}.token_bytes, eval::CostParams{}.token_bytes());
+  EXPECT_EQ(policy::PolicyConfig{}.expert_param_bytes, eval::CostParams{}.expert_param_bytes());
 }
 
 TEST(FasterMoeShadowing, ShadowsMustFitTheReplicaBudget) {

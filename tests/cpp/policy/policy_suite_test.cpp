@@ -153,19 +153,20 @@ bool loads_split_over_holders(std::span<const int64_t> counts, const ExpertLayou
 }
 
 // Load-only replays (Policy::run_loads): each rank executes only tasks of experts it holds in the
-// returned layout, and the loads add up, at every step of a drifting, skewed workload. Policies
-// that need token ids refuse load-only input (kFailedPrecondition) and are skipped.
+// returned layout, and the loads add up, at every step of a drifting, skewed workload, with E = 36
+// on 8 ranks (ranks hold 4 or 5 mains, so the ones with fewer have a spare slot). Policies that
+// need token ids refuse load-only input (kFailedPrecondition) and are skipped.
 TEST_P(PolicySuite, RunLoadsSplitsTheCountsOverTheRanksHoldingEachExpert) {
   const Spec spec = parse_spec(GetParam());
   const Topology topo(2, 8);
   PolicyConfig config =
-      testing::small_policy_config(topo, 32, 4, slots_for_rho(32, topo.num_ranks(), 0.5));
+      testing::small_policy_config(topo, 36, 4, slots_for_rho(36, topo.num_ranks(), 0.5));
   config.steps_per_global_plan = 2;
   if (spec.priced) config.cost_model = eval::CostParams{};
   auto policy = make_policy(spec.policy, config);
   std::vector<int64_t> rank_loads(topo.num_ranks());
   for (int step = 0; step < 6; ++step) {
-    auto owned = testing::random_batch(300 + step, 1500, 4, 32, topo.num_ranks(), 2.0);
+    auto owned = testing::random_batch(300 + step, 1500, 4, 36, topo.num_ranks(), 2.0);
     const auto counts = plan::count_demand(owned.view());
     std::shared_ptr<const ExpertLayout> layout;
     try {
