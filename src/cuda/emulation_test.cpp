@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "check_inputs.hpp"
@@ -277,7 +278,10 @@ struct TopoResult {
 
 // sort: rank each node's candidates as the kernel does (a bitonic sort where the keys fit in
 // shared memory, counting beyond); false: always by counting (the kernel's path for E > 2048).
-TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true) {
+// threads: the place kernel's block size (each barrier-separated phase runs thread 0, 1, ... in
+// turn; the kernel uses kPlaceThreads, which the emulation also runs with threads = 3 to check that
+// every thread's share of a phase is independent of the others').
+TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true, int threads = 1) {
   const int G = in.topology.num_ranks(), E = in.num_experts, N = in.topology.num_nodes();
   const detail::TopoShape s{
       G, E, N, G / N, in.slots_per_rank, 4096, in.token_bytes, in.expert_param_bytes};
@@ -299,19 +303,26 @@ TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true) {
   const int sort_size = sort ? detail::topo_place_sort_size(s) : 0;
   std::vector<detail::TopoSortKey> keys(sort_size);
   for (int d = 0; d < N; ++d) {
-    detail::topo_place_phase_a(0, 1, s, w, d);
+    for (int t = 0; t < threads; ++t) detail::topo_place_phase_a(t, threads, s, w, d);
     if (sort_size == 0) {
-      detail::topo_place_phase_b(0, 1, s, w, d);
+      for (int t = 0; t < threads; ++t) detail::topo_place_phase_b(t, threads, s, w, d);
       continue;
     }
-    // The kernel's barrier-separated stages, each run by every thread (here: one thread doing
-    // all of a stage's work; within a stage the threads touch disjoint pairs).
-    detail::topo_sort_keys(0, 1, s, w, d, keys.data(), sort_size);
-    for (int k = 2; k <= sort_size; k <<= 1) {
-      for (int j = k >> 1; j > 0; j >>= 1)
-        detail::topo_sort_stage(0, 1, keys.data(), sort_size, k, j);
+    // The kernel's barrier-separated stages, each run by every thread in turn (within a stage
+    // the threads touch disjoint pairs).
+    for (int t = 0; t < threads; ++t) {
+      detail::topo_sort_keys(t, threads, s, w, d, keys.data(), sort_size);
     }
-    detail::topo_place_sorted(0, 1, s, w, d, keys.data(), sort_size);
+    for (int k = 2; k <= sort_size; k <<= 1) {
+      for (int j = k >> 1; j > 0; j >>= 1) {
+        for (int t = 0; t < threads; ++t) {
+          detail::topo_sort_stage(t, threads, keys.data(), sort_size, k, j);
+        }
+      }
+    }
+    for (int t = 0; t < threads; ++t) {
+      detail::topo_place_sorted(t, threads, s, w, d, keys.data(), sort_size);
+    }
   }
   for (int e = 0; e < E; ++e) detail::topo_route_expert(s, w, e);
   const HostWarp warp;
@@ -342,12 +353,15 @@ TopoResult emulate_topoep(const plan::TopoEpInput& in, bool sort = true) {
   return r;
 }
 
-// Both ways of ranking stage (1)'s candidates (sorted, counted) against the CPU solver.
+// Both ways of ranking stage (1)'s candidates (sorted, counted), the place phases by one thread
+// and by three, against the CPU solver.
 void expect_topoep_equal(const plan::TopoEpInput& in) {
   const plan::TopoEpPlan cpu = plan::solve_topoep(in);
-  for (const bool sort : {true, false}) {
-    SCOPED_TRACE(sort ? "candidates sorted" : "candidates counted");
-    const TopoResult gpu = emulate_topoep(in, sort);
+  for (const auto& [sort, threads] :
+       {std::pair{true, 1}, std::pair{false, 1}, std::pair{true, 3}, std::pair{false, 3}}) {
+    SCOPED_TRACE(testing::Message() << (sort ? "candidates sorted" : "candidates counted") << ", "
+                                    << threads << " place threads");
+    const TopoResult gpu = emulate_topoep(in, sort, threads);
     ASSERT_EQ(gpu.status, 0);
     EXPECT_EQ(gpu.slots, cpu.slots);
     EXPECT_EQ(gpu.source_offsets, cpu.source_offsets);
@@ -488,6 +502,37 @@ TEST(TopoEpEmulation, DropsDrainedReplicas) {
     dropped += plan::solve_topoep(in).stats.num_dropped_replicas;
   }
   EXPECT_EQ(dropped, 2) << "the instances no longer drop a replica: the drop path went unchecked";
+}
+
+TEST(TopoEpEmulation, SmallShapesWithTiedDemand) {
+  // Many small nodes, E from 1 to 3G + 3 (ranks with 0, 1 or more mains), S mostly ceil(E / G),
+  // small demand counts full of ties and candidates from a few to every expert: the cases where a
+  // node has fewer candidates than light ranks, or no free slot, or no main at all.
+  int64_t light_shapes_replicas = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    const int nodes = 2 + static_cast<int>(rng.below(5)),
+              per_node = 1 + static_cast<int>(rng.below(16)), G = nodes * per_node;
+    const int experts = 1 + static_cast<int>(rng.below(3 * G + 3));
+    const int extra = rng.below(3) == 0 ? static_cast<int>(rng.below(4)) : 0;
+    const int64_t most = 1 + static_cast<int64_t>(rng.below(10));
+    std::vector<int64_t> omega(static_cast<size_t>(G) * experts);
+    for (int64_t& v : omega) v = rng.below(3) == 0 ? 0 : static_cast<int64_t>(rng.below(most));
+    plan::TopoEpInput in;
+    in.topology = Topology(nodes, G);
+    in.num_experts = experts;
+    in.slots_per_rank = (experts + G - 1) / G + extra;
+    in.token_bytes = 1.0;
+    in.expert_param_bytes = rng.below(2) == 0 ? 0.0 : static_cast<double>(rng.below(20));
+    in.demand = omega;
+    SCOPED_TRACE(testing::Message() << "seed " << seed << ": " << nodes << "x" << per_node
+                                    << " E=" << experts << " S=" << in.slots_per_rank);
+    expect_topoep_equal(in);
+    if (experts % G != 0) {
+      light_shapes_replicas += plan::solve_topoep(in).stats.num_inter_node_replicas;
+    }
+  }
+  EXPECT_GT(light_shapes_replicas, 0);
 }
 
 TEST(TopoEpEmulation, PaperScaleWorkload) {
