@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string_view>
 
+#include "cobalt/core/text.hpp"
 #include "cobalt/eval/cost_model.hpp"
 #include "commands.hpp"
 
@@ -69,7 +70,7 @@ Topology parse_cluster(const std::string& cluster) {
     throw UsageError(fmt::format(
         "cluster '{}' is neither NxM (N nodes, M ranks per node, e.g. 4x8) nor a cluster preset "
         "({})",
-        cluster, fmt::join(names, ", ")));
+        printable(cluster), fmt::join(names, ", ")));
   }
   return as_usage_error([&] { return Topology::parse(cluster); });  // the range checks
 }

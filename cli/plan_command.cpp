@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/eval/step_source.hpp"
 #include "cobalt/io/atomic_file.hpp"
 #include "cobalt/plan/global_planner.hpp"
@@ -39,8 +40,8 @@ double elapsed_ms(std::chrono::steady_clock::time_point start) {
 
 void run_plan(const PlanArgs& args) {
   if (args.backend != "heuristic" && args.backend != "milp" && args.backend != "both") {
-    throw UsageError(
-        fmt::format("unknown backend '{}' (valid: heuristic, milp, both)", args.backend));
+    throw UsageError(fmt::format("unknown backend '{}' (valid: heuristic, milp, both)",
+                                 printable(args.backend)));
   }
   const Topology topology = parse_cluster(args.cluster);
   if (!args.trace_path.empty() && (args.steps || args.tokens_per_step || args.experts)) {

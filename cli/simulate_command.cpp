@@ -19,6 +19,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/memory.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/eval/cost_model.hpp"
 #include "cobalt/eval/dump.hpp"
 #include "cobalt/eval/report.hpp"
@@ -65,15 +66,16 @@ std::vector<std::string> parse_policies(const std::optional<std::string>& list) 
       throw UsageError(
           fmt::format("--policies '{}': empty policy name (valid: all, or a comma-"
                       "separated list of {})",
-                      *list, fmt::join(known, ", ")));
+                      printable(*list), fmt::join(known, ", ")));
     }
     if (name == "all") {
       throw UsageError(fmt::format(
-          "--policies '{}': 'all' stands alone (it names every policy; or list some of {})", *list,
-          fmt::join(known, ", ")));
+          "--policies '{}': 'all' stands alone (it names every policy; or list some of {})",
+          printable(*list), fmt::join(known, ", ")));
     }
     if (std::find(names.begin(), names.end(), name) != names.end()) {
-      throw UsageError(fmt::format("--policies '{}': policy '{}' listed twice", *list, name));
+      throw UsageError(fmt::format("--policies '{}': policy '{}' listed twice", printable(*list),
+                                   printable(name)));
     }
     names.push_back(name);
     name.clear();
@@ -83,7 +85,7 @@ std::vector<std::string> parse_policies(const std::optional<std::string>& list) 
       throw UsageError(
           fmt::format("unknown policy '{}' (valid: all, or a comma-separated list of "
                       "{})",
-                      n, fmt::join(known, ", ")));
+                      printable(n), fmt::join(known, ", ")));
     }
   }
   return names;

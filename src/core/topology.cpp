@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 
 namespace cobalt {
 
@@ -21,15 +22,17 @@ Topology::Topology(int num_nodes, int num_ranks, LinkParams links)
   ranks_per_node_ = num_ranks / num_nodes;
 }
 
-Topology Topology::parse(const std::string& spec, LinkParams links) {
-  const auto x = spec.find('x');
+Topology Topology::parse(const std::string& text, LinkParams links) {
+  const auto x = text.find('x');
+  const std::string spec = printable(text);  // for messages
   // A number too large for an int is out of range (named as such), not malformed.
-  auto parse_int = [&](std::string_view text, const char* what, int max_value) {
+  auto parse_int = [&](std::string_view part, const char* what, int max_value) {
     int value = 0;
-    auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    const bool digits = !text.empty() && ptr == text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    const bool digits = !part.empty() && ptr == part.data() + part.size();
     COBALT_CHECK_ARG(!(digits && ec == std::errc::result_out_of_range),
-                     "cluster '{}': {} {} out of range [1, {}]", spec, what, text, max_value);
+                     "cluster '{}': {} {} out of range [1, {}]", spec, what, printable(part),
+                     max_value);
     COBALT_CHECK_ARG(ec == std::errc() && digits,
                      "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
                      spec);
@@ -38,8 +41,8 @@ Topology Topology::parse(const std::string& spec, LinkParams links) {
   COBALT_CHECK_ARG(x != std::string::npos,
                    "cluster '{}' is not of the form NxM (N nodes, M ranks per node), e.g. 4x8",
                    spec);
-  const int nodes = parse_int(std::string_view(spec).substr(0, x), "nodes", kMaxNodes);
-  const int per_node = parse_int(std::string_view(spec).substr(x + 1), "ranks per node", kMaxRanks);
+  const int nodes = parse_int(std::string_view(text).substr(0, x), "nodes", kMaxNodes);
+  const int per_node = parse_int(std::string_view(text).substr(x + 1), "ranks per node", kMaxRanks);
   COBALT_CHECK_ARG(nodes >= 1 && nodes <= kMaxNodes, "cluster '{}': nodes {} out of range [1, {}]",
                    spec, nodes, kMaxNodes);
   COBALT_CHECK_ARG(per_node >= 1 && per_node <= kMaxRanks / nodes,

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 
 namespace cobalt::eval {
 
@@ -120,7 +121,7 @@ const ClusterPreset& cluster_preset(std::string_view name) {
   for (const auto& p : cluster_presets()) {
     if (p.name == name) return p;
   }
-  fail(ErrorCode::kInvalidArgument, "unknown cluster preset '{}' (valid: {})", name,
+  fail(ErrorCode::kInvalidArgument, "unknown cluster preset '{}' (valid: {})", printable(name),
        names_of(cluster_presets()));
 }
 
@@ -133,7 +134,7 @@ const ModelPreset& model_preset(std::string_view name) {
   for (const auto& p : model_presets()) {
     if (p.name == name) return p;
   }
-  fail(ErrorCode::kInvalidArgument, "unknown model '{}' (valid: {})", name,
+  fail(ErrorCode::kInvalidArgument, "unknown model '{}' (valid: {})", printable(name),
        names_of(model_presets()));
 }
 

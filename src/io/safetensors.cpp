@@ -80,6 +80,19 @@ std::optional<uint64_t> json_to_u63(const nlohmann::json& value) {
 // the stack when destroyed or printed) and a key twice in one object (the DOM would keep the
 // last). Linear in the header; nlohmann's parser callback, used before, rescanned each parent
 // object whenever a nested object closed, quadratic in the number of entries.
+// What a JSON library error says for a message: "invalid JSON: ..." without the library's
+// "[json.exception.parse_error.101] " tag, or, for a number literal beyond double range (valid
+// JSON), that (its digits would fill the message; the library names neither field nor byte).
+std::string json_problem(const nlohmann::json::exception& error) {
+  if (error.id == 406) return "a number literal is beyond double range";
+  std::string_view what = error.what();
+  if (what.starts_with("[json.exception.")) {
+    const size_t close = what.find("] ");
+    if (close != std::string_view::npos) what.remove_prefix(close + 2);
+  }
+  return "invalid JSON: " + printable(what, 200);
+}
+
 class HeaderPrecheck {
  public:
   using json = nlohmann::json;
@@ -112,8 +125,8 @@ class HeaderPrecheck {
     duplicate_ = key;
     return false;
   }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& error) {
-    error_ = error.what();
+  bool parse_error(std::size_t, const std::string&, const nlohmann::json::exception& error) {
+    error_ = json_problem(error);
     return false;
   }
 
@@ -125,8 +138,8 @@ class HeaderPrecheck {
                      context, kMaxDepth);
     COBALT_CHECK_ARG(!duplicate_, "{}: header: key {} appears twice in one JSON object", context,
                      printable(duplicate_.value_or("")));
-    COBALT_CHECK_ARG(parsed && error_.empty(), "{}: header: invalid JSON: {}", context,
-                     printable(error_, 200));
+    COBALT_CHECK_ARG(parsed && error_.empty(), "{}: header: {}", context,
+                     error_.empty() ? "invalid JSON" : error_);
   }
 
  private:
@@ -250,23 +263,6 @@ std::string shape_text(std::span<const int64_t> shape) {
                      shape.size());
 }
 
-std::string printable(std::string_view text, size_t max_chars) {
-  std::string out;
-  for (const char c : text) {
-    if (out.size() >= max_chars) {
-      out += "...";
-      break;
-    }
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte >= 0x20 && byte < 0x7f) {
-      out += c;
-    } else {
-      out += fmt::format("\\x{:02x}", byte);
-    }
-  }
-  return out;
-}
-
 // ---------------------------------------------------------------------------------------------------
 // MappedFile
 
@@ -365,16 +361,14 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
   try {
     prechecked = nlohmann::json::sax_parse(json_begin, json_end, &precheck);
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
-         printable(e.what(), 200));
+    fail(ErrorCode::kInvalidArgument, "{}: header: {}", context, json_problem(e));
   }
   precheck.check(prechecked, context);
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(json_begin, json_end);
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::kInvalidArgument, "{}: header: invalid JSON: {}", context,
-         printable(e.what(), 200));
+    fail(ErrorCode::kInvalidArgument, "{}: header: {}", context, json_problem(e));
   }
   COBALT_CHECK_ARG(json.is_object(), "{}: header: JSON header is {}, expected an object", context,
                    json.type_name());
@@ -399,7 +393,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const std::byte> file,
     }
   } catch (const nlohmann::json::exception& e) {
     // Not expected (every access is type-checked first), but never let a JSON error escape raw.
-    fail(ErrorCode::kInvalidArgument, "{}: header: {}", context, printable(e.what(), 200));
+    fail(ErrorCode::kInvalidArgument, "{}: header: {}", context, json_problem(e));
   }
 
   std::sort(header.tensors.begin(), header.tensors.end(),
@@ -495,8 +489,7 @@ void write_safetensors(const std::string& path, const std::map<std::string, std:
   try {
     header_text = json.dump();
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::kInvalidArgument, "{}: header: cannot encode: {}", context,
-         printable(e.what(), 200));
+    fail(ErrorCode::kInvalidArgument, "{}: header: cannot encode: {}", context, json_problem(e));
   }
   while ((8 + header_text.size()) % 8 != 0) header_text += ' ';
   const uint64_t header_len = header_text.size();

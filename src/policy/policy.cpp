@@ -7,6 +7,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/memory.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/plan/global_planner.hpp"
 #include "policy_registry.hpp"
 
@@ -133,7 +134,7 @@ PolicyMemory policy_memory(const std::string& name, const PolicyConfig& config) 
     memory.working_bytes = c.working_eg * eg + c.working_ee * ee;
     return memory;
   }
-  fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", name,
+  fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", printable(name),
        fmt::join(policy_names(), ", "));
 }
 
@@ -155,7 +156,7 @@ std::unique_ptr<Policy> make_policy(const std::string& name, const PolicyConfig&
       return policy;
     }
   }
-  fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", name,
+  fail(ErrorCode::kInvalidArgument, "unknown policy '{}' (valid: {})", printable(name),
        fmt::join(policy_names(), ", "));
 }
 

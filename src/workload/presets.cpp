@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 
 namespace cobalt::workload {
 
@@ -186,7 +187,8 @@ WorkloadSpec workload_preset(std::string_view name, const PresetOverrides& overr
   }
   std::string valid;
   for (const auto& p : kPresets) valid += fmt::format("{}{}", valid.empty() ? "" : ", ", p.name);
-  fail(ErrorCode::kInvalidArgument, "unknown workload preset '{}' (valid: {})", name, valid);
+  fail(ErrorCode::kInvalidArgument, "unknown workload preset '{}' (valid: {})", printable(name),
+       valid);
 }
 
 }  // namespace cobalt::workload

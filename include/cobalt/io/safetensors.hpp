@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "cobalt/core/text.hpp"
+
 namespace cobalt::io {
 
 enum class Dtype { kBool, kU8, kI8, kU16, kI16, kF16, kBF16, kU32, kI32, kF32, kU64, kI64, kF64 };
@@ -31,7 +33,7 @@ std::string_view dtype_name(Dtype dtype);
 std::optional<Dtype> parse_dtype(std::string_view name);
 
 // Printable, single-line, length-capped rendering of an untrusted string for error messages.
-std::string printable(std::string_view text, size_t max_chars = 80);
+using cobalt::printable;
 // A tensor shape for error messages: "[2, 8, 4]"; a shape of more than 8 dimensions (a header may
 // declare millions) is cut: "[1, 1, 1, 1, 1, 1, 1, 1, ... (20000000 dimensions)]".
 std::string shape_text(std::span<const int64_t> shape);

@@ -352,5 +352,33 @@ TEST_F(CliTest, InfoOnSharedRealTraces) {
   if (seen == 0) GTEST_SKIP() << "no .safetensors in " << traces;
 }
 
+// Arguments echoed in an error (names, a cluster, a policy list) cannot break the one-line rule:
+// a newline or a terminal escape is shown as \xNN, and a 5000-character value is cut.
+TEST_F(CliTest, EchoedArgumentsStayOnOneLine) {
+  const std::string gen = "trace gen --preset realistic --steps 2 --tokens-per-step 64 ";
+  const std::string simulate = "simulate --preset realistic --steps 2 --tokens-per-step 64 ";
+  const std::string long_name(5000, 'y');
+  struct Case {
+    std::string args, words;
+  };
+  for (const Case& c : {
+           Case{simulate + "--cluster '2x4\n'", "cluster '2x4\\x0a' is neither"},
+           Case{simulate + "--policies '\x1b[31mred'", "unknown policy '\\x1b[31mred'"},
+           Case{simulate + "--model '" + long_name + "'", "unknown model 'yyy"},
+           Case{simulate + "--policies " + long_name, "unknown policy 'yyy"},
+           Case{simulate + "--cluster " + long_name, "cluster 'yyy"},
+           Case{gen + "--out " + path(long_name), "I/O error"},
+           Case{"trace gen --preset '" + long_name + "\n' --out " + path("x.safetensors"),
+                "unknown workload preset 'yyy"},
+       }) {
+    const auto r = run(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args.substr(0, 120);
+    EXPECT_TRUE(is_one_line(r.err)) << r.err.substr(0, 300);
+    EXPECT_LT(r.err.size(), 1400u) << r.err.substr(0, 300);
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err.substr(0, 300);
+    EXPECT_NE(r.err.find(c.words), std::string::npos) << r.err.substr(0, 300);
+  }
+}
+
 }  // namespace
 }  // namespace cobalt

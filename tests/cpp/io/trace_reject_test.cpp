@@ -32,6 +32,9 @@ class TraceReject : public ::testing::Test {
       EXPECT_EQ(message.rfind("trace " + path + ": ", 0), 0u) << message;
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
       EXPECT_NE(message.find(needle), std::string::npos) << message;
+      // The JSON library's own tags ("[json.exception.parse_error.101]") mean nothing to users.
+      EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
+      EXPECT_LT(message.size(), 600u) << message;
     }
   }
   // The small valid trace with `edit` applied to the header JSON.
@@ -118,6 +121,13 @@ TEST_F(TraceReject, InvalidJson) {
   expect_rejected(raw_file("{\"__metadata__\": {", ""), "invalid JSON");
   expect_rejected(raw_file(std::string("{\"a\0\": 1}", 9), ""), "NUL byte at offset 3");
   expect_rejected(raw_file("{\"\xff\": 1}", ""), "invalid JSON");
+  expect_rejected(raw_file("{\"a\":tru}", ""), "invalid JSON: parse error at line 1, column 9");
+  // A number beyond double range is valid JSON the reader cannot hold: said so, not its 400
+  // digits.
+  expect_rejected(raw_file("{\"a\": {\"dtype\": \"I32\", \"shape\": [1], \"data_offsets\": [" +
+                               std::string(400, '9') + ", 4]}}",
+                           ""),
+                  "a number literal is beyond double range");
 }
 
 TEST_F(TraceReject, HeaderNotObject) {
