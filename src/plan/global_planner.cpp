@@ -23,8 +23,9 @@ using detail::kImprovement;
 using detail::local_search_pass;
 using detail::PlanState;
 
-// Best node for one more replica of e: largest co-activation gain (0 if already present), then
-// lowest load excess, then least loaded, then lowest id. `noise` perturbs gains for restarts.
+// Best node for one more replica of e: lowest load excess after it, then largest co-activation
+// gain (0 if already present), then least loaded, then lowest id (within kImprovement).
+// `noise` perturbs gains for restarts.
 int best_node_for(const PlanState& s, int e, const std::vector<double>& noise) {
   int best = -1;
   double best_gain = 0, best_excess = 0, best_load = 0;

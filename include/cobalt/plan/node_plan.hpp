@@ -1,4 +1,5 @@
-// Node-level view of Cobalt's stage-1 problem (paper Eq. (3), DESIGN.md §4):
+// Node-level view of Cobalt's stage-1 problem (the paper's Eq. (3) objective in DESIGN.md §4's
+// node-level form: a relaxation of the paper's per-rank load cap, docs/planner.md):
 //
 //   maximise   sum_n sum_{i<j} c_ij [i and j both have a replica on node n]
 //   subject to every expert has >= 1 replica; at most M replicas of an expert per node (no rank
