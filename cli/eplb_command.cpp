@@ -20,6 +20,7 @@
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/ids.hpp"
 #include "cobalt/core/memory.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/plan/eplb.hpp"
 #include "commands.hpp"
 
@@ -52,7 +53,8 @@ Weights read_weights(const std::string& path) {
   try {
     doc = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    fail(ErrorCode::kInvalidArgument, "weights file '{}' is not valid JSON: {}", path, e.what());
+    fail(ErrorCode::kInvalidArgument, "weights file '{}': {}", printable(path, 200),
+         json_problem(e.id, e.what()));
   } catch (const std::exception& e) {  // a read error (std::ios_base::failure)
     fail_io("cannot read weights file '{}': {}", path, e.what());
   }

@@ -19,23 +19,42 @@
 namespace {
 
 // An error message as one line of bounded length, whatever it quotes (a newline, a terminal escape
-// or 5000 characters from the command line): control bytes as \xNN (UTF-8 text stays), and the
-// middle of a message over 1200 characters cut, so its start and its list of valid values stay.
+// or 5000 characters from the command line): control characters (C0, DEL and C1) as \xNN, other
+// UTF-8 text as it is, and the middle of a message over 1200 characters cut, so its start and its
+// list of valid values stay. Cuts fall between characters and escapes, never inside one.
 std::string one_line(std::string_view message) {
-  std::string out;
-  for (const char c : message) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += fmt::format("\\x{:02x}", byte);
-    } else {
-      out += c;
+  std::vector<std::string> units;  // one character or one escape each
+  for (size_t i = 0; i < message.size();) {
+    const auto byte = static_cast<unsigned char>(message[i]);
+    size_t length = 1;
+    if (byte >= 0xc0) {  // a UTF-8 lead byte: take its continuation bytes along
+      while (i + length < message.size() && length < 4 &&
+             (static_cast<unsigned char>(message[i + length]) & 0xc0) == 0x80) {
+        ++length;
+      }
     }
+    const std::string_view unit = message.substr(i, length);
+    const bool c1 = length == 2 && byte == 0xc2 && static_cast<unsigned char>(unit[1]) < 0xa0;
+    const bool stray =
+        (byte >= 0x80 && byte < 0xc0) || byte >= 0xf8 || (byte >= 0xc0 && length == 1);
+    if (byte < 0x20 || byte == 0x7f || c1 || stray) {
+      std::string escaped;
+      for (const char c : unit) escaped += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      units.push_back(std::move(escaped));
+    } else {
+      units.emplace_back(unit);
+    }
+    i += length;
   }
-  constexpr size_t kMaxChars = 1200, kKept = 550;
-  if (out.size() > kMaxChars) {
-    out = fmt::format("{} [... {} characters cut ...] {}", out.substr(0, kKept),
-                      out.size() - 2 * kKept, out.substr(out.size() - kKept));
+  constexpr size_t kMaxUnits = 1200, kKept = 550;
+  std::string out;
+  if (units.size() <= kMaxUnits) {
+    for (const auto& unit : units) out += unit;
+    return out;
   }
+  for (size_t k = 0; k < kKept; ++k) out += units[k];
+  out += fmt::format(" [... {} characters cut ...] ", units.size() - 2 * kKept);
+  for (size_t k = units.size() - kKept; k < units.size(); ++k) out += units[k];
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/eval/dump.hpp"
 #include "cobalt/io/atomic_file.hpp"
 #include "commands.hpp"
@@ -25,10 +26,9 @@ namespace {
 
 constexpr const char* kDecimalValidatorName = "cobalt-decimal";
 
-// An option value as printed in a message: cut at 40 characters (a value can be megabytes long).
-std::string printable_value(const std::string& text) {
-  return text.size() <= 40 ? text : text.substr(0, 40) + "...";
-}
+// An option value as printed in a message: escaped and cut at 40 characters (a value can be
+// megabytes long).
+std::string printable_value(const std::string& text) { return printable(text, 40); }
 
 // The value as a double (NaN and infinities included), or nullopt when it is not a decimal number:
 // an optional sign, digits with an optional point and exponent (std::from_chars, so no hex such as

@@ -4,6 +4,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/memory.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/workload/synthetic.hpp"
 #include "commands.hpp"
 
@@ -80,7 +81,7 @@ std::pair<eval::ModelPreset, std::string> choose_model(const std::string& name,
     const auto& preset = eval::model_preset(*guess);
     const bool by_name =
         !from_trace.empty() && eval::guess_model_preset(from_trace, 0, 0).has_value();
-    return {preset, by_name ? fmt::format("trace metadata model '{}'", from_trace)
+    return {preset, by_name ? fmt::format("trace metadata model '{}'", printable(from_trace))
                             : "same E and K as the workload"};
   }
   return {eval::model_preset("glm-4.5-air"), "default"};

@@ -12,6 +12,7 @@
 
 #include "cobalt/core/environment.hpp"
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/text.hpp"
 
 namespace cobalt {
 namespace {
@@ -46,7 +47,7 @@ double memory_limit_from_environment() {
           value * unit < 1e18,
       "COBALT_MEMORY_LIMIT '{}' is not a memory size (valid: at least 1K: a byte count >= 1024, "
       "or a number with a K, M, G or T suffix, e.g. 512M or 2.5G)",
-      text.size() <= 40 ? text : text.substr(0, 40) + "...");
+      printable(text, 40));
   return value * unit;
 }
 

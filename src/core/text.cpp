@@ -21,4 +21,14 @@ std::string printable(std::string_view text, size_t max_chars) {
   return out;
 }
 
+std::string json_problem(int id, std::string_view what) {
+  if (id == 406) return "a number literal is beyond double range";
+  if (what.starts_with("[json.exception.")) {
+    const size_t close = what.find("] ");
+    if (close != std::string_view::npos) what.remove_prefix(close + 2);
+  }
+  const bool syntax = id >= 100 && id < 200;
+  return (syntax ? "invalid JSON: " : "") + printable(what, 200);
+}
+
 }  // namespace cobalt

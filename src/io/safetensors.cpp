@@ -80,17 +80,8 @@ std::optional<uint64_t> json_to_u63(const nlohmann::json& value) {
 // the stack when destroyed or printed) and a key twice in one object (the DOM would keep the
 // last). Linear in the header; nlohmann's parser callback, used before, rescanned each parent
 // object whenever a nested object closed, quadratic in the number of entries.
-// What a JSON library error says for a message: "invalid JSON: ..." without the library's
-// "[json.exception.parse_error.101] " tag, or, for a number literal beyond double range (valid
-// JSON), that (its digits would fill the message; the library names neither field nor byte).
 std::string json_problem(const nlohmann::json::exception& error) {
-  if (error.id == 406) return "a number literal is beyond double range";
-  std::string_view what = error.what();
-  if (what.starts_with("[json.exception.")) {
-    const size_t close = what.find("] ");
-    if (close != std::string_view::npos) what.remove_prefix(close + 2);
-  }
-  return "invalid JSON: " + printable(what, 200);
+  return cobalt::json_problem(error.id, error.what());
 }
 
 class HeaderPrecheck {

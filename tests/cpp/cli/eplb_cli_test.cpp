@@ -94,6 +94,14 @@ TEST_F(EplbCli, BadInputExitCodes) {
   const auto broken = write("broken.json", "[[1,2,");
   r = run("eplb --weights '" + broken.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
   EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("invalid JSON: parse error"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("json.exception"), std::string::npos) << r.err;  // the library's own tag
+  // A number beyond double range: named, not printed digit by digit.
+  const auto huge = write("huge.json", "[[1, " + std::string(400, '9') + "]]");
+  r = run("eplb --weights '" + huge.string() + "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("a number literal is beyond double range"), std::string::npos) << r.err;
+  EXPECT_LT(r.err.size(), 400u) << r.err;
   r = run("eplb --weights '" + (dir_ / "missing.json").string() +
           "' --replicas 4 --groups 1 --nodes 1 --gpus 2");
   EXPECT_EQ(r.exit_code, 1);

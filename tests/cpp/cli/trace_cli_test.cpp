@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -352,9 +353,37 @@ TEST_F(CliTest, InfoOnSharedRealTraces) {
   if (seen == 0) GTEST_SKIP() << "no .safetensors in " << traces;
 }
 
+// Whether `text` is valid UTF-8 (the shortest forms not checked) and every "\x" escape in it is
+// whole (two hex digits follow).
+bool whole_utf8_and_escapes(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const size_t length = byte < 0x80   ? 1
+                          : byte < 0xc0 ? 0
+                          : byte < 0xe0 ? 2
+                          : byte < 0xf0 ? 3
+                          : byte < 0xf8 ? 4
+                                        : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    for (size_t k = 1; k < length; ++k) {
+      if ((static_cast<unsigned char>(text[i + k]) & 0xc0) != 0x80) return false;
+    }
+    if (text.compare(i, 2, "\\x") == 0 &&
+        (i + 4 > text.size() || !std::isxdigit(static_cast<unsigned char>(text[i + 2])) ||
+         !std::isxdigit(static_cast<unsigned char>(text[i + 3])))) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 // Arguments echoed in an error (names, a cluster, a policy list) cannot break the one-line rule:
-// a newline or a terminal escape is shown as \xNN, and a 5000-character value is cut.
+// a newline or a terminal escape is shown as \xNN, and a 5000-character value is cut between
+// characters (an e-acute is two bytes; a newline's escape four).
 TEST_F(CliTest, EchoedArgumentsStayOnOneLine) {
+  std::string accents, newlines(700, '\n');
+  for (int i = 0; i < 2000; ++i) accents += "\xc3\xa9";
   const std::string gen = "trace gen --preset realistic --steps 2 --tokens-per-step 64 ";
   const std::string simulate = "simulate --preset realistic --steps 2 --tokens-per-step 64 ";
   const std::string long_name(5000, 'y');
@@ -370,13 +399,16 @@ TEST_F(CliTest, EchoedArgumentsStayOnOneLine) {
            Case{gen + "--out " + path(long_name), "I/O error"},
            Case{"trace gen --preset '" + long_name + "\n' --out " + path("x.safetensors"),
                 "unknown workload preset 'yyy"},
+           Case{gen + "--out '" + path("a" + accents) + "/x.safetensors'", "characters cut"},
+           Case{gen + "--out '" + path("a" + newlines) + "/x.safetensors'", "characters cut"},
        }) {
     const auto r = run(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args.substr(0, 120);
     EXPECT_TRUE(is_one_line(r.err)) << r.err.substr(0, 300);
-    EXPECT_LT(r.err.size(), 1400u) << r.err.substr(0, 300);
+    EXPECT_LT(r.err.size(), 4 * 1300u) << r.err.substr(0, 300);  // 1200 characters, <= 4 bytes
     EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err.substr(0, 300);
     EXPECT_NE(r.err.find(c.words), std::string::npos) << r.err.substr(0, 300);
+    EXPECT_TRUE(whole_utf8_and_escapes(r.err)) << r.err.substr(0, 300);
   }
 }
 
