@@ -14,6 +14,7 @@
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/expert_layout.hpp"
+#include "cobalt/core/text.hpp"
 #include "cobalt/cuda/assign.hpp"
 #include "cobalt/cuda/device_layout.hpp"
 #include "cobalt/cuda/dispatch_layout.hpp"
@@ -60,7 +61,7 @@ assign::CoverSearch parse_search(const std::string& name) {
   if (name == "masks") return assign::CoverSearch::kMaskEnumeration;
   if (name == "subset_dp") return assign::CoverSearch::kSubsetDp;
   fail(ErrorCode::kInvalidArgument, "unknown cover search '{}' (valid: auto, masks, subset_dp)",
-       name);
+       printable(name));
 }
 
 StatsMethod parse_method(const std::string& name) {
@@ -69,7 +70,8 @@ StatsMethod parse_method(const std::string& name) {
   if (name == "shared_plain") return StatsMethod::kSharedPlain;
   if (name == "global") return StatsMethod::kGlobalAggregated;
   fail(ErrorCode::kInvalidArgument,
-       "unknown statistics method '{}' (valid: auto, shared, shared_plain, global)", name);
+       "unknown statistics method '{}' (valid: auto, shared, shared_plain, global)",
+       printable(name));
 }
 
 TopoEpDeviceInput topoep_input(int num_nodes, int num_ranks, int num_experts, int slots_per_rank,
