@@ -75,15 +75,16 @@ std::optional<uint64_t> json_to_u63(const nlohmann::json& value) {
   return std::nullopt;
 }
 
+// What a JSON library error says, for a message (core/text.hpp).
+std::string json_problem(const nlohmann::json::exception& error) {
+  return cobalt::json_problem(error.id, error.what());
+}
+
 // A first pass over the header text (nlohmann's SAX interface) that refuses what the DOM parse
 // must not see: nesting deeper than any safetensors header has (a DOM of 100,000 levels overflows
 // the stack when destroyed or printed) and a key twice in one object (the DOM would keep the
 // last). Linear in the header; nlohmann's parser callback, used before, rescanned each parent
 // object whenever a nested object closed, quadratic in the number of entries.
-std::string json_problem(const nlohmann::json::exception& error) {
-  return cobalt::json_problem(error.id, error.what());
-}
-
 class HeaderPrecheck {
  public:
   using json = nlohmann::json;
