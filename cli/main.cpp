@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -82,6 +84,74 @@ std::string unknown_subcommand(CLI::App& app, int argc, char** argv) {
   return {};
 }
 
+// Levenshtein distance between two option names, for "did you mean" suggestions.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1] ? 1 : 0)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// True when `word` reads as a number (a negative option value such as "-1" or "-0.5").
+bool is_number(const std::string& word) {
+  char* end = nullptr;
+  errno = 0;
+  std::strtod(word.c_str(), &end);
+  return end != word.c_str() && *end == '\0';
+}
+
+// "unknown option '--X' for 'cobalt sub' (did you mean --Y?)" for the first word that looks like
+// an option but is an option of neither the subcommand it follows nor a command above it; empty
+// otherwise. CLI11 checks required options before unknown ones, so without this a misspelt option
+// of a command with required options is reported as a missing option.
+std::string unknown_option(CLI::App& app, int argc, char** argv) {
+  std::vector<CLI::App*> chain{&app};
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") return {};
+    if (word.empty() || word == "-" || is_number(word)) continue;
+    if (word[0] != '-') {
+      for (CLI::App* sub : chain.back()->get_subcommands({})) {
+        if (sub->get_name() == word) {
+          chain.push_back(sub);
+          break;
+        }
+      }
+      continue;
+    }
+    const std::string name = word.substr(0, word.find('='));
+    bool known = false;
+    for (const CLI::App* command : chain) {
+      if (command->get_option_no_throw(name) != nullptr) known = true;
+    }
+    if (known) continue;
+    std::string command_name = "cobalt";
+    for (size_t k = 1; k < chain.size(); ++k) command_name += " " + chain[k]->get_name();
+    std::string closest;
+    size_t closest_distance = 3;  // suggest only names within two edits
+    for (const CLI::Option* option : chain.back()->get_options()) {
+      for (const std::string& long_name : option->get_lnames()) {
+        const size_t distance = edit_distance(name, "--" + long_name);
+        if (distance < closest_distance) {
+          closest_distance = distance;
+          closest = "--" + long_name;
+        }
+      }
+    }
+    return fmt::format("unknown option '{}' for '{}'{}", cobalt::printable(name), command_name,
+                       closest.empty() ? "" : fmt::format(" (did you mean {}?)", closest));
+  }
+  return {};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -105,7 +175,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     status = app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string unknown = unknown_subcommand(app, argc, argv);
+    std::string unknown = unknown_subcommand(app, argc, argv);
+    const bool about_words = dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+                             dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    if (unknown.empty() && about_words) unknown = unknown_option(app, argc, argv);
     cobalt::cli::write_stderr(fmt::format("cobalt: usage error: {} (see --help)\n",
                                           one_line(unknown.empty() ? e.what() : unknown)));
     return 2;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cobalt/core/memory.hpp"
@@ -139,6 +140,22 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
     EXPECT_TRUE(is_one_line(r.err)) << args << "\n" << r.err;
   }
   EXPECT_NE(run("trace bogus").err.find("unknown subcommand 'bogus' (valid: gen, info)"),
+            std::string::npos);
+  // An unknown option is named as such, even in a command whose required options are missing
+  // (CLI11 checks those first and said "--weights is required").
+  for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
+           {"eplb --bogus", "unknown option '--bogus' for 'cobalt eplb'"},
+           {"eplb --weigths w.json", "unknown option '--weigths' for 'cobalt eplb' (did you mean "
+                                     "--weights?)"},
+           {"trace info --bogus=1", "unknown option '--bogus' for 'cobalt trace info'"},
+           {"simulate --preset uniform --polices static", "(did you mean --policies?)"},
+           {"--bogus", "unknown option '--bogus' for 'cobalt'"}}) {
+    const auto r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(words), std::string::npos) << args << "\n" << r.err;
+  }
+  // A negative number is an option's value, not an option: the range error stays.
+  EXPECT_NE(run("trace info x --ranks -1").err.find("--ranks: value -1 out of range"),
             std::string::npos);
   // CLI11's own range text printed 1.79e308 as the upper bound; ours names the range.
   EXPECT_NE(run("simulate --rho -1 --preset uniform").err.find("(a finite number >= 0)"),
