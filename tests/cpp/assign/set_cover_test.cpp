@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <vector>
 
 #include "cobalt/core/rng.hpp"
 
@@ -52,6 +54,61 @@ TEST(SetCover, PrunedSearchEqualsTheEnumeration) {
     }
   }
   EXPECT_GT(num_multi, 1000);  // the pruned search is exercised, not only single covers
+}
+
+// The fewest of the sets cover[n], n in candidate_nodes, whose union holds `full`: a plain DP over
+// the subsets of `full` with every node's raw set (no dominance reduction, no set list), written
+// apart from set_cover.cpp. num_nodes + 1 when no cover exists.
+int dp_cover_size(uint32_t full, const std::array<uint32_t, kMaxNodes>& cover,
+                  uint64_t candidate_nodes, int num_nodes) {
+  std::vector<int> fewest(size_t{full} + 1, num_nodes + 1);
+  fewest[0] = 0;
+  for (uint32_t covered = 0; covered <= full; ++covered) {  // a union only grows: ascending order
+    if (fewest[covered] > num_nodes) continue;
+    for (int n = 0; n < num_nodes; ++n) {
+      if (!(candidate_nodes >> n & 1)) continue;
+      const uint32_t next = covered | (cover[n] & full);
+      fewest[next] = std::min(fewest[next], fewest[covered] + 1);
+    }
+  }
+  return fewest[full];
+}
+
+// Instances whose set lists are longer than 12, where min_cover_of_list leaves the combination
+// search for its DP over subsets (PrunedSearchEqualsTheEnumeration reaches it rarely, and its
+// reference shares that DP): 8 to 12 elements, 16 to 64 nodes holding 1 to 3 of them each.
+TEST(SetCover, LongListsGetAMinimumCoverByAnIndependentDp) {
+  SetCoverScratch scratch;
+  int num_long_lists = 0;
+  for (uint64_t seed = 1; seed <= 1500; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    const int num_elements = 8 + static_cast<int>(rng.below(5));
+    const int num_nodes = 16 + static_cast<int>(rng.below(49));
+    const uint32_t full = (uint32_t{1} << num_elements) - 1;
+    std::array<uint32_t, kMaxNodes> cover{};
+    uint64_t candidates = 0;
+    for (int n = 0; n < num_nodes; ++n) {
+      const int held = 1 + static_cast<int>(rng.below(3));
+      for (int i = 0; i < held; ++i) cover[n] |= uint32_t{1} << rng.below(num_elements);
+      if (rng.below(8) != 0) candidates |= uint64_t{1} << n;  // some nodes are not candidates
+    }
+    uint32_t reachable = 0;
+    for (int n = 0; n < num_nodes; ++n) {
+      if (candidates >> n & 1) reachable |= cover[n];
+    }
+    if (reachable != full) continue;  // the assignment asks only for covers that exist
+    SetList list;
+    make_set_list(full, cover, candidates, list);
+    num_long_lists += list.size > 12;
+    const uint64_t fast = min_node_cover(full, cover, candidates, scratch);
+    ASSERT_EQ(fast & ~candidates, 0u) << "seed " << seed;
+    uint32_t covered = 0;
+    for (uint64_t m = fast; m; m &= m - 1) covered |= cover[std::countr_zero(m)];
+    ASSERT_EQ(covered & full, full) << "seed " << seed;
+    ASSERT_EQ(std::popcount(fast), dp_cover_size(full, cover, candidates, num_nodes))
+        << "seed " << seed << ", " << list.size << " sets";
+  }
+  EXPECT_GT(num_long_lists, 500);
 }
 
 // The byte-lane construction of the set list against the incremental one: the same sets, the same

@@ -145,8 +145,9 @@ TEST_F(CliTest, UsageErrorsExitTwoWithOneLine) {
   // (CLI11 checks those first and said "--weights is required").
   for (const auto& [args, words] : std::vector<std::pair<std::string, std::string>>{
            {"eplb --bogus", "unknown option '--bogus' for 'cobalt eplb'"},
-           {"eplb --weigths w.json", "unknown option '--weigths' for 'cobalt eplb' (did you mean "
-                                     "--weights?)"},
+           {"eplb --weigths w.json",
+            "unknown option '--weigths' for 'cobalt eplb' (did you mean "
+            "--weights?)"},
            {"trace info --bogus=1", "unknown option '--bogus' for 'cobalt trace info'"},
            {"simulate --preset uniform --polices static", "(did you mean --policies?)"},
            {"--bogus", "unknown option '--bogus' for 'cobalt'"}}) {
