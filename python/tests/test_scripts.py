@@ -128,3 +128,50 @@ def test_python_benchmarks_run_small() -> None:
     out = _bench("python_workspaces.py", "--tokens", "3000", "--experts", "64", "--repeats", "1")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count(" ms") == 4, out.stdout
+
+
+def test_topoep_stages_reports_the_solver_stages(tmp_path) -> None:
+    """scripts/topoep_stages.py (docs/peers.md cites it): on a batch where every node has more
+    positive-benefit candidates than free slots, stage (1) fills every free slot and refinement
+    has no target; a batch without remote demand leaves stage (1) empty; a trace whose sources
+    are not the cluster's ranks is refused in one line."""
+    import numpy as np
+
+    import cobalt
+    # 2 nodes x 2 ranks, E = 8 (2 mains per rank), 3 slots: 1 free slot per rank, 2 per node.
+    # Step 0: every rank asks for every expert (4 remote candidates per node). Step 1: every
+    # token stays on its source's own experts.
+    rows, sources = [], []
+    for rank in range(4):
+        for _ in range(12):
+            for e in range(0, 8, 2):
+                rows.append([e, e + 1])
+                sources.append(rank)
+    step0 = len(rows)
+    for rank in range(4):
+        for _ in range(12):
+            rows.append([2 * rank, 2 * rank + 1])
+            sources.append(rank)
+    ids = np.array([rows], np.int32)
+    data = cobalt.TraceData(8, topk_ids=ids, step_offsets=np.array([0, step0, len(rows)]),
+                            source_rank=np.array(sources, np.int32), num_sources=4)
+    path = tmp_path / "t.safetensors"
+    cobalt.write_trace(str(path), data)
+    script = ROOT / "scripts" / "topoep_stages.py"
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(script), str(path), "2", "2", "--slots", "3",
+                          "--hidden", "1", "--ffn", "1"], env=env, capture_output=True,
+                         text=True, check=False, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("E=8 K=2 cluster 2x2 slots 3 (free per rank: 1)")
+    step0_fields, step1_fields = lines[2].split(), lines[3].split()
+    # step layer stage1 stage3 moves candidates...
+    assert step0_fields[:5] == ["0", "0", "4", "0", "0"], lines
+    assert "".join(step0_fields[5:7]) == "[4,4]", lines
+    assert step1_fields[:5] == ["1", "0", "0", "0", "0"], lines
+    bad = subprocess.run([sys.executable, str(script), str(path), "2", "4"], env=env,
+                         capture_output=True, text=True, check=False, timeout=120)
+    assert bad.returncode != 0
+    assert bad.stderr.strip().splitlines() == [
+        "topoep_stages: the trace has 4 sources, the cluster 8 ranks (they must be equal)"]
