@@ -219,6 +219,11 @@ void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, 
   }
 }
 
+COBALT_AVX512 void uniform_below_avx512(const uint64_t* hash, const uint64_t* n, uint64_t* out) {
+  COBALT_CHECK_INTERNAL(avx512_kernel_supported(), "uniform_below_avx512: no AVX-512 on this CPU");
+  _mm512_storeu_si512(out, uniform_below_x8(_mm512_loadu_si512(hash), _mm512_loadu_si512(n)));
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -229,6 +234,10 @@ bool avx512_kernel_supported() { return false; }
 
 void assign_range_avx512(const AssignInputs&, const OrderedMaskTable&, int64_t, int64_t) {
   COBALT_CHECK_INTERNAL(false, "assignment: this build has no AVX-512 kernel");
+}
+
+void uniform_below_avx512(const uint64_t*, const uint64_t*, uint64_t*) {
+  COBALT_CHECK_INTERNAL(false, "uniform_below_avx512: this build has no AVX-512 kernel");
 }
 
 #endif

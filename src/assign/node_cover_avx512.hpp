@@ -30,4 +30,9 @@ inline constexpr int kAvx512MaxTopK = 8;
 void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, int64_t begin,
                          int64_t end);
 
+// The kernel's draw, exposed for its tests: out[i] = uniform_below(hash[i], n[i]) (rng.hpp) for
+// eight lanes, n[i] < 2^32, by the kernel's 32x32-bit decomposition. Requires
+// avx512_kernel_supported().
+void uniform_below_avx512(const uint64_t* hash, const uint64_t* n, uint64_t* out);
+
 }  // namespace cobalt::assign::detail

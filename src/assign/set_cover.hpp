@@ -44,7 +44,9 @@ void make_set_list_avx512(const uint64_t* uncovered_masks, int num_uncovered, Se
 // A minimum set of nodes covering `full` among the sets of `list`, as a node mask. The answer
 // among equal-size covers: a single set covering everything (the first in the list); else, for at
 // most 12 sets, the first combination in lexicographic order of the list of the smallest size;
-// else a DP over the subsets of `full`. 0 when the list is empty.
+// else a DP over the subsets of `full`: walking down from `full`, each step takes the first set
+// of the list whose removal leaves a subset coverable with one set fewer (the CUDA kernel,
+// src/cuda/detail/assign_body.hpp, makes the same choice). 0 when the list is empty.
 uint64_t min_cover_of_list(const SetList& list, uint32_t full, SetCoverScratch& scratch);
 
 // min_cover_of_list on make_set_list's list.

@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "assign/node_cover_avx512.hpp"
 #include "assign/set_cover.hpp"
 #include "cobalt/assign/balanced_cover.hpp"
 #include "cobalt/core/assignment.hpp"
@@ -189,6 +190,40 @@ TEST(NodeCover, Avx512KernelMatchesTheReferenceBitForBit) {
       }
     }
   }
+}
+
+// The kernel's multiply-shift draw against uniform_below (rng.hpp), on hashes chosen so that the
+// low half's product carries into the high half's (hi * n mod 2^32 + floor(lo * n / 2^32) >=
+// 2^32), which random draws reach with probability about n / 2^33: a kernel that dropped the low
+// half's product would pass the bit-for-bit tests above almost surely.
+TEST(NodeCover, Avx512DrawEqualsUniformBelowWhereTheLowHalfCarries) {
+  if (!avx512_kernel_available()) GTEST_SKIP() << "this CPU has no AVX-512 F/DQ/VL/BW";
+  SplitMix64 rng(4242);
+  int num_carries = 0;
+  for (int round = 0; round < 2000; ++round) {
+    std::array<uint64_t, 8> hash{}, n{}, out{};
+    for (int lane = 0; lane < 8; ++lane) {
+      // n from 1 to 2^32 - 1, small ones too; hi drawn until the carry is possible, lo high.
+      n[lane] = lane % 4 == 0 ? 1 + rng.below(1000) : 1 + (rng.next() >> 33) + (rng.next() >> 33);
+      n[lane] = std::min<uint64_t>(n[lane], 0xffffffffu);
+      uint64_t hi = rng.next() >> 32;
+      for (int tries = 0;
+           tries < 64 && (hi * n[lane]) % (uint64_t{1} << 32) <= (uint64_t{1} << 32) - n[lane];
+           ++tries) {
+        hi = rng.next() >> 32;
+      }
+      const uint64_t lo = 0xffffffffu - (rng.next() >> 40);
+      hash[lane] = hi << 32 | lo;
+      const uint64_t high_rest = (hi * n[lane]) % (uint64_t{1} << 32);
+      num_carries += high_rest + ((lo * n[lane]) >> 32) >= (uint64_t{1} << 32);
+    }
+    assign::detail::uniform_below_avx512(hash.data(), n.data(), out.data());
+    for (int lane = 0; lane < 8; ++lane) {
+      ASSERT_EQ(out[lane], uniform_below(hash[lane], static_cast<uint32_t>(n[lane])))
+          << "hash " << hash[lane] << " n " << n[lane];
+    }
+  }
+  EXPECT_GT(num_carries, 1000);
 }
 
 // kAuto is the kernel where it applies: identical output for any thread count (chunks starting

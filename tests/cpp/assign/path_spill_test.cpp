@@ -233,5 +233,46 @@ TEST(PathSpill, SameResultForAnyThreadCount) {
   EXPECT_GT(num_moved, 8);    // 14 of the 32 runs
 }
 
+// Reach-set counting (by pairs of reach sets) against per-task counting where tokens reach all
+// 8 nodes (top-k 7 or 8 on 8 nodes: reach sets up to 0xff, which the other tests, at K <= 4,
+// never build).
+TEST(PathSpill, ReachSetCountingEqualsPerTaskWhenTokensReachAllEightNodes) {
+  int full_reach = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    SplitMix64 rng(seed * 131);
+    const int per_node = 1 + static_cast<int>(rng.below(2));
+    const Topology topo(8, 8 * per_node);
+    const int slots = 2;
+    const int experts = 8 + static_cast<int>(rng.below(topo.num_ranks() * slots - 8));
+    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
+    const int top_k = 7 + static_cast<int>(rng.below(2));
+    auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(300)), top_k,
+                                       experts, topo.num_ranks(), 1.2);
+    const auto batch = owned.view();
+    std::vector<RankId> exec(batch.num_tasks());
+    std::vector<int64_t> load(topo.num_ranks(), 0);
+    for (int64_t i = 0; i < batch.num_tasks(); ++i) {
+      const auto holders = layout.ranks_of(batch.topk_ids()[i]);
+      exec[i] = holders[rng.below(static_cast<uint32_t>(holders.size()))];
+      ++load[exec[i]];
+    }
+    for (TokenIdx t = 0; t < batch.num_tokens(); ++t) {
+      uint64_t reach = uint64_t{1} << topo.node_of(batch.source_of(t));
+      for (int k = 0; k < top_k; ++k) reach |= uint64_t{1} << topo.node_of(exec[t * top_k + k]);
+      full_reach += reach == 0xff;
+    }
+    const int64_t cap = batch.num_tasks() / topo.num_ranks();
+    auto exec_a = exec, exec_b = exec;
+    auto load_a = load, load_b = load;
+    spill_along_paths_unchecked(batch, layout, cap, load_a, exec_a, ReachCounting::kByReachSet,
+                                SpillScan::kCursors);
+    spill_along_paths_unchecked(batch, layout, cap, load_b, exec_b, ReachCounting::kPerTask,
+                                SpillScan::kCursors);
+    ASSERT_EQ(exec_a, exec_b) << "seed " << seed;
+    ASSERT_EQ(load_a, load_b) << "seed " << seed;
+  }
+  EXPECT_GT(full_reach, 100);
+}
+
 }  // namespace
 }  // namespace cobalt::assign::detail

@@ -107,6 +107,31 @@ TEST(SetCover, LongListsGetAMinimumCoverByAnIndependentDp) {
     ASSERT_EQ(covered & full, full) << "seed " << seed;
     ASSERT_EQ(std::popcount(fast), dp_cover_size(full, cover, candidates, num_nodes))
         << "seed " << seed << ", " << list.size << " sets";
+    bool single = false;
+    for (int i = 0; i < list.size; ++i) single |= list.sets[i] == full;
+    if (list.size > 12 && !single) {
+      // Which minimum cover, by the header's rule (the CUDA kernel follows it too): walking down
+      // from `full`, the first set of the list that leads to a remainder one set cheaper.
+      std::vector<int> fewest(size_t{full} + 1, 0xff);
+      fewest[0] = 0;
+      for (uint32_t subset = 1; subset <= full; ++subset) {
+        for (int i = 0; i < list.size; ++i) {
+          if ((list.sets[i] & subset) == 0) continue;
+          fewest[subset] = std::min(fewest[subset], fewest[subset & ~list.sets[i]] + 1);
+        }
+      }
+      uint64_t expected = 0;
+      for (uint32_t left = full; left != 0;) {
+        for (int i = 0; i < list.size; ++i) {
+          if ((list.sets[i] & left) != 0 && fewest[left & ~list.sets[i]] + 1 == fewest[left]) {
+            expected |= uint64_t{1} << list.node[i];
+            left &= ~list.sets[i];
+            break;
+          }
+        }
+      }
+      ASSERT_EQ(fast, expected) << "seed " << seed;
+    }
   }
   EXPECT_GT(num_long_lists, 500);
 }

@@ -519,5 +519,20 @@ TEST(FloorSwaps, RejectsBadInput) {
             ErrorCode::kInvalidArgument);
 }
 
+// A shortfall of exactly floor - 1 can be closed by one swap: 2 ranks, expert 0 with 2 tasks
+// alone on rank 0, rank 1 empty. Floor 2, target 1; the free slot on rank 1 lowers it to 1.
+TEST(FloorSwaps, AShortfallOfFloorMinusOneIsClosedByOneSwap) {
+  const ExpertLayout layout(Topology(1, 2), 1, 2, {0, kEmptySlot, kEmptySlot, kEmptySlot});
+  const std::vector<int64_t> counts = {2};
+  const std::vector<double> removal_cost(1, 0.0);
+  FloorSwapOptions options;
+  options.tolerance = 0;
+  const auto fast = swap_toward_floor(layout, counts, removal_cost, options);
+  const auto reference = swap_toward_floor_reference(layout, counts, removal_cost, options);
+  EXPECT_EQ(reference.floor_after, 1);
+  EXPECT_EQ(fast.floor_after, reference.floor_after);
+  EXPECT_EQ(fast.swaps.size(), reference.swaps.size());
+}
+
 }  // namespace
 }  // namespace cobalt::plan

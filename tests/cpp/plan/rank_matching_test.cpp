@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+#include <vector>
 
 #include "cobalt/core/error.hpp"
 #include "cobalt/core/rng.hpp"
@@ -194,6 +196,45 @@ TEST(RankMatching, RebalanceMovesTheFewestReplicasForItsGroups) {
     EXPECT_EQ(result.num_moves, moves);
   }
   EXPECT_GT(rebalanced_nodes, 20);  // the property was exercised
+}
+
+// A repacking that does not lower the node's maximum moves nothing (min_gain 0).
+// rank 0 {e0: 3, e1: 3, e2: 2}, rank 1 {e3: 4, e4: 2, e5: 2}: LPT gives {e0, e1, e5} / {e3, e2,
+// e4}, the same maximum 8.
+TEST(IntraNodeRebalance, AnEqualMaximumMovesNothing) {
+  const ExpertLayout layout(Topology(1, 2), 6, 3, {0, 1, 2, 3, 4, 5});
+  const std::vector<double> loads = {3, 3, 2, 4, 2, 2};
+  const auto result = rebalance_intra_node(layout, loads, 0.0);
+  EXPECT_EQ(result.num_moves, 0);
+}
+
+// keep_most_in_place keeps the most replicas and, among those matchings, the most groups on
+// their own rank (the identity bonus): every 0/1 kept matrix of 3 groups, against brute force.
+TEST(KeepMostInPlace, TiesKeepGroupsOnTheirOwnRank) {
+  const int n = 3;
+  for (int bits = 0; bits < (1 << 9); ++bits) {
+    std::vector<int64_t> kept(9);
+    for (int i = 0; i < 9; ++i) kept[i] = (bits >> i) & 1;
+    std::vector<int> perm = {0, 1, 2};
+    std::pair<int64_t, int> best{-1, -1};
+    do {
+      int64_t sum = 0;
+      int fixed = 0;
+      for (int g = 0; g < n; ++g) {
+        sum += kept[g * n + perm[g]];
+        fixed += perm[g] == g;
+      }
+      best = std::max(best, std::pair<int64_t, int>{sum, fixed});
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    const auto got = keep_most_in_place(kept, n);
+    int64_t sum = 0;
+    int fixed = 0;
+    for (int g = 0; g < n; ++g) {
+      sum += kept[g * n + got[g]];
+      fixed += got[g] == g;
+    }
+    ASSERT_EQ(std::make_pair(sum, fixed), best) << "bits " << bits;
+  }
 }
 
 }  // namespace

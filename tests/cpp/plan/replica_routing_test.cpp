@@ -160,5 +160,17 @@ TEST(ReplicaRouting, RejectsMismatchedShapes) {
   EXPECT_THROW(route_counts(counts, hand_layout(), ReplicaScope::kAllReplicas, out), Error);
 }
 
+// route_counts with three candidates from a source that is not a multiple of 3: the c-th task
+// of (s, e) runs on candidate (c + s) mod L, so 4 tasks from rank 1 over ranks 1, 2, 3 put the
+// extra one on candidate 1 (rank 2).
+TEST(RouteCounts, CountsRotateByTheSourceWithThreeCandidates) {
+  const auto layout = ExpertLayout::from_rank_lists(Topology(2, 4), 2, 2, {{1}, {0}, {0}, {0}});
+  std::vector<int64_t> counts(4 * 2, 0);
+  counts[1 * 2 + 0] = 4;
+  std::vector<int64_t> out(4);
+  route_counts(counts, layout, ReplicaScope::kAllReplicas, out);
+  EXPECT_EQ(out, (std::vector<int64_t>{0, 1, 2, 1}));
+}
+
 }  // namespace
 }  // namespace cobalt::plan

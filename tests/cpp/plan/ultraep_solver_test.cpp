@@ -241,5 +241,79 @@ TEST(UltraEpSolver, RejectsBadInputs) {
   }
 }
 
+// UltraEP's per-source split recomputed from the header's words (local fill, proportional
+// split of the rest by remaining capacity, largest remainder first, ties: lower host rank, then
+// instance order).
+TEST(UltraEpSolver, SplitFollowsTheHeaderIncludingTies) {
+  SplitMix64 rng(5);
+  int64_t num_ties = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int nodes = 1 + static_cast<int>(rng.below(2)), ranks = nodes * (2 + rng.below(3));
+    const int experts = ranks + static_cast<int>(rng.below(ranks * 2));
+    std::vector<int64_t> demand(static_cast<size_t>(ranks) * experts, 0);
+    for (RankId s = 0; s < ranks; ++s) {
+      for (int t = 0; t < 40; ++t) {
+        const double u = rng.unit();
+        demand[static_cast<size_t>(s) * experts + static_cast<int>(u * u * u * experts)] += 1;
+      }
+    }
+    const int slots = (experts + ranks - 1) / ranks + 2;
+    UltraEpInput in{Topology(nodes, ranks), experts, slots, demand, {}};
+    in.options.min_tokens_per_replica = 1;
+    const UltraEpPlan p = solve_ultraep(in);
+    for (ExpertId e = 0; e < experts; ++e) {
+      const int first = p.instance_offsets[e], num = p.instance_offsets[e + 1] - first;
+      if (num < 2) continue;
+      std::vector<int64_t> local(num), cap(num);
+      int64_t total_remote = 0;
+      for (int j = 0; j < num; ++j) {
+        const auto& inst = p.instances[first + j];
+        local[j] = std::min(demand[static_cast<size_t>(inst.rank) * experts + e], inst.quota);
+        cap[j] = inst.quota - local[j];
+        total_remote += cap[j];
+      }
+      for (RankId s = 0; s < ranks; ++s) {
+        const int64_t own = demand[static_cast<size_t>(s) * experts + e];
+        if (own == 0) continue;
+        std::vector<int64_t> alloc(num, 0), rem_of(num, -1);
+        int64_t rem = own;
+        int mine = -1;
+        for (int j = 0; j < num; ++j) {
+          if (p.instances[first + j].rank == s) {
+            mine = j;
+            alloc[j] += local[j];
+            rem -= local[j];
+          }
+        }
+        rem = std::max<int64_t>(rem, 0);
+        if (rem > 0 && total_remote > 0) {
+          int64_t assigned = 0;
+          for (int j = 0; j < num; ++j) {
+            if (j == mine || cap[j] <= 0) continue;
+            alloc[j] += rem * cap[j] / total_remote;
+            rem_of[j] = rem * cap[j] % total_remote;
+            assigned += rem * cap[j] / total_remote;
+          }
+          std::vector<int> order;
+          for (int j = 0; j < num; ++j)
+            if (rem_of[j] >= 0) order.push_back(j);
+          std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+            return std::make_pair(-rem_of[a], p.instances[first + a].rank) <
+                   std::make_pair(-rem_of[b], p.instances[first + b].rank);
+          });
+          for (size_t i = 0; i + 1 < order.size(); ++i)
+            num_ties += rem_of[order[i]] == rem_of[order[i + 1]];
+          for (int64_t i = 0; i < rem - assigned; ++i) alloc[order[i]] += 1;
+        }
+        const int64_t at = p.alloc_index[static_cast<size_t>(s) * experts + e];
+        ASSERT_GE(at, 0);
+        ASSERT_EQ(std::vector<int64_t>(p.alloc.begin() + at, p.alloc.begin() + at + num), alloc)
+            << "trial " << trial << " expert " << e << " source " << s;
+      }
+    }
+  }
+  EXPECT_GT(num_ties, 10);
+}
+
 }  // namespace
 }  // namespace cobalt::plan
