@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "cobalt/assign/balance_cap.hpp"
 #include "cobalt/core/assignment.hpp"
@@ -243,6 +244,30 @@ TEST(BalancedCover, QuotasAreTakenInTokenOrderAcrossChunks) {
   }
 }
 
+// A random layout and batch for the reference comparisons: nodes in [min_nodes, min_nodes +
+// node_choices), 1 to max_per_node ranks each, 2 to 1 + slot_choices slots per rank, K up to
+// max_top_k, 1 to max_tokens tokens; the layout's replica fill in [min_fill, 1).
+struct RandomCase {
+  int nodes;
+  ExpertLayout layout;
+  testing::OwnedBatch owned;
+};
+RandomCase random_case(uint64_t seed, SplitMix64& rng, int min_nodes, int node_choices,
+                       int max_per_node, int slot_choices, int max_top_k, int64_t max_tokens,
+                       double min_fill, double skew) {
+  const int nodes = min_nodes + static_cast<int>(rng.below(node_choices)),
+            per_node = 1 + static_cast<int>(rng.below(max_per_node));
+  const Topology topo(nodes, nodes * per_node);
+  const int slots = 2 + static_cast<int>(rng.below(slot_choices));
+  const int experts = 2 + static_cast<int>(rng.below(topo.num_ranks() * slots - 1));
+  const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, max_top_k)));
+  auto layout =
+      testing::random_layout(seed, topo, experts, slots, min_fill + (1 - min_fill) * rng.unit());
+  auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(max_tokens)),
+                                     top_k, experts, topo.num_ranks(), skew);
+  return {nodes, std::move(layout), std::move(owned)};
+}
+
 // Both class paths (per-chunk key tables up to 8 nodes, per-chunk expert lists above), on one to
 // three threads, against the plain reference above: random layouts of 1 to 12 nodes and batches
 // of up to 40000 tokens (1 to 4 token chunks on one thread, up to 12 on three).
@@ -250,16 +275,10 @@ TEST(BalancedCover, MatchesThePlainReference) {
   int num_chunked = 0, num_lists = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
     SplitMix64 rng(seed * 997);
-    const int nodes = 1 + static_cast<int>(rng.below(12)),
-              per_node = 1 + static_cast<int>(rng.below(3));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 2 + static_cast<int>(rng.below(3));
-    const int experts = 2 + static_cast<int>(rng.below(topo.num_ranks() * slots - 1));
-    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 6)));
-    const auto layout = testing::random_layout(seed, topo, experts, slots, rng.unit());
-    const auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(40000)),
-                                             top_k, experts, topo.num_ranks(), 1.5);
-    const auto batch = owned.view();
+    const RandomCase c = random_case(seed, rng, 1, 12, 3, 3, 6, 40000, 0.0, 1.5);
+    const int nodes = c.nodes;
+    const ExpertLayout& layout = c.layout;
+    const auto batch = c.owned.view();
     num_chunked += batch.num_tokens() >= 2 * 8192;
     num_lists += nodes > 8;
     const std::vector<RankId> expected = balanced_cover_reference(batch, layout);
@@ -359,16 +378,9 @@ TEST(BalancedCover, KeptWorkspaceGivesTheSameAssignment) {
 TEST(BalancedCover, FewTokenBatchesMatchThePlainReference) {
   for (uint64_t seed = 1; seed <= 3000; ++seed) {
     SplitMix64 rng(seed * 613);
-    const int nodes = 2 + static_cast<int>(rng.below(5)),
-              per_node = 1 + static_cast<int>(rng.below(2));
-    const Topology topo(nodes, nodes * per_node);
-    const int slots = 2 + static_cast<int>(rng.below(2));
-    const int experts = 2 + static_cast<int>(rng.below(topo.num_ranks() * slots - 1));
-    const int top_k = 1 + static_cast<int>(rng.below(std::min(experts, 4)));
-    const auto layout = testing::random_layout(seed, topo, experts, slots, 0.5 + 0.5 * rng.unit());
-    const auto owned = testing::random_batch(seed * 3, 1 + static_cast<int64_t>(rng.below(30)),
-                                             top_k, experts, topo.num_ranks(), 0.5);
-    const auto batch = owned.view();
+    const RandomCase c = random_case(seed, rng, 2, 5, 2, 2, 4, 30, 0.5, 0.5);
+    const ExpertLayout& layout = c.layout;
+    const auto batch = c.owned.view();
     std::vector<RankId> exec(batch.num_tasks());
     assign_balanced_cover(batch, layout, {}, {}, exec);
     ASSERT_EQ(exec, balanced_cover_reference(batch, layout)) << "seed " << seed;
