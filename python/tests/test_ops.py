@@ -31,11 +31,15 @@ def test_assign_tasks_is_algorithm_1(nodes: int, per_node: int, experts: int, k:
                                                 "subset_dp": cobalt.CoverSearch.SUBSET_DP}[search])
         np.testing.assert_array_equal(got.numpy(), want)
         cobalt.validate_assignment(batch, layout, got.numpy())
-    # Threads share the tokens on CPU; the ranks do not depend on how many.
+    # Threads share the tokens on CPU in chunks of at least 8192; the ranks do not depend on how
+    # many (20000 tokens: 2 chunks on 2 threads, 2 on 3).
+    big_ids = random_ids(rng, 20000, experts, k, skew=1.0)
+    big_src = random_sources(rng, 20000, topo.num_ranks)
+    one_thread = ops.assign_tasks(big_ids, big_src, layout, seed=5, step=3).numpy()
     for threads in (2, 3):
         np.testing.assert_array_equal(
-            ops.assign_tasks(ids, src, layout, seed=5, step=3, num_threads=threads).numpy(),
-            ops.assign_tasks(ids, src, layout, seed=5, step=3).numpy())
+            ops.assign_tasks(big_ids, big_src, layout, seed=5, step=3,
+                             num_threads=threads).numpy(), one_thread)
     # int64 inputs (what torch.topk returns) give the same answer.
     np.testing.assert_array_equal(ops.assign_tasks(ids.long(), src.long(), layout).numpy(),
                                   ops.assign_tasks(ids, src, layout).numpy())
