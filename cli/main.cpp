@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <new>
@@ -100,18 +99,35 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// True when `word` reads as a number (a negative option value such as "-1" or "-0.5").
-bool is_number(const std::string& word) {
-  char* end = nullptr;
-  errno = 0;
-  std::strtod(word.c_str(), &end);
-  return end != word.c_str() && *end == '\0';
+// True when `word` reads as a decimal number ("-1", "-0.5", "-2e3"): a negative option value or
+// positional argument, not an option. Not "-inf", "-nan" or hex, which no option takes.
+bool is_number(std::string_view word) {
+  size_t i = word.starts_with('-') ? 1 : 0;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < word.size() && word[i] >= '0' && word[i] <= '9') ++i;
+    return i - start;
+  };
+  size_t mantissa = digits();
+  if (i < word.size() && word[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (i < word.size() && (word[i] == 'e' || word[i] == 'E')) {
+    ++i;
+    if (i < word.size() && (word[i] == '+' || word[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == word.size();
 }
 
 // "unknown option '--X' for 'cobalt sub' (did you mean --Y?)" for the first word that looks like
-// an option but is an option of neither the subcommand it follows nor a command above it; empty
-// otherwise. CLI11 checks required options before unknown ones, so without this a misspelt option
-// of a command with required options is reported as a missing option.
+// an option but is not one of the command it follows (CLI11 takes a command's options only after
+// that command's name, its parents' not); empty otherwise. The values of known options are
+// skipped, as CLI11 takes them even when they start with '-'. CLI11 checks required options before
+// unknown ones, so without this a misspelt option of a command with required options is reported
+// as a missing option.
 std::string unknown_option(CLI::App& app, int argc, char** argv) {
   std::vector<CLI::App*> chain{&app};
   for (int i = 1; i < argc; ++i) {
@@ -127,12 +143,12 @@ std::string unknown_option(CLI::App& app, int argc, char** argv) {
       }
       continue;
     }
-    const std::string name = word.substr(0, word.find('='));
-    bool known = false;
-    for (const CLI::App* command : chain) {
-      if (command->get_option_no_throw(name) != nullptr) known = true;
+    const size_t equals = word.find('=');
+    const std::string name = word.substr(0, equals);
+    if (const CLI::Option* option = chain.back()->get_option_no_throw(name)) {
+      if (equals == std::string::npos) i += std::max(0, option->get_items_expected_min());
+      continue;
     }
-    if (known) continue;
     std::string command_name = "cobalt";
     for (size_t k = 1; k < chain.size(); ++k) command_name += " " + chain[k]->get_name();
     std::string closest;

@@ -26,28 +26,43 @@ def main() -> int:
     parser.add_argument("nodes", type=int)
     parser.add_argument("ranks_per_node", type=int)
     parser.add_argument("--slots", type=int, default=0,
-                        help="slots per rank (default: the mains plus 50%%, rho 0.5)")
+                        help="slots per rank (default: cobalt.slots_for_rho(E, G, 0.5), what "
+                             "`cobalt simulate --rho 0.5` uses)")
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--ffn", type=int, default=1408)
     parser.add_argument("--steps", type=int, nargs="*", default=None)
     args = parser.parse_args()
+    try:
+        return run(args)
+    except (ValueError, OSError, cobalt.FailedPreconditionError) as error:
+        sys.exit(f"topoep_stages: {error}")
 
+
+def run(args: argparse.Namespace) -> int:
     reader = cobalt.TraceReader(args.trace)
+    if args.nodes < 1 or args.ranks_per_node < 1:
+        sys.exit("topoep_stages: NODES and RANKS_PER_NODE must be at least 1")
     num_ranks = args.nodes * args.ranks_per_node
     if reader.num_sources != num_ranks:
         sys.exit(f"topoep_stages: the trace has {reader.num_sources} sources, "
                  f"the cluster {num_ranks} ranks (they must be equal)")
+    if not reader.has_token_ids:
+        sys.exit("topoep_stages: the trace has no token ids (a load-only trace)")
     num_experts = reader.num_experts
-    mains = -(-num_experts // num_ranks)
-    slots = args.slots or min(num_experts, mains + max(1, mains // 2))
+    slots = args.slots or cobalt.slots_for_rho(num_experts, num_ranks, 0.5)
     token_bytes = 2.0 * args.hidden
     param_bytes = 3.0 * args.hidden * args.ffn * 2
     topology = cobalt.Topology(args.nodes, num_ranks)
     offsets = np.asarray(reader.step_offsets)
-    steps = args.steps if args.steps is not None else range(reader.num_steps)
+    steps = args.steps if args.steps else list(range(reader.num_steps))
+    bad = [step for step in steps if not 0 <= step < reader.num_steps]
+    if bad:
+        sys.exit(f"topoep_stages: step {bad[0]} out of range [0, {reader.num_steps})")
+    fewest_mains = num_experts // num_ranks
+    most_mains = -(-num_experts // num_ranks)
     print(f"E={num_experts} K={reader.top_k} cluster {args.nodes}x{args.ranks_per_node} "
-          f"slots {slots} (free per rank: {slots - num_experts // num_ranks}"
-          f"{' or ' + str(slots - mains) if num_experts % num_ranks else ''})")
+          f"slots {slots} (free per rank: {max(0, slots - most_mains)}"
+          f"{' or ' + str(max(0, slots - fewest_mains)) if fewest_mains != most_mains else ''})")
     print("step layer  stage1 stage3 moves  candidates/node       busiest/mean per node")
     for step in steps:
         begin, end = int(offsets[step]), int(offsets[step + 1])

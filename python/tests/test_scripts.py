@@ -175,3 +175,13 @@ def test_topoep_stages_reports_the_solver_stages(tmp_path) -> None:
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines() == [
         "topoep_stages: the trace has 4 sources, the cluster 8 ranks (they must be equal)"]
+    for args, message in ((["2", "2", "--steps", "2"], "step 2 out of range [0, 2)"),
+                          (["2", "2", "--slots", "1"], "topoep_stages: "),
+                          (["0", "2"], "NODES and RANKS_PER_NODE must be at least 1")):
+        bad = subprocess.run([sys.executable, str(script), str(path), *args], env=env,
+                             capture_output=True, text=True, check=False, timeout=120)
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert message in bad.stderr, bad.stderr
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path / "none.st"), "2", "2"],
+                             env=env, capture_output=True, text=True, check=False, timeout=120)
+    assert missing.returncode != 0 and len(missing.stderr.strip().splitlines()) == 1
