@@ -568,6 +568,60 @@ TEST(MilpPlanner, AssignLoadSharesMatchesFeasibility) {
   EXPECT_THROW(assign_load_shares(in, wrong), Error);
 }
 
+// assign_load_shares against the test's own max flow (load_feasible, Edmonds-Karp on a dense
+// matrix) on random replica counts: it finds a split exactly when one exists; the split it writes
+// gives every expert its load, within cap x_en per (expert, node) and M cap per node; otherwise
+// it leaves the shares zero.
+TEST(MilpPlanner, AssignLoadSharesAgreesWithAnIndependentFlow) {
+  int num_feasible = 0, num_infeasible = 0;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    SplitMix64 rng(seed * 31337);
+    const int num_nodes = 1 + static_cast<int>(rng.below(4));
+    const int per_node = 1 + static_cast<int>(rng.below(3));
+    const int num_experts = 2 + static_cast<int>(rng.below(8));
+    const int slots = (num_experts + num_nodes * per_node - 1) / (num_nodes * per_node) + 1;
+    const Instance inst = random_instance(seed, num_experts, num_nodes, per_node, slots, 1.0, 50.0);
+    const GlobalPlanInput in = inst.input();
+    NodePlan plan(num_experts, num_nodes);
+    std::vector<int> x(static_cast<size_t>(num_experts) * num_nodes, 0);
+    for (int e = 0; e < num_experts; ++e) {
+      x[static_cast<size_t>(e) * num_nodes + rng.below(num_nodes)] = 1;  // every expert somewhere
+      for (int n = 0; n < num_nodes; ++n) {
+        if (rng.below(3) == 0) x[static_cast<size_t>(e) * num_nodes + n] += 1;
+      }
+      for (int n = 0; n < num_nodes; ++n) {
+        x[static_cast<size_t>(e) * num_nodes + n] =
+            std::min(x[static_cast<size_t>(e) * num_nodes + n], per_node);
+        plan.x(e, n) = x[static_cast<size_t>(e) * num_nodes + n];
+      }
+    }
+    const bool expected = load_feasible(in, x);
+    ASSERT_EQ(assign_load_shares(in, plan), expected) << "seed " << seed;
+    if (expected) {
+      ++num_feasible;
+      const double cap = in.rank_load_cap();
+      for (int e = 0; e < num_experts; ++e) {
+        double sum = 0;
+        for (int n = 0; n < num_nodes; ++n) {
+          EXPECT_LE(plan.u(e, n), cap * plan.x(e, n) * (1 + 1e-9)) << "seed " << seed;
+          sum += plan.u(e, n);
+        }
+        EXPECT_NEAR(sum, in.expert_load[e], 1e-9 * in.total_load()) << "seed " << seed;
+      }
+      for (int n = 0; n < num_nodes; ++n) {
+        double node = 0;
+        for (int e = 0; e < num_experts; ++e) node += plan.u(e, n);
+        EXPECT_LE(node, per_node * cap * (1 + 1e-9)) << "seed " << seed;
+      }
+    } else {
+      ++num_infeasible;
+      for (double u : plan.load_share) EXPECT_EQ(u, 0.0) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(num_feasible, 50);  // both answers are checked
+  EXPECT_GT(num_infeasible, 50);
+}
+
 // Scaling measurements for the docs (not part of the suite):
 //   cobalt_tests --gtest_also_run_disabled_tests --gtest_filter='MilpPlannerBench.*'
 TEST(MilpPlannerBench, DISABLED_Scaling) {
