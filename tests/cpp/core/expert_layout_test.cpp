@@ -233,5 +233,15 @@ TEST(ExpertLayout, DiffCountsIntraAndCrossNodeMoves) {
   EXPECT_EQ(diff(from, from).moves.size(), 0u);
 }
 
+// diff counts a replica removed from rank 0 like any other.
+TEST(ExpertLayout, DiffCountsARemovalOnRankZero) {
+  const Topology topo(1, 2);
+  const auto from = ExpertLayout::from_rank_lists(topo, 2, 2, {{0, 1}, {1}});
+  const auto to = ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {1}});
+  const auto d = diff(from, to);
+  EXPECT_TRUE(d.moves.empty());
+  EXPECT_EQ(d.num_removed, 1);
+}
+
 }  // namespace
 }  // namespace cobalt

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cobalt/core/error.hpp"
+#include "cobalt/core/expert_layout.hpp"
 
 namespace cobalt::eval {
 namespace {
@@ -255,6 +256,31 @@ TEST(CostModel, ParamsFromPresets) {
   EXPECT_DOUBLE_EQ(p.token_bytes(), 4096 * 2);
   EXPECT_DOUBLE_EQ(p.flops_per_task(), 3.0 * 2 * 4096 * 1408 * 3);
   EXPECT_DOUBLE_EQ(p.achievable_flops, cluster_preset("4x8-b200").achievable_flops_per_gpu());
+}
+
+// On the main's node the gradient sync goes to the main itself, not to the node's lowest holder
+// (expert 0 on ranks 0, 1 and 2 with its main on rank 2).
+TEST(CostModel, GradSyncOnTheMainsNodeGoesToTheMain) {
+  const Topology topo(1, 4);
+  const auto layout = ExpertLayout::from_rank_lists(topo, 2, 2, {{0, 1}, {0}, {0}, {}});
+  CostParams p;
+  const double grad = p.expert_params() * p.grad_bytes_per_element;
+  const double refresh = p.expert_param_bytes();
+  const std::vector<RankId> mains{2, 1};  // expert 0's main is its last holder
+  const auto bytes = grad_sync_bytes(layout, mains, p);
+  EXPECT_DOUBLE_EQ(bytes.rank_in[2], 2 * grad);
+  EXPECT_DOUBLE_EQ(bytes.rank_out[2], 2 * refresh);
+  EXPECT_DOUBLE_EQ(bytes.rank_in[0], refresh);
+  EXPECT_DOUBLE_EQ(bytes.rank_out[0], grad);
+}
+
+// The first main of an expert is its static-EP home rank when that rank holds it, not the lowest
+// holder.
+TEST(CostModel, InitialMainIsTheHomeRankWhenHeld) {
+  const auto layout = ExpertLayout::from_rank_lists(Topology(1, 2), 2, 2, {{0, 1}, {1}});
+  const auto mains = initial_main_ranks(layout);
+  EXPECT_EQ(mains[0], 0);
+  EXPECT_EQ(mains[1], 1);  // home rank 1 * 2 / 2 = 1 holds it
 }
 
 }  // namespace

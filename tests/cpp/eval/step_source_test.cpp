@@ -159,5 +159,23 @@ TEST(StepSource, LoadOnlyTraceFromFile) {
   std::filesystem::remove(path);
 }
 
+// Without num_sources, a trace's sources are 0 .. max source: sources 0..3 of a 4-rank trace
+// map to ranks 0..3.
+TEST(StepSource, DataWithoutNumSourcesMapsSourcesOneToOne) {
+  io::TraceData d;
+  d.num_experts = 4;
+  d.top_k = 1;
+  d.num_layers = 1;
+  d.num_tokens = 4;
+  d.num_sources = 0;
+  d.topk_ids = {0, 1, 2, 3};
+  d.source_rank = {0, 1, 2, 3};
+  d.step_offsets = {0, 4};
+  auto source = make_step_source(d);
+  StepScratch scratch;
+  const RoutingBatch batch = source->batch(0, 0, 4, scratch);
+  for (TokenIdx t = 0; t < 4; ++t) EXPECT_EQ(batch.source_of(t), t);
+}
+
 }  // namespace
 }  // namespace cobalt::eval

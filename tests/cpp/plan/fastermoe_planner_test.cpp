@@ -97,5 +97,13 @@ TEST(FasterMoeShadowing, ShadowsMustFitTheReplicaBudget) {
   }
 }
 
+// A shadow takes a slot only on ranks that do not hold the expert: two experts on two ranks with
+// one spare slot each can shadow both.
+TEST(FasterMoeShadowing, ShadowsUseNoSlotWhereTheExpertAlreadyLives) {
+  const auto base = ExpertLayout::static_ep(Topology(1, 2), 2, 2);
+  const std::vector<ExpertId> shadows{0, 1};
+  EXPECT_EQ(fitting_shadow_prefix(base, shadows), 2);
+}
+
 }  // namespace
 }  // namespace cobalt::plan

@@ -82,5 +82,16 @@ TEST(FlexMoePlanner, EvenSplitRankLoads) {
   EXPECT_THROW(even_split_rank_loads(layout, std::vector<double>{1}), Error);
 }
 
+// With the busiest load tied on two ranks (5, 5, 1) no primitive lowers the maximum, but
+// expanding expert 0 onto rank 2 raises the minimum (2.5, 5, 3.5), which FlexMoE's lexicographic
+// rule (max, then min) takes.
+TEST(FlexMoePlanner, FlexMoeTakesAPrimitiveThatOnlyRaisesTheMinimum) {
+  const auto current = ExpertLayout::static_ep(Topology(1, 3), 3, 2);
+  const std::vector<double> load{5, 5, 1};
+  const auto s = flexmoe_schedule(current, load, {});
+  EXPECT_GE(s.num_expand, 1);
+  EXPECT_LT(s.balance_ratio_after, s.balance_ratio_before);
+}
+
 }  // namespace
 }  // namespace cobalt::plan

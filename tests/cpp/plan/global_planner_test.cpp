@@ -595,5 +595,35 @@ TEST(GlobalPlanner, FlagsPlansOverTheLoadCapAndPrefersThoseWithin) {
   EXPECT_FALSE(check_node_plan(tiny, result.plan).empty());
 }
 
+// Rank packing keeps a replica on its previous rank among equally good choices: with equal loads
+// and a plan the previous layout already realises, the packed layout is the previous one.
+TEST(GlobalPlanner, PackingKeepsAnEquallyGoodPreviousLayout) {
+  const Topology topo(1, 2);
+  const std::vector<double> load(4, 1.0), coact(16, 0.0);
+  const GlobalPlanInput input{topo, 4, 2, 0.15, load, coact, {}, 0.0};
+  NodePlan np(4, 1);
+  for (int e = 0; e < 4; ++e) np.x(e, 0) = 1, np.u(e, 0) = 1.0;
+  const auto previous = ExpertLayout::from_rank_lists(topo, 4, 2, {{0, 3}, {1, 2}});
+  const auto packed = pack_ranks(input, np, &previous, nullptr);
+  EXPECT_TRUE(diff(previous, packed).moves.empty());
+}
+
+// The greedy placement breaks ties towards the lighter node: without co-activation and with a
+// loose cap it spreads the load (4 + 1 / 3 + 2), not 4 + 3 / 2 + 1.
+TEST(GlobalPlanner, GreedyPlacementBreaksTiesTowardsTheLighterNode) {
+  const Topology topo(2, 4);
+  const std::vector<double> load{4, 3, 2, 1}, coact(16, 0.0);
+  const GlobalPlanInput input{topo, 4, 1, 1.0, load, coact, {}, 0.0};
+  HeuristicOptions opt;
+  opt.num_restarts = 1;
+  opt.use_metis = false;
+  const auto result = plan_global_heuristic(input, opt);
+  for (int n = 0; n < 2; ++n) {
+    double node_load = 0;
+    for (int e = 0; e < 4; ++e) node_load += result.plan.load_share[e * 2 + n];
+    EXPECT_NEAR(node_load, 5.0, 1e-9) << "node " << n;
+  }
+}
+
 }  // namespace
 }  // namespace cobalt::plan

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cobalt/assign/node_cover.hpp"
+#include "cobalt/core/expert_layout.hpp"
 #include "cobalt/core/rng.hpp"
 #include "cobalt/policy/policy.hpp"
 #include "testing/random_inputs.hpp"
@@ -31,6 +32,35 @@ testing::OwnedBatch shifting_batch(int step, bool shifted) {
     b.topk_ids.push_back(base + first);
     b.topk_ids.push_back(base + second);
     b.source_rank.push_back(t * 4 / num_tokens);
+  }
+  return b;
+}
+
+// A configuration for the small policy scenarios in this file.
+PolicyConfig scenario_config(Topology topology, int num_experts, int top_k, int slots_per_rank,
+                             int steps_per_global_plan) {
+  PolicyConfig config;
+  config.topology = topology;
+  config.num_experts = num_experts;
+  config.top_k = top_k;
+  config.slots_per_rank = slots_per_rank;
+  config.steps_per_global_plan = steps_per_global_plan;
+  return config;
+}
+
+// A batch of `num_tokens` tokens for `config`: token(t, ids) writes token t's K expert ids and
+// returns its source rank.
+template <class Token>
+testing::OwnedBatch scenario_batch(const PolicyConfig& config, int num_tokens, Token&& token) {
+  testing::OwnedBatch b;
+  b.top_k = config.top_k;
+  b.num_experts = config.num_experts;
+  b.num_ranks = config.topology.num_ranks();
+  std::vector<ExpertId> ids(config.top_k);
+  for (int t = 0; t < num_tokens; ++t) {
+    const RankId source = token(t, ids);
+    b.topk_ids.insert(b.topk_ids.end(), ids.begin(), ids.end());
+    b.source_rank.push_back(source);
   }
   return b;
 }
@@ -129,6 +159,94 @@ TEST(CobaltPolicy, CobaltPlusDecidesOncePerStepAndNotOnAnEmptyBatch) {
   }
   EXPECT_EQ(empty_first->counters().intra_node_moves, plain->counters().intra_node_moves);
   EXPECT_EQ(empty_first->counters().cross_node_moves, plain->counters().cross_node_moves);
+}
+
+// On shifting_batch with P = 10 (plans due at steps 1, 11, 21), the shift at step 12 first splits
+// group A over the nodes at step 21: a plan is due exactly every P steps, not one step later.
+TEST(CobaltPolicy, CobaltPlansEveryPStepsExactly) {
+  const auto config = scenario_config(Topology(2, 4), 8, 2, 2, 10);
+  auto policy = make_policy("cobalt", config);
+  int first_split = -1;
+  for (int step = 0; step < 30 && first_split < 0; ++step) {
+    auto batch = shifting_batch(step, step >= 12);
+    std::vector<RankId> exec(batch.topk_ids.size());
+    auto layout = policy->run(step, 0, batch.view(), exec);
+    int a_on_node0 = 0;
+    for (ExpertId e = 0; e < 4; ++e) a_on_node0 += layout->holds(0, e) || layout->holds(1, e);
+    if (a_on_node0 < 4) first_split = step;
+  }
+  EXPECT_EQ(first_split, 21);
+}
+
+// cobalt+'s move counters cover every replica that is new on its rank from one step to the next,
+// stage 2b's swaps within a node included.
+TEST(CobaltPolicy, CobaltPlusCountsEveryCopy) {
+  auto config = scenario_config(Topology(2, 8), 16, 2, slots_for_rho(16, 8, 0.5), 1000);
+  config.planner_restarts = 2;
+  auto policy = make_policy("cobalt+", config);
+  std::shared_ptr<const ExpertLayout> previous;
+  int64_t counted_before = 0, copies = 0;
+  for (int64_t s = 0; s < 10; ++s) {
+    SplitMix64 rng(1000 + static_cast<uint64_t>(s));
+    const auto b = scenario_batch(config, 800, [&](int t, std::vector<ExpertId>& ids) {
+      ids[0] = static_cast<ExpertId>(s >= 3 ? 0 : rng.below(16));
+      ids[1] = ids[0];
+      while (ids[1] == ids[0]) ids[1] = static_cast<ExpertId>(rng.below(16));
+      return static_cast<RankId>(t % 8);
+    });
+    std::vector<RankId> exec(b.topk_ids.size());
+    auto layout = policy->run(s, 0, b.view(), exec);
+    const int64_t counted =
+        policy->counters().intra_node_moves + policy->counters().cross_node_moves;
+    if (previous) {
+      const auto d = diff(*previous, *layout);
+      EXPECT_GE(counted - counted_before, static_cast<int64_t>(d.moves.size())) << "step " << s;
+      copies += static_cast<int64_t>(d.moves.size());
+    }
+    counted_before = counted;
+    previous = layout;
+  }
+  EXPECT_GT(copies, 0);
+}
+
+// On one node every layout has zero cross-node transfers, so a plan is adopted for its balance
+// alone: experts 0 and 1 (static EP: both on rank 0) carry 20% of the tasks each, under the
+// per-expert cap but 40% on rank 0.
+TEST(CobaltPolicy, OneNodeCobaltAdoptsABetterBalancedPlan) {
+  const auto config = scenario_config(Topology(1, 4), 8, 2, 2, 5);
+  auto policy = make_policy("cobalt", config);
+  for (int step = 0; step < 3; ++step) {
+    const auto b = scenario_batch(config, 4000, [&](int t, std::vector<ExpertId>& ids) {
+      const uint64_t h = mix64(static_cast<uint64_t>(step) * 1000003 + t);
+      const int r = static_cast<int>(h % 10);
+      ids[0] = r < 4 ? 0 : r < 8 ? 1 : 2 + static_cast<int>((h >> 8) % 6);
+      ids[1] = 2 + static_cast<int>((h >> 16) % 6);
+      if (ids[1] == ids[0]) ids[1] = 2 + (ids[1] - 2 + 1) % 6;
+      return static_cast<RankId>(t % 4);
+    });
+    std::vector<RankId> exec(b.topk_ids.size());
+    policy->run(step, 0, b.view(), exec);
+  }
+  EXPECT_GE(policy->counters().num_global_plans, 1);
+}
+
+// When no restart meets the load cap the layout in force is replaced only for fewer sampled
+// transfers. 2 nodes x 2 ranks, 2 experts, one slot per rank: expert 0 carries 900 of 1000
+// tasks (it needs 4 replicas under the cap and can have 3), and tokens of node 0 choose expert 0,
+// tokens of node 1 expert 1, which static EP already serves without a transfer.
+TEST(CobaltPolicy, CobaltKeepsTheLayoutWhenNoPlanMeetsTheCap) {
+  const auto config = scenario_config(Topology(2, 4), 2, 1, 1, 1);
+  auto policy = make_policy("cobalt", config);
+  for (int step = 0; step < 6; ++step) {
+    const auto b = scenario_batch(config, 1000, [](int t, std::vector<ExpertId>& ids) {
+      const bool hot = t % 10 != 0;
+      ids[0] = hot ? 0 : 1;
+      return static_cast<RankId>(hot ? 0 : 2);
+    });
+    std::vector<RankId> exec(b.topk_ids.size());
+    policy->run(step, 0, b.view(), exec);
+  }
+  EXPECT_EQ(policy->counters().num_global_plans, 0);
 }
 
 }  // namespace

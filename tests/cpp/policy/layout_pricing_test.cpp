@@ -182,5 +182,23 @@ TEST(LayoutPricing, WidenSlotsKeepsPositions) {
   EXPECT_THROW(widen_slots(narrow, 1), Error);
 }
 
+// some_change_may_pay is a cheap pre-check: it may never rule out a change that change_pays
+// accepts (a saving worth 1.5 NVLink copies, one NVLink copy needed).
+TEST(LayoutPricing, SomeChangeMayPayIsNeverStricterThanChangePays) {
+  const Topology topo(1, 2);
+  eval::CostParams p;
+  p.grad_bytes_per_element = 0;
+  p.param_refresh = false;
+  p.optimizer_factor = 0;
+  const auto current = ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {1}});
+  const auto candidate = ExpertLayout::from_rank_lists(topo, 2, 2, {{0}, {1, 0}});
+  const std::vector<RankId> mains{0, 1};
+  const double nvlink_copy_s = p.expert_param_bytes() / p.nvlink_bytes_per_s;
+  const double seconds_per_task = p.flops_per_task() / p.achievable_flops;
+  const double saved = 1.5 * nvlink_copy_s / seconds_per_task;  // 1.5 NVLink copies of time
+  ASSERT_TRUE(change_pays(current, mains, candidate, saved, 1, p));
+  EXPECT_TRUE(some_change_may_pay(current, mains, saved, 1, p));
+}
+
 }  // namespace
 }  // namespace cobalt::policy

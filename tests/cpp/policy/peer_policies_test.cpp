@@ -205,5 +205,17 @@ TEST(PeerPolicies, LoadOnlyReplayMatchesTokenReplay) {
   }
 }
 
+// A demand window of capacity 2 holds the last two steps only.
+TEST(DemandWindow, DemandWindowKeepsCapacitySteps) {
+  DemandWindow window(2);
+  for (int64_t step = 0; step < 4; ++step) {
+    const std::vector<int64_t> counts{step + 1, 0};
+    window.push(step, counts);
+  }
+  EXPECT_EQ(window.size(), 2);
+  EXPECT_DOUBLE_EQ(window.sum()[0], 3.0 + 4.0);
+  EXPECT_DOUBLE_EQ(window.mean()[0], 3.5);
+}
+
 }  // namespace
 }  // namespace cobalt::policy

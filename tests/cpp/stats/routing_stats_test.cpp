@@ -421,5 +421,30 @@ TEST(RoutingStats, ReplicaTaskCountsNameTheFirstBadTask) {
   EXPECT_NE(message.find("task 0 on rank 1 which lacks expert 0"), std::string::npos) << message;
 }
 
+// Co-activation above the smaller of the two experts' counts is impossible and refused (it is
+// checked against the smaller count, not the larger).
+TEST(RoutingStats, CoactivationAboveTheSmallerCountIsRejected) {
+  RoutingStats stats(3, 0.5);
+  const std::vector<int64_t> loads{2, 1, 1};
+  std::vector<int64_t> coact(9, 0);
+  coact[0 * 3 + 1] = coact[1 * 3 + 0] = 2;  // <= count of expert 0, > count of expert 1
+  EXPECT_THROW(stats.update_counts(loads, coact), Error);
+}
+
+// replica_task_counts refuses execution rank G (one past the last) instead of counting it on
+// another expert's slot.
+TEST(RoutingStats, ReplicaTaskCountsRefusesRankG) {
+  const Topology topo(1, 2);
+  const auto layout = ExpertLayout::from_rank_lists(topo, 2, 2, {{0, 1}, {0}});
+  testing::OwnedBatch b;
+  b.top_k = 1;
+  b.num_experts = 2;
+  b.num_ranks = 2;
+  b.topk_ids = {0};
+  b.source_rank = {0};
+  const std::vector<RankId> exec{2};
+  EXPECT_THROW(replica_task_counts(b.view(), layout, exec), Error);
+}
+
 }  // namespace
 }  // namespace cobalt

@@ -179,5 +179,18 @@ TEST(WorkloadPresets, UnknownNameListsValidNames) {
   }
 }
 
+// top_k is at most 64 (and E): with E = 128, 64 is valid and 65 is not.
+TEST(WorkloadSpec, WorkloadTopKIsAtMost64) {
+  WorkloadSpec spec;
+  spec.num_experts = 128;
+  spec.tokens_per_step = 16;
+  spec.num_steps = 1;
+  spec.num_layers = 1;
+  spec.top_k = 64;
+  EXPECT_NO_THROW(validate(spec));
+  spec.top_k = 65;
+  EXPECT_THROW(validate(spec), Error);
+}
+
 }  // namespace
 }  // namespace cobalt::workload
