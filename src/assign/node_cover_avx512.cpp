@@ -17,10 +17,12 @@ namespace cobalt::assign::detail {
 #if defined(COBALT_AVX512_KERNEL)
 
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32() and warn about it at every use
-// (GCC bug 105593, fixed in GCC 13); nothing here reads an undefined value.
+// (GCC bug 105593, fixed in GCC 13), as "may be" or, once inlined, "is" uninitialized; nothing
+// here reads an undefined value.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 // Function attributes, not a per-file -mavx512f: inline functions from headers instantiated in
@@ -219,9 +221,19 @@ void assign_range_avx512(const AssignInputs& in, const OrderedMaskTable& table, 
   }
 }
 
-COBALT_AVX512 void uniform_below_avx512(const uint64_t* hash, const uint64_t* n, uint64_t* out) {
-  COBALT_CHECK_INTERNAL(avx512_kernel_supported(), "uniform_below_avx512: no AVX-512 on this CPU");
+namespace {
+
+COBALT_AVX512 void uniform_below_lanes(const uint64_t* hash, const uint64_t* n, uint64_t* out) {
   _mm512_storeu_si512(out, uniform_below_x8(_mm512_loadu_si512(hash), _mm512_loadu_si512(n)));
+}
+
+}  // namespace
+
+// A plain function around the AVX-512 one, like assign_range_avx512: the check runs before any
+// AVX-512 instruction can.
+void uniform_below_avx512(const uint64_t* hash, const uint64_t* n, uint64_t* out) {
+  COBALT_CHECK_INTERNAL(avx512_kernel_supported(), "uniform_below_avx512: no AVX-512 on this CPU");
+  uniform_below_lanes(hash, n, out);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
