@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "cobalt/core/error.hpp"
+#include "testing/random_inputs.hpp"
 
 namespace cobalt::eval {
 namespace {
@@ -162,14 +163,8 @@ TEST(StepSource, LoadOnlyTraceFromFile) {
 // Without num_sources, a trace's sources are 0 .. max source: sources 0..3 of a 4-rank trace
 // map to ranks 0..3.
 TEST(StepSource, DataWithoutNumSourcesMapsSourcesOneToOne) {
-  io::TraceData d;
-  d.num_experts = 4;
-  d.top_k = 1;
-  d.num_layers = 1;
-  d.num_tokens = 4;
-  d.num_sources = 0;
-  d.topk_ids = {0, 1, 2, 3};
-  d.source_rank = {0, 1, 2, 3};
+  io::TraceData d = testing::id_trace(4, 1, 1, 4, [](int64_t t, int) { return t; });
+  d.source_rank = {0, 1, 2, 3};  // num_sources stays 0
   d.step_offsets = {0, 4};
   auto source = make_step_source(d);
   StepScratch scratch;
